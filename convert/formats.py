@@ -1,0 +1,116 @@
+"""The table of formats: which package reads, writes and runs each one.
+
+Packages are imported on first use, so ``import convert`` and ``convert --help`` import no
+framework. A format whose package is absent from this installation is simply not listed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from pathlib import Path
+
+from .ir import ExporterSpec, FrontendSpec, UsageError
+
+__all__ = [
+    "ALIASES",
+    "detect_format",
+    "exporter",
+    "exporter_names",
+    "frontend",
+    "frontend_names",
+    "normalize",
+    "routes",
+    "runtime_module",
+]
+
+_FRONTENDS = {
+    "onnx": "convert.frontends.onnx",
+    "pytorch": "convert.frontends.pytorch",
+    "darknet": "convert.frontends.darknet",
+    "caffe": "convert.frontends.caffe",
+    "paddle": "convert.frontends.paddle",
+}
+_EXPORTERS = {
+    "onnx": "convert.exporters.onnx",
+    "caffe": "convert.exporters.caffe",
+}
+# The reference runtime of each format, used by the parity check (module exposing open_runtime).
+_RUNTIMES = {
+    "onnx": "convert.parity.runtimes.onnxruntime",
+    "caffe": "convert.parity.runtimes.opencv_caffe",
+    "darknet": "convert.parity.runtimes.darknet",
+    "pytorch": "convert.parity.runtimes.torch",
+    "paddle": "convert.parity.runtimes.paddle",
+}
+ALIASES = {"torch": "pytorch", "pt": "pytorch", "paddlepaddle": "paddle", "pd": "paddle"}
+
+
+def normalize(name: str) -> str:
+    """Return the canonical spelling of a format name ('torch' -> 'pytorch')."""
+    key = name.strip().lower()
+    return ALIASES.get(key, key)
+
+
+def _spec(table: dict[str, str], name: str, attr: str) -> object | None:
+    module = table.get(name)
+    if module is None:
+        return None
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            return None  # this package is not part of the installation
+        raise
+    return getattr(mod, attr, None)
+
+
+def frontend(name: str) -> FrontendSpec:
+    """Return the frontend for ``name`` or raise ``UsageError`` listing the known ones."""
+    spec = _spec(_FRONTENDS, normalize(name), "FRONTEND")
+    if not isinstance(spec, FrontendSpec):
+        raise UsageError(f"unknown source format '{name}'. Known: {', '.join(frontend_names())}")
+    return spec
+
+
+def exporter(name: str) -> ExporterSpec:
+    """Return the exporter for ``name`` or raise ``UsageError`` listing the known ones."""
+    spec = _spec(_EXPORTERS, normalize(name), "EXPORTER")
+    if not isinstance(spec, ExporterSpec):
+        raise UsageError(f"unknown destination format '{name}'. Known: {', '.join(exporter_names())}")
+    return spec
+
+
+def frontend_names() -> list[str]:
+    """Return the source formats available in this installation."""
+    return [n for n in _FRONTENDS if isinstance(_spec(_FRONTENDS, n, "FRONTEND"), FrontendSpec)]
+
+
+def exporter_names() -> list[str]:
+    """Return the destination formats available in this installation."""
+    return [n for n in _EXPORTERS if isinstance(_spec(_EXPORTERS, n, "EXPORTER"), ExporterSpec)]
+
+
+def routes() -> list[tuple[str, str]]:
+    """Return every ``(source, destination)`` pair that works in this installation."""
+    return [(s, d) for s in frontend_names() for d in exporter_names()]
+
+
+def runtime_module(name: str) -> str | None:
+    """Return the module path of the reference runtime of format ``name``."""
+    return _RUNTIMES.get(normalize(name))
+
+
+def detect_format(paths: Sequence[Path]) -> str:
+    """Guess the source format of ``paths`` from suffixes, then from the frontends' sniffers."""
+    names = frontend_names()
+    for path in paths:
+        for name in names:
+            if path.suffix.lower() in frontend(name).suffixes:
+                return name
+    for path in paths:
+        for name in names:
+            if path.is_file() and frontend(name).sniff(path):
+                return name
+    shown = ", ".join(str(p) for p in paths)
+    raise UsageError(f"cannot tell the format of {shown}: name it, e.g. 'darknet:onnx' or --from darknet")

@@ -1,0 +1,1 @@
+"""Frontends: one package per source format, each exposing FRONTEND (see convert.ir.plugins)."""

@@ -1,0 +1,115 @@
+"""The graph IR: ONNX semantics on top of onnx_ir, behind a thin layer we own.
+
+Only this package imports onnx_ir; the rest of the project uses the names re-exported here.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import onnx_ir as _ir
+
+from . import passes
+from .builder import CANONICAL_OPSET, GraphBuilder, NameAuthority
+from .errors import (
+    ConversionError,
+    ConvertError,
+    ExportError,
+    ModelFormatError,
+    PassError,
+    Unsupported,
+    UnsupportedOpsError,
+    UsageError,
+)
+from .plugins import Diagnostics, ExporterSpec, FrontendSpec, OpSupport, Options, OptionSpec, ProgressFn
+from .provenance import Provenance, describe, get_provenance, set_provenance
+from .registry import Registry
+from .tensors import (
+    DataType,
+    ExternalTensor,
+    LazyTensor,
+    Tensor,
+    TensorProtocol,
+    file_slice,
+    from_array,
+    is_file_slice,
+    lazy,
+    to_numpy,
+)
+
+Model = _ir.Model
+Graph = _ir.Graph
+Node = _ir.Node
+Value = _ir.Value
+Shape = _ir.Shape
+SymbolicDim = _ir.SymbolicDim
+TensorType = _ir.TensorType
+Attr = _ir.Attr
+AttributeType = _ir.AttributeType
+serde = _ir.serde
+convenience = _ir.convenience
+
+__all__ = [
+    "CANONICAL_OPSET",
+    "Attr",
+    "AttributeType",
+    "ConversionError",
+    "ConvertError",
+    "DataType",
+    "Diagnostics",
+    "ExportError",
+    "ExporterSpec",
+    "ExternalTensor",
+    "FrontendSpec",
+    "Graph",
+    "GraphBuilder",
+    "LazyTensor",
+    "Model",
+    "ModelFormatError",
+    "NameAuthority",
+    "Node",
+    "OpSupport",
+    "OptionSpec",
+    "Options",
+    "PassError",
+    "ProgressFn",
+    "Provenance",
+    "Registry",
+    "Shape",
+    "SymbolicDim",
+    "Tensor",
+    "TensorProtocol",
+    "TensorType",
+    "Unsupported",
+    "UnsupportedOpsError",
+    "UsageError",
+    "Value",
+    "convenience",
+    "describe",
+    "file_slice",
+    "from_array",
+    "get_provenance",
+    "is_file_slice",
+    "lazy",
+    "model_stats",
+    "passes",
+    "serde",
+    "set_provenance",
+    "to_numpy",
+]
+
+
+def model_stats(model: Model) -> dict[str, object]:
+    """Return node count, op histogram, parameter count and bytes, without reading weights."""
+    ops: Counter[str] = Counter()
+    for node in model.graph.all_nodes():
+        ops[f"{node.domain}::{node.op_type}" if node.domain else node.op_type] += 1
+    params = 0
+    nbytes = 0
+    for value in model.graph.initializers.values():
+        tensor = value.const_value
+        if tensor is None:
+            continue
+        params += tensor.size
+        nbytes += tensor.nbytes
+    return {"nodes": sum(ops.values()), "ops": dict(ops), "params": params, "bytes": nbytes}

@@ -1,0 +1,191 @@
+"""GraphBuilder: the one way frontends create IR graphs.
+
+It owns the name authority (every value and node name is unique and generated here, never by
+counters in converters), converts plain Python attribute values, records provenance on every
+node, and builds the ``Model`` with the canonical opset.
+
+Example::
+
+    b = GraphBuilder("tiny", source="tiny.cfg")
+    x = b.input("data", DataType.FLOAT, (1, 3, 32, 32))
+    w = b.initializer(file_slice(path, 16, "float32", (8, 3, 3, 3), name="conv_0.weight"))
+    y = b.op("Conv", [x, w], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+             name="conv_0", prov=Provenance(file="tiny.cfg", line=12, kind="convolutional"))
+    b.output(y, "out")
+    model = b.build()
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx_ir as _ir
+from onnx_ir import convenience as _conv
+
+from .provenance import Provenance, set_provenance
+from .tensors import DataType, TensorProtocol, from_array
+
+__all__ = ["CANONICAL_OPSET", "GraphBuilder", "NameAuthority"]
+
+# The opset every frontend emits; exporters adapt to the requested one.
+CANONICAL_OPSET = 17
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.:/\-]")
+
+
+class NameAuthority:
+    """Hands out unique names: ``base``, then ``base_1``, ``base_2`` ..."""
+
+    def __init__(self) -> None:
+        self._used: set[str] = set()
+        self._next: dict[str, int] = {}
+
+    def reserve(self, name: str) -> None:
+        """Mark ``name`` as taken (e.g. names read from a source model)."""
+        self._used.add(name)
+
+    def fresh(self, base: str) -> str:
+        """Return a unique name derived from ``base``."""
+        base = _UNSAFE.sub("_", base) or "v"
+        if base not in self._used:
+            self._used.add(base)
+            return base
+        i = self._next.get(base, 1)
+        while f"{base}_{i}" in self._used:
+            i += 1
+        self._next[base] = i + 1
+        name = f"{base}_{i}"
+        self._used.add(name)
+        return name
+
+
+class GraphBuilder:
+    """Build an IR graph node by node."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        source: str = "",
+        opset: int = CANONICAL_OPSET,
+        producer: str = "convert",
+    ) -> None:
+        self.names = NameAuthority()
+        self.source = source
+        self.opset = opset
+        self._domains: dict[str, int] = {"": opset}
+        self.graph = _ir.Graph([], [], nodes=[], name=name)
+        self.producer = producer
+        self._consts: dict[tuple[str, bytes, tuple[int, ...]], _ir.Value] = {}
+
+    # -- values -------------------------------------------------------------------------
+    def input(self, name: str, dtype: DataType, shape: Sequence[int | str | None]) -> _ir.Value:
+        """Add a graph input. String or None dims are symbolic."""
+        dims = [d if isinstance(d, int) else _ir.SymbolicDim(d) for d in shape]
+        value = _ir.Value(name=self.names.fresh(name), shape=_ir.Shape(dims), type=_ir.TensorType(dtype))
+        self.graph.inputs.append(value)
+        return value
+
+    def initializer(self, tensor: TensorProtocol, name: str | None = None) -> _ir.Value:
+        """Add a constant weight (file slice, wrapped array or lazy tensor) as an initializer."""
+        vname = self.names.fresh(name or tensor.name or "const")
+        tensor.name = vname
+        value = _ir.Value(
+            name=vname, shape=_ir.Shape(tensor.shape), type=_ir.TensorType(tensor.dtype), const_value=tensor
+        )
+        self.graph.register_initializer(value)
+        return value
+
+    def const(self, array: np.ndarray | Sequence[float] | Sequence[int] | float | int, name: str = "const",
+              dtype: np.dtype | type | None = None) -> _ir.Value:
+        """Add a small constant (shapes, scales); identical constants are shared."""
+        arr = np.asarray(array, dtype=dtype) if dtype is not None else np.asarray(array)
+        if arr.dtype == np.float64:
+            arr = arr.astype(np.float32)
+        key = (arr.dtype.str, arr.tobytes(), arr.shape)
+        if arr.nbytes <= 4096 and key in self._consts:
+            return self._consts[key]
+        value = self.initializer(from_array(np.ascontiguousarray(arr), name=name), name)
+        if arr.nbytes <= 4096:
+            self._consts[key] = value
+        return value
+
+    def output(self, value: _ir.Value, name: str | None = None) -> _ir.Value:
+        """Mark ``value`` as a graph output, renaming it to ``name`` when given.
+
+        A value that is already a graph input or output, or an initializer, is passed through an
+        Identity so that every output has a producer and a name of its own.
+        """
+        if (
+            value.is_graph_input()
+            or value.is_graph_output()
+            or value.is_initializer()
+            or (name is not None and name != value.name and self._name_taken(name))
+        ):
+            value = self.op("Identity", [value], name=f"{name or value.name}_out")
+        if name is not None and name != value.name:
+            self.names.reserve(name)
+            value.name = name
+        self.graph.outputs.append(value)
+        return value
+
+    def _name_taken(self, name: str) -> bool:
+        return name in self.names._used
+
+    # -- nodes --------------------------------------------------------------------------
+    def op(
+        self,
+        op_type: str,
+        inputs: Sequence[_ir.Value | None],
+        attributes: Mapping[str, object] | None = None,
+        *,
+        name: str | None = None,
+        outputs: int = 1,
+        domain: str = "",
+        domain_version: int = 1,
+        prov: Provenance | None = None,
+        output_names: Sequence[str] | None = None,
+    ) -> _ir.Value:
+        """Append a node and return its (first) output. See ``op_multi`` for several outputs."""
+        return self.op_multi(
+            op_type, inputs, attributes, name=name, outputs=outputs, domain=domain,
+            domain_version=domain_version, prov=prov, output_names=output_names,
+        )[0]
+
+    def op_multi(
+        self,
+        op_type: str,
+        inputs: Sequence[_ir.Value | None],
+        attributes: Mapping[str, object] | None = None,
+        *,
+        name: str | None = None,
+        outputs: int = 1,
+        domain: str = "",
+        domain_version: int = 1,
+        prov: Provenance | None = None,
+        output_names: Sequence[str] | None = None,
+    ) -> tuple[_ir.Value, ...]:
+        """Append a node with ``outputs`` outputs and return them."""
+        if domain and domain not in self._domains:
+            self._domains[domain] = domain_version
+        node_name = self.names.fresh(name or op_type)
+        attrs = _conv.convert_attributes({k: v for k, v in (attributes or {}).items() if v is not None})
+        if output_names is None:
+            output_names = [node_name if outputs == 1 else f"{node_name}:{i}" for i in range(outputs)]
+        outs = [_ir.Value(name=self.names.fresh(n)) for n in output_names]
+        node = _ir.Node(domain, op_type, list(inputs), attrs, outputs=outs, name=node_name)
+        prov = prov or Provenance()
+        if self.source and not prov.file:
+            prov = Provenance(file=self.source, layer=prov.layer, kind=prov.kind, line=prov.line)
+        set_provenance(node, prov)
+        self.graph.append(node)
+        return tuple(node.outputs)
+
+    # -- result -------------------------------------------------------------------------
+    def build(self, *, doc: str = "") -> _ir.Model:
+        """Return the model (opset imports set, producer recorded)."""
+        self.graph.opset_imports.update(self._domains)
+        model = _ir.Model(self.graph, ir_version=8, producer_name=self.producer, doc_string=doc or None)
+        return model

@@ -1,0 +1,89 @@
+"""Error hierarchy shared by every frontend, pass and exporter.
+
+``ConvertError`` and its subclasses are the user's problem (bad input, unsupported op, a
+model that cannot be expressed in the destination format): the CLI prints them as one line
+and exits with status 2. Any other exception is a bug and keeps its traceback.
+
+Messages follow the form *what failed: where, why. hint.*
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "ConversionError",
+    "ConvertError",
+    "ExportError",
+    "ModelFormatError",
+    "PassError",
+    "Unsupported",
+    "UnsupportedOpsError",
+    "UsageError",
+]
+
+
+class ConvertError(Exception):
+    """Base of every error caused by the input or the request, not by a bug."""
+
+
+class UsageError(ConvertError):
+    """The request itself is wrong: unknown route, missing file, bad option value."""
+
+
+class ModelFormatError(ConvertError):
+    """The input file is malformed: truncated, wrong format, inconsistent parts."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unsupported:
+    """One unsupported op or layer type, with how often and where it first occurs."""
+
+    op: str
+    count: int
+    first: str
+    reason: str = ""
+
+    def describe(self) -> str:
+        """Return ``'op' x3 (first at where): reason``."""
+        times = f" x{self.count}" if self.count > 1 else ""
+        why = f": {self.reason}" if self.reason else ""
+        return f"{self.op}{times} (first at {self.first}){why}"
+
+
+class UnsupportedOpsError(ConvertError):
+    """A model uses ops that a frontend or exporter cannot handle; lists all of them at once."""
+
+    def __init__(self, subject: str, items: Sequence[Unsupported], *, what: str = "op", hint: str = "") -> None:
+        self.subject = subject
+        self.items = tuple(items)
+        kinds = f"{len(self.items)} unsupported {what}{'s' if len(self.items) != 1 else ''}"
+        listed = ", ".join(item.describe() for item in self.items)
+        message = f"{subject} uses {kinds}: {listed}."
+        if hint:
+            message += f" {hint}"
+        super().__init__(message)
+
+
+class ConversionError(ConvertError):
+    """Converting one node or layer failed; names it and keeps the original as ``__cause__``."""
+
+    def __init__(self, where: str, why: str) -> None:
+        self.where = where
+        self.why = why
+        super().__init__(f"cannot convert {where}: {why}")
+
+
+class PassError(ConvertError):
+    """A graph pass failed; names the pass and the passes that ran before it."""
+
+    def __init__(self, pass_name: str, previous: Sequence[str], why: str) -> None:
+        self.pass_name = pass_name
+        self.previous = tuple(previous)
+        before = ", ".join(self.previous) if self.previous else "none"
+        super().__init__(f"pass '{pass_name}' failed (after: {before}): {why}")
+
+
+class ExportError(ConvertError):
+    """The model cannot be written in the requested format."""

@@ -1,0 +1,35 @@
+"""Graph passes over the IR, one per module."""
+
+from __future__ import annotations
+
+from .base import Pass, PassManager, PassResult
+from .dce import EliminateDeadCode
+from .fold_batchnorm import FoldBatchNorm
+from .fold_constants import FoldConstants
+from .shape_inference import InferShapes
+from .toposort import TopologicalSort
+from .validate import GraphInvariantError, ValidateGraph
+
+__all__ = [
+    "EliminateDeadCode",
+    "FoldBatchNorm",
+    "FoldConstants",
+    "GraphInvariantError",
+    "InferShapes",
+    "Pass",
+    "PassManager",
+    "PassResult",
+    "TopologicalSort",
+    "ValidateGraph",
+    "standard_pipeline",
+]
+
+
+def standard_pipeline(*, fold_batchnorm: bool = True, validate: bool = False) -> PassManager:
+    """Return the passes every conversion runs before export, in order."""
+    passes: list[Pass] = [TopologicalSort(), FoldConstants(), EliminateDeadCode()]
+    if fold_batchnorm:
+        passes.append(FoldBatchNorm())
+        passes.append(EliminateDeadCode())
+    passes.append(InferShapes())
+    return PassManager(passes, validate=validate)

@@ -1,0 +1,121 @@
+"""Fold shape-only subgraphs into constants.
+
+A node is folded when every input is a small constant (at most ``max_bytes``) or, for ``Shape``
+and ``Size``, when its input's shape is fully static. Results larger than ``max_bytes`` are not
+folded, so weight-sized arithmetic is never materialised here. Evaluation uses onnx's reference
+implementation one node at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import onnx_ir as _ir
+
+from ..tensors import from_array
+from .base import Pass, PassResult
+
+__all__ = ["FoldConstants"]
+
+logger = logging.getLogger(__name__)
+
+# Ops whose value depends on more than their inputs, or that are too costly to evaluate here.
+_NEVER = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+          "Bernoulli", "If", "Loop", "Scan", "SequenceConstruct", "Dropout"}
+
+
+def _const(value: _ir.Value | None, max_bytes: int) -> np.ndarray | None:
+    if value is None:
+        return None
+    tensor = value.const_value
+    if tensor is None or tensor.nbytes > max_bytes:
+        return None
+    return tensor.numpy()
+
+
+class FoldConstants(Pass):
+    """Replace nodes computed from small constants and static shapes by initializers."""
+
+    def __init__(self, *, max_bytes: int = 64 * 1024) -> None:
+        self.max_bytes = max_bytes
+
+    def call(self, model: _ir.Model) -> PassResult:
+        """Fold in place; returns whether anything was folded."""
+        graph = model.graph
+        opset = graph.opset_imports.get("", 17)
+        folded = 0
+        for node in list(graph):
+            if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER:
+                continue
+            if any(o.is_graph_output() for o in node.outputs):
+                continue
+            results = self._evaluate(node, opset)
+            if results is None:
+                continue
+            for out, arr in zip(node.outputs, results, strict=True):
+                name = out.name or "folded"
+                const = _ir.Value(name=name + "__c", shape=_ir.Shape(arr.shape),
+                                  type=_ir.TensorType(_ir.DataType.from_numpy(arr.dtype)),
+                                  const_value=from_array(arr, name=name + "__c"))
+                graph.register_initializer(const)
+                _ir.convenience.replace_all_uses_with(out, const)
+            graph.remove(node, safe=True)
+            folded += 1
+        if folded:
+            logger.debug("folded %d constant nodes", folded)
+        return PassResult(model, folded > 0)
+
+    def _evaluate(self, node: _ir.Node, opset: int) -> list[np.ndarray] | None:
+        if node.op_type in ("Shape", "Size"):
+            inp = node.inputs[0]
+            if inp is None or inp.shape is None or not inp.shape.is_static():
+                return None
+            dims = np.array([int(d) for d in inp.shape], dtype=np.int64)
+            if node.op_type == "Size":
+                return [np.array(int(np.prod(dims)), dtype=np.int64)]
+            start = node.attributes.get_int("start", 0)
+            end = node.attributes.get_int("end", None)
+            return [dims[start:end] if end is not None else dims[start:]]
+        if node.op_type == "Constant":
+            return None  # lifted by the frontends; nothing to gain here
+        arrays = []
+        for inp in node.inputs:
+            if inp is None:
+                arrays.append(None)
+                continue
+            arr = _const(inp, self.max_bytes)
+            if arr is None:
+                return None
+            arrays.append(arr)
+        if not arrays:
+            return None
+        try:
+            results = _run_reference(node, arrays, opset)
+        except Exception as exc:  # the reference lacks the op or rejects it: leave it
+            logger.debug("not folding %s: %s", node.name, exc)
+            return None
+        if any(r.nbytes > self.max_bytes for r in results):
+            return None
+        return results
+
+
+def _run_reference(node: _ir.Node, arrays: list[np.ndarray | None], opset: int) -> list[np.ndarray]:
+    import onnx
+    from onnx.reference import ReferenceEvaluator
+
+    proto = _ir.serde.serialize_node(node)
+    in_names = [f"i{i}" if a is not None else "" for i, a in enumerate(arrays)]
+    out_names = [f"o{i}" for i in range(len(node.outputs))]
+    del proto.input[:]
+    proto.input.extend(in_names)
+    del proto.output[:]
+    proto.output.extend(out_names)
+    inputs = [onnx.helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+              for n, a in zip(in_names, arrays, strict=True) if a is not None]
+    outputs = [onnx.helper.make_empty_tensor_value_info(n) for n in out_names]
+    graph = onnx.helper.make_graph([proto], "fold", inputs, outputs)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    feeds = {n: a for n, a in zip(in_names, arrays, strict=True) if a is not None}
+    results = ReferenceEvaluator(model).run(None, feeds)
+    return [np.asarray(r) for r in results]

@@ -1,0 +1,139 @@
+"""The contract between the top of ``convert`` and each frontend / exporter package.
+
+A frontend package ``convert.frontends.<fw>`` exposes ``FRONTEND: FrontendSpec``; an exporter
+package ``convert.exporters.<fmt>`` exposes ``EXPORTER: ExporterSpec``. Importing either must
+not import a framework (torch, paddle, cv2): do that inside the functions that need it.
+
+Format-specific command-line options are declared here as ``OptionSpec`` records; the CLI turns
+them into options and passes their values in ``Options.extra`` under ``OptionSpec.dest``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx_ir as _ir
+
+from .errors import ConvertError, Unsupported
+
+__all__ = [
+    "Diagnostics",
+    "ExporterSpec",
+    "FrontendSpec",
+    "OpSupport",
+    "OptionSpec",
+    "Options",
+    "ProgressFn",
+]
+
+logger = logging.getLogger(__name__)
+
+# progress(step_name, done, total): called by long steps; the CLI turns it into a bar.
+ProgressFn = Callable[[str, int, int], None]
+
+
+def _no_progress(step: str, done: int, total: int) -> None:
+    return None
+
+
+class Diagnostics:
+    """Non-fatal notes gathered during a conversion, printed as a summary at the end.
+
+    Under ``strict`` every warning becomes a ``ConvertError`` at the point it is raised.
+    """
+
+    def __init__(self, *, strict: bool = False) -> None:
+        self.strict = strict
+        self.notes: list[str] = []
+        self.warnings: list[str] = []
+
+    def note(self, message: str) -> None:
+        """Record an informational note (e.g. 'dropped 3 Dropout layers')."""
+        if message not in self.notes:
+            self.notes.append(message)
+            logger.info("%s", message)
+
+    def warn(self, message: str) -> None:
+        """Record a warning; an error under ``--strict``."""
+        if self.strict:
+            raise ConvertError(f"{message} (an error under --strict)")
+        if message not in self.warnings:
+            self.warnings.append(message)
+            logger.warning("%s", message)
+
+
+@dataclass(slots=True)
+class Options:
+    """Options common to every route plus format-specific ones in ``extra``."""
+
+    input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    strict: bool = False
+    dynamic_batch: bool = False
+    opset: int = 17
+    external_data: bool | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+    diagnostics: Diagnostics = field(default_factory=Diagnostics)
+    progress: ProgressFn = _no_progress
+
+    def get(self, key: str, default: object = None) -> object:
+        """Return a format-specific option (``OptionSpec.dest``) or ``default``."""
+        value = self.extra.get(key)
+        return default if value is None else value
+
+
+@dataclass(frozen=True, slots=True)
+class OptionSpec:
+    """A format-specific command-line option, e.g. ``--decode`` for Darknet."""
+
+    flag: str
+    dest: str
+    help: str
+    is_flag: bool = False
+    default: object = None
+    type: type | None = None
+    choices: tuple[str, ...] = ()
+    metavar: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OpSupport:
+    """One row of a support table: the source spelling, what it maps to, its limits."""
+
+    op: str
+    maps_to: str
+    notes: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FrontendSpec:
+    """How to read one source format into the IR."""
+
+    name: str
+    description: str
+    suffixes: tuple[str, ...]
+    load: Callable[[Sequence[Path], Options], _ir.Model]
+    sniff: Callable[[Path], bool] = lambda path: False
+    ops: Callable[[], Sequence[OpSupport]] = lambda: ()
+    check_support: Callable[[Sequence[Path], Options], Sequence[Unsupported]] | None = None
+    options: tuple[OptionSpec, ...] = ()
+    # How many input files a model takes, for messages ("a .cfg and a .weights").
+    inputs_help: str = "MODEL"
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterSpec:
+    """How to write the IR in one destination format."""
+
+    name: str
+    description: str
+    suffix: str
+    save: Callable[[_ir.Model, Path, Options], Sequence[Path]]
+    ops: Callable[[], Sequence[OpSupport]] = lambda: ()
+    check: Callable[[_ir.Model, Options], Sequence[Unsupported]] | None = None
+    options: tuple[OptionSpec, ...] = ()
+    # Extra files written beside the main output (e.g. '.caffemodel' beside '.prototxt').
+    companions: tuple[str, ...] = ()
+    meta: Mapping[str, str] = field(default_factory=dict)

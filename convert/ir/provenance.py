@@ -1,0 +1,75 @@
+"""Provenance: where a node came from in the source model, kept in its metadata.
+
+Keys live under ``convert:`` in ``node.metadata_props`` so they survive a round trip through
+ONNX. They feed error messages ("node 'conv_3' (Conv) from yolov4.cfg:112 [convolutional]")
+and let users find their layers in the converted model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx_ir as _ir
+
+__all__ = ["Provenance", "describe", "get_provenance", "set_provenance"]
+
+_FILE = "convert:source_file"
+_LAYER = "convert:source_layer"
+_KIND = "convert:source_type"
+_LINE = "convert:source_line"
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a node came from: source file, layer or op name, its type, and a line if known."""
+
+    file: str = ""
+    layer: str = ""
+    kind: str = ""
+    line: int | None = None
+
+    def where(self) -> str:
+        """Return ``file:line [kind] 'layer'``, leaving out the parts that are unknown."""
+        parts = []
+        if self.file:
+            parts.append(f"{self.file}:{self.line}" if self.line is not None else self.file)
+        elif self.line is not None:
+            parts.append(f"line {self.line}")
+        if self.kind:
+            parts.append(f"[{self.kind}]")
+        if self.layer:
+            parts.append(f"'{self.layer}'")
+        return " ".join(parts)
+
+
+def set_provenance(node: _ir.Node, prov: Provenance) -> None:
+    """Store ``prov`` in ``node.metadata_props``."""
+    meta = node.metadata_props
+    if prov.file:
+        meta[_FILE] = prov.file
+    if prov.layer:
+        meta[_LAYER] = prov.layer
+    if prov.kind:
+        meta[_KIND] = prov.kind
+    if prov.line is not None:
+        meta[_LINE] = str(prov.line)
+
+
+def get_provenance(node: _ir.Node) -> Provenance:
+    """Read the provenance stored on ``node`` (empty fields when absent)."""
+    meta = node.metadata_props
+    line = meta.get(_LINE)
+    return Provenance(
+        file=meta.get(_FILE, ""),
+        layer=meta.get(_LAYER, ""),
+        kind=meta.get(_KIND, ""),
+        line=int(line) if line and line.isdigit() else None,
+    )
+
+
+def describe(node: _ir.Node) -> str:
+    """Return ``node 'name' (OpType) from <provenance>`` for messages."""
+    op = node.op_type if not node.domain else f"{node.domain}::{node.op_type}"
+    text = f"node '{node.name or '?'}' ({op})"
+    where = get_provenance(node).where()
+    return f"{text} from {where}" if where else text

@@ -1,0 +1,1 @@
+"""Parity runtimes: one module per format, each exposing open_runtime(paths, options)."""
