@@ -10,6 +10,7 @@ from collections import Counter
 import onnx_ir as _ir
 
 from . import passes
+from .io import from_proto, save_model, to_proto
 from .builder import CANONICAL_OPSET, GraphBuilder, NameAuthority
 from .errors import (
     ConversionError,
@@ -88,14 +89,17 @@ __all__ = [
     "describe",
     "file_slice",
     "from_array",
+    "from_proto",
     "get_provenance",
     "is_file_slice",
     "lazy",
     "model_stats",
     "passes",
+    "save_model",
     "serde",
     "set_provenance",
     "to_numpy",
+    "to_proto",
 ]
 
 

@@ -1,0 +1,35 @@
+"""ONNX exporter: IR -> .onnx at a chosen opset (13-21 tested), external data past 1.8 GiB."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from convert import ir
+
+from .writer import EXTERNAL_THRESHOLD, MAX_OPSET, save_onnx
+
+__all__ = ["EXPORTER", "EXTERNAL_THRESHOLD", "save_onnx"]
+
+
+def _ops() -> Sequence[ir.OpSupport]:
+    from .adapters import ADAPTERS
+
+    rows = [ir.OpSupport("every standard ONNX op", "written as is",
+                         f"opset 7..{MAX_OPSET}; nodes keep their provenance in metadata_props")]
+    rows += [ir.OpSupport(str(k), "version adapter", "rewritten when the target opset changes its signature")
+             for k in ADAPTERS.keys()]
+    return rows
+
+
+def _save(model: ir.Model, path: Path, options: ir.Options) -> list[Path]:
+    return save_onnx(model, path, options)
+
+
+EXPORTER = ir.ExporterSpec(
+    name="onnx",
+    description="ONNX (.onnx; weights in <name>.data past 1.8 GiB or with --external-data)",
+    suffix=".onnx",
+    save=_save,
+    ops=_ops,
+)
