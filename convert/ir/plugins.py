@@ -54,7 +54,7 @@ class Diagnostics:
         """Record an informational note (e.g. 'dropped 3 Dropout layers')."""
         if message not in self.notes:
             self.notes.append(message)
-            logger.info("%s", message)
+            logger.debug("note: %s", message)
 
     def warn(self, message: str) -> None:
         """Record a warning; an error under ``--strict``."""
@@ -62,7 +62,7 @@ class Diagnostics:
             raise ConvertError(f"{message} (an error under --strict)")
         if message not in self.warnings:
             self.warnings.append(message)
-            logger.warning("%s", message)
+            logger.debug("warning: %s", message)
 
 
 @dataclass(slots=True)

@@ -1,3 +1,156 @@
-"""Parity check: run the source model in its own runtime and the converted one, compare."""
+"""Parity check: run the source model in its own runtime and the converted one, compare outputs.
+
+The source runs in its framework's runtime (PyTorch, Paddle Inference, Darknet, a Caffe runtime,
+ONNX Runtime for ONNX); the converted model runs in ONNX Runtime or the Caffe runtime. Both get
+the same inputs: seeded random ones shaped from the model's inputs, or the user's .npy/.npz.
+"""
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from convert.formats import normalize, runtime_module
+from convert.ir import ModelFormatError, Options, UsageError
+
+from .compare import OutputResult, ParityReport, compare_one, compare_outputs, match_outputs
+from .runtime import Runtime, TensorSpec
+
+__all__ = [
+    "OutputResult",
+    "ParityReport",
+    "Runtime",
+    "TensorSpec",
+    "compare_one",
+    "compare_outputs",
+    "load_inputs",
+    "make_inputs",
+    "open_runtime",
+    "run_parity",
+]
+
+DEFAULT_ATOL = 1e-4
+DEFAULT_RTOL = 1e-3
+
+
+def open_runtime(fmt: str, paths: Sequence[Path], options: Options) -> Runtime:
+    """Open the reference runtime of format ``fmt`` on ``paths``."""
+    module = runtime_module(fmt)
+    if module is None:
+        raise UsageError(f"no runtime is known for format '{fmt}', so its parity cannot be checked")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and module.startswith(exc.name):
+            raise UsageError(f"the parity runtime for '{fmt}' is not part of this installation") from exc
+        raise
+    return mod.open_runtime([Path(p) for p in paths], options)  # type: ignore[no-any-return]
+
+
+def _concrete_shape(spec: TensorSpec, options: Options) -> tuple[int, ...]:
+    if spec.name in options.input_shapes:
+        return tuple(options.input_shapes[spec.name])
+    dims = []
+    for d in spec.shape:
+        if isinstance(d, int) and d >= 0:
+            dims.append(d)
+        else:
+            dims.append(1)
+    return tuple(dims)
+
+
+def make_inputs(specs: Sequence[TensorSpec], options: Options, *, seed: int = 0) -> dict[str, np.ndarray]:
+    """Return seeded random inputs: N(0, 1) floats, small non-negative ints, random bools."""
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for spec in specs:
+        shape = _concrete_shape(spec, options)
+        kind = spec.dtype.kind
+        if kind == "f":
+            arr = rng.standard_normal(shape).astype(spec.dtype)
+        elif kind in "iu":
+            arr = rng.integers(0, 10, size=shape).astype(spec.dtype)
+        elif kind == "b":
+            arr = rng.random(shape) > 0.5
+        else:
+            raise UsageError(f"input '{spec.name}' has type {spec.dtype}; pass its values with --inputs FILE.npz")
+        feeds[spec.name] = arr
+    return feeds
+
+
+def load_inputs(path: Path, specs: Sequence[TensorSpec]) -> dict[str, np.ndarray]:
+    """Read inputs from ``.npz`` (keys are input names, or arr_0.. in order) or ``.npy`` (one input)."""
+    if not path.exists():
+        raise UsageError(f"--inputs {path}: no such file")
+    try:
+        if path.suffix == ".npy":
+            arrays = [np.load(path, allow_pickle=False)]
+            named: dict[str, np.ndarray] = {}
+        else:
+            with np.load(path, allow_pickle=False) as data:
+                named = {k: data[k] for k in data.files}
+            arrays = []
+    except (ValueError, OSError) as exc:
+        raise ModelFormatError(f"--inputs {path}: not a .npy/.npz file ({exc})") from exc
+    if named:
+        if all(s.name in named for s in specs):
+            return {s.name: named[s.name] for s in specs}
+        arrays = list(named.values())
+    if len(arrays) != len(specs):
+        names = ", ".join(s.name for s in specs)
+        raise UsageError(f"--inputs {path}: has {len(arrays)} arrays, the model takes {len(specs)} ({names})")
+    return {s.name: a.astype(s.dtype, copy=False) for s, a in zip(specs, arrays, strict=True)}
+
+
+def _rename_feeds(feeds: Mapping[str, np.ndarray], source: Sequence[TensorSpec],
+                  dest: Sequence[TensorSpec]) -> dict[str, np.ndarray]:
+    src_names = [s.name for s in source]
+    dst_names = [s.name for s in dest]
+    if set(dst_names) <= set(src_names):
+        return {n: feeds[n] for n in dst_names}
+    if len(src_names) != len(dst_names):
+        raise UsageError(f"the models take different inputs: source {src_names}, converted {dst_names}")
+    return {d: feeds[s] for s, d in zip(src_names, dst_names, strict=True)}
+
+
+def run_parity(
+    source_format: str,
+    source_paths: Sequence[Path],
+    dest_format: str,
+    dest_paths: Sequence[Path],
+    *,
+    options: Options | None = None,
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
+    inputs: Path | Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+    source_runtime: Runtime | None = None,
+) -> ParityReport:
+    """Run both models on the same inputs and compare every output."""
+    options = options or Options()
+    src = source_runtime or open_runtime(source_format, source_paths, options)
+    dst = open_runtime(dest_format, dest_paths, options)
+    src_specs = list(src.inputs())
+    if inputs is None:
+        feeds = make_inputs(src_specs, options, seed=seed)
+    elif isinstance(inputs, Path):
+        feeds = load_inputs(inputs, src_specs)
+    else:
+        feeds = dict(inputs)
+    ref = src.run(feeds)
+    got = dst.run(_rename_feeds(feeds, src_specs, list(dst.inputs())))
+    report = ParityReport(
+        source=normalize(source_format), source_runtime=src.name, source_device=src.device,
+        dest=normalize(dest_format), dest_runtime=dst.name, dest_device=dst.device,
+        atol=atol, rtol=rtol, inputs={k: list(v.shape) for k, v in feeds.items()},
+        seed=seed if inputs is None else None,
+    )
+    try:
+        pairs = match_outputs(list(ref), list(got))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    report.outputs = [compare_one(r, ref[r], g, got[g], atol, rtol) for r, g in pairs]
+    return report

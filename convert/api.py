@@ -1,0 +1,288 @@
+"""The public Python API: convert, load, save, verify, routes, supported_ops.
+
+Everything after the first argument is keyword-only. Format-specific options (those the CLI
+shows as ``--decode``, ``--caffe-flavor`` ...) are passed by their ``dest`` name as keywords.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import formats, ir
+from .parity import DEFAULT_ATOL, DEFAULT_RTOL, ParityReport, run_parity
+
+__all__ = ["ConversionResult", "convert", "load", "routes", "save", "supported_ops", "verify"]
+
+PathLike = str | Path
+Sources = PathLike | Sequence[PathLike]
+
+_OPTION_FIELDS = {"input_shapes", "strict", "dynamic_batch", "opset", "external_data"}
+
+
+@dataclass(slots=True)
+class ConversionResult:
+    """What a conversion produced."""
+
+    route: str
+    outputs: list[Path]
+    nodes: int
+    params: int
+    weight_bytes: int
+    seconds: float
+    report: ParityReport | None = None
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when converted and the parity check passed or was not run."""
+        return self.report is None or self.report.passed
+
+
+def _paths(src: Sources) -> list[Path]:
+    if isinstance(src, (str, Path)):
+        return [Path(src)]
+    return [Path(p) for p in src]
+
+
+def _known_dests(*specs: ir.FrontendSpec | ir.ExporterSpec) -> set[str]:
+    return {o.dest for s in specs for o in s.options} | {"device"}
+
+
+def make_options(
+    specs: Sequence[ir.FrontendSpec | ir.ExporterSpec],
+    values: Mapping[str, object],
+    *,
+    progress: ir.ProgressFn | None = None,
+) -> ir.Options:
+    """Build ``Options`` from keyword values; unknown keywords are a ``UsageError``."""
+    opts = ir.Options()
+    known = _known_dests(*specs)
+    unknown = [k for k in values if k not in _OPTION_FIELDS and k not in known]
+    if unknown:
+        choices = ", ".join(sorted(_OPTION_FIELDS | known))
+        raise ir.UsageError(f"unknown option(s) {', '.join(unknown)}; this route takes: {choices}")
+    for key, value in values.items():
+        if key in _OPTION_FIELDS:
+            if value is not None:
+                setattr(opts, key, dict(value) if key == "input_shapes" else value)  # type: ignore[arg-type]
+        else:
+            opts.extra[key] = value
+    opts.diagnostics = ir.Diagnostics(strict=bool(values.get("strict", False)))
+    if progress is not None:
+        opts.progress = progress
+    return opts
+
+
+def load(src: Sources, *, format: str | None = None, **options: object) -> ir.Model:
+    """Read a model into the IR without reading its weights.
+
+    Args:
+        src: the model file(s): ``model.onnx``; ``net.cfg`` + ``net.weights``; ``deploy.prototxt``
+            + ``net.caffemodel``; a Paddle folder or prefix; ``model.pt``/``model.pt2``.
+        format: the source format; guessed from the files when omitted.
+        **options: format-specific options by name (see ``convert ops`` / ``convert --help``).
+
+    Returns:
+        The IR model (unoptimised; ``convert`` runs the standard passes).
+    """
+    paths = _paths(src)
+    fmt = formats.normalize(format) if format else formats.detect_format(paths)
+    fe = formats.frontend(fmt)
+    opts = make_options([fe], options)
+    return _load(fe, paths, opts)
+
+
+def _load(fe: ir.FrontendSpec, paths: Sequence[Path], opts: ir.Options) -> ir.Model:
+    for p in paths:
+        if not p.exists():
+            raise ir.UsageError(f"{p}: no such file or folder")
+    if fe.check_support is not None:
+        gaps = list(fe.check_support(paths, opts))
+        if gaps:
+            raise ir.UnsupportedOpsError(
+                paths[0].name, gaps, hint=f"Run `convert ops {fe.name}` for the supported list."
+            )
+    return fe.load(paths, opts)
+
+
+def save(model: ir.Model, path: PathLike, *, format: str | None = None, **options: object) -> list[Path]:
+    """Write ``model`` to ``path`` in ``format`` (guessed from the suffix when omitted).
+
+    Returns:
+        Every file written, the main one first.
+    """
+    path = Path(path)
+    fmt = formats.normalize(format) if format else _format_from_suffix(path)
+    ex = formats.exporter(fmt)
+    opts = make_options([ex], options)
+    _check_export(ex, model, opts)
+    return list(ex.save(model, path, opts))
+
+
+def _format_from_suffix(path: Path) -> str:
+    for name in formats.exporter_names():
+        if path.suffix.lower() == formats.exporter(name).suffix:
+            return name
+    raise ir.UsageError(f"cannot tell the format of '{path}' from its suffix; pass format=")
+
+
+def _check_export(ex: ir.ExporterSpec, model: ir.Model, opts: ir.Options) -> None:
+    if ex.check is not None:
+        gaps = list(ex.check(model, opts))
+        if gaps:
+            raise ir.UnsupportedOpsError(
+                f"the model ({model.graph.name or 'graph'})", gaps, what=f"op for {ex.name}",
+                hint=f"Run `convert ops {ex.name}` for what {ex.name} can express; nothing was written.",
+            )
+
+
+def default_output(paths: Sequence[Path], ex: ir.ExporterSpec, out: PathLike | None) -> Path:
+    """Return where the converted model goes: ``out``, ``out/<stem><suffix>`` or ``./<stem><suffix>``."""
+    first = paths[0]
+    stem = first.name if first.is_dir() else first.stem
+    if out is None:
+        target = Path.cwd() / (stem + ex.suffix)
+    else:
+        target = Path(out)
+        if target.is_dir():
+            target = target / (stem + ex.suffix)
+    if any(target.resolve() == p.resolve() for p in paths if p.exists()):
+        raise ir.UsageError(f"the output {target} would overwrite the input; choose another path with -o")
+    return target
+
+
+def convert(
+    src: Sources | object,
+    example_inputs: object = None,
+    *,
+    to: str | None = None,
+    dst: str | None = None,
+    out: PathLike | None = None,
+    format: str | None = None,
+    check: bool = True,
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
+    inputs: PathLike | Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+    fold_batchnorm: bool = True,
+    validate: bool = False,
+    progress: ir.ProgressFn | None = None,
+    on_loaded: Callable[[ir.Model], None] | None = None,
+    **options: object,
+) -> ConversionResult:
+    """Convert a model file (or an in-memory ``torch.nn.Module``) to another format.
+
+    Args:
+        src: the source file(s) or, for PyTorch, an ``nn.Module``.
+        example_inputs: for an ``nn.Module``: a tensor or tuple of tensors to trace with.
+        to: the destination format (``"onnx"``, ``"caffe"``); ``dst`` is an alias.
+        out: the output path (a folder puts ``<stem><suffix>`` in it); default ``./<stem><suffix>``.
+        format: the source format; guessed from the files when omitted.
+        check: run the parity check after converting.
+        atol, rtol: the parity tolerances (``|ours-ref| <= atol + rtol*|ref|``).
+        inputs: parity inputs (``.npy``/``.npz`` path or a name->array mapping); seeded random by default.
+        seed: the seed of the random parity inputs.
+        fold_batchnorm: fold BatchNormalization into the preceding Conv.
+        validate: validate the graph after every pass (slower; for debugging).
+        progress: ``progress(step, done, total)`` for long steps.
+        on_loaded: called with the IR right after loading (for inspection).
+        **options: ``opset``, ``input_shapes``, ``dynamic_batch``, ``external_data``, ``strict``
+            and format-specific options by name.
+
+    Returns:
+        A ``ConversionResult``; its ``report`` holds the parity table when ``check`` is on.
+
+    Raises:
+        ConvertError: the model could not be converted (nothing is left at the output path).
+    """
+    start = time.perf_counter()
+    dest = to or dst
+    if dest is None:
+        raise ir.UsageError("convert() needs to= (the destination format, e.g. 'onnx' or 'caffe')")
+    ex = formats.exporter(dest)
+    module_src = not isinstance(src, (str, Path, list, tuple))
+    if module_src:
+        fe = formats.frontend("pytorch")
+        fmt = "pytorch"
+        opts = make_options([fe, ex], options, progress=progress)
+        from .frontends.pytorch import load_module  # lazily: imports torch
+
+        model = load_module(src, example_inputs, opts)
+        paths: list[Path] = []
+    else:
+        paths = _paths(src)  # type: ignore[arg-type]
+        fmt = formats.normalize(format) if format else formats.detect_format(paths)
+        fe = formats.frontend(fmt)
+        opts = make_options([fe, ex], options, progress=progress)
+        model = _load(fe, paths, opts)
+    if on_loaded is not None:
+        on_loaded(model)
+    target = default_output(paths, ex, out) if paths else Path(out or ("model" + ex.suffix))
+    ir.passes.standard_pipeline(fold_batchnorm=fold_batchnorm, validate=validate)(model)
+    _check_export(ex, model, opts)
+    written = list(ex.save(model, target, opts))
+    stats = ir.model_stats(model)
+    result = ConversionResult(
+        route=f"{fmt}:{ex.name}", outputs=written, nodes=int(stats["nodes"]),  # type: ignore[call-overload]
+        params=int(stats["params"]), weight_bytes=int(stats["bytes"]),  # type: ignore[call-overload]
+        seconds=0.0, notes=list(opts.diagnostics.notes), warnings=list(opts.diagnostics.warnings),
+    )
+    if check:
+        src_runtime = None
+        if module_src:
+            from .parity.runtimes.torch import module_runtime  # lazily: imports torch
+
+            src_runtime = module_runtime(src, example_inputs, opts)
+        feeds = Path(inputs) if isinstance(inputs, (str, Path)) else inputs
+        result.report = run_parity(fmt, paths, ex.name, written, options=opts, atol=atol, rtol=rtol,
+                                   inputs=feeds, seed=seed, source_runtime=src_runtime)
+    result.seconds = time.perf_counter() - start
+    result.notes = list(opts.diagnostics.notes)
+    result.warnings = list(opts.diagnostics.warnings)
+    return result
+
+
+def verify(
+    src: Sources,
+    converted: Sources,
+    *,
+    format: str | None = None,
+    to: str | None = None,
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
+    inputs: PathLike | Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+    **options: object,
+) -> ParityReport:
+    """Compare a model already converted with its source, each in its own runtime."""
+    src_paths, dst_paths = _paths(src), _paths(converted)
+    fmt = formats.normalize(format) if format else formats.detect_format(src_paths)
+    dfmt = formats.normalize(to) if to else formats.detect_format(dst_paths)
+    specs: list[ir.FrontendSpec | ir.ExporterSpec] = [formats.frontend(fmt)]
+    if dfmt in formats.exporter_names():
+        specs.append(formats.exporter(dfmt))
+    opts = make_options(specs, options)
+    for p in [*src_paths, *dst_paths]:
+        if not p.exists():
+            raise ir.UsageError(f"{p}: no such file or folder")
+    feeds = Path(inputs) if isinstance(inputs, (str, Path)) else inputs
+    return run_parity(fmt, src_paths, dfmt, dst_paths, options=opts, atol=atol, rtol=rtol, inputs=feeds, seed=seed)
+
+
+def routes() -> list[tuple[str, str]]:
+    """Return every (source, destination) pair this installation converts."""
+    return formats.routes()
+
+
+def supported_ops(frontend: str) -> list[ir.OpSupport]:
+    """Return the support table of a frontend (or, if there is none of that name, an exporter)."""
+    name = formats.normalize(frontend)
+    if name in formats.frontend_names():
+        return list(formats.frontend(name).ops())
+    return list(formats.exporter(name).ops())

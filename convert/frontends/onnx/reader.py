@@ -1,0 +1,184 @@
+"""Read an ONNX file into the IR, external data included, without reading any weight.
+
+The .onnx file is parsed without its external data; every external tensor then becomes a
+lazy file slice. Before that, every external-data location is checked: absolute paths, paths
+that leave the model's folder (``..`` or a symbolic link) and hard-linked data files are refused
+with an error that says which tensor and why.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from convert import ir
+
+__all__ = ["check_support", "read_onnx", "sniff"]
+
+_ML_DOMAINS = {"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"}
+# Domains ONNX Runtime implements beyond the standard: passed through unchanged.
+_RUNTIME_DOMAINS = {"com.microsoft", "com.microsoft.nchwc", "com.ms.internal.nhwc"}
+
+
+def sniff(path: Path) -> bool:
+    """Return True when ``path`` starts like a serialized ModelProto (ir_version field first)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(2)
+    except OSError:
+        return False
+    return len(head) == 2 and head[0] == 0x08 and 1 <= head[1] <= 20
+
+
+def _load_proto(path: Path) -> onnx.ModelProto:
+    if not path.exists():
+        raise ir.UsageError(f"{path}: no such file")
+    if path.is_dir():
+        raise ir.UsageError(f"{path}: is a folder, expected an .onnx file")
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise ir.ModelFormatError(
+            f"{path.name}: not a valid ONNX model ({type(exc).__name__}: {str(exc).strip() or 'parse error'}). "
+            "Is the file truncated, or another format?"
+        ) from exc
+    if proto.ir_version <= 0 or not proto.HasField("graph") or not proto.opset_import:
+        raise ir.ModelFormatError(
+            f"{path.name}: not an ONNX model (no ir_version, graph or opset_import). "
+            "Is it truncated, or another format?"
+        )
+    return proto
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _tensors(attr.g)
+            for g in attr.graphs:
+                yield from _tensors(g)
+
+
+def _check_external(path: Path, proto: onnx.ModelProto) -> None:
+    base = path.parent.resolve()
+    sizes: dict[Path, int] = {}
+    for tensor in _tensors(proto.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        where = f"{path.name}: tensor '{tensor.name}'"
+        if not location:
+            raise ir.ModelFormatError(f"{where} is external but names no location")
+        if os.path.isabs(location) or Path(location).is_absolute():
+            raise ir.ModelFormatError(
+                f"{where} points to the absolute path '{location}'; external data must be a path "
+                "relative to the model's folder. Refused for safety."
+            )
+        target = (path.parent / location)
+        normalized = Path(os.path.normpath(path.parent.absolute() / location))
+        if base not in normalized.resolve().parents and normalized.resolve() != base:
+            raise ir.ModelFormatError(
+                f"{where} points to '{location}', outside the model's folder '{path.parent}'. "
+                "Refused for safety: external data must stay beside the model."
+            )
+        if not target.exists():
+            raise ir.ModelFormatError(f"{where}: its external data file '{location}' does not exist")
+        stat = target.resolve().stat()
+        if stat.st_nlink > 1:
+            raise ir.ModelFormatError(
+                f"{where}: external data file '{location}' has {stat.st_nlink} hard links, which the "
+                "IR refuses (a hard link can smuggle a file from outside the folder in). "
+                f"Copy it to break the link: cp --remove-destination \"$(readlink -f {location})\" {location}"
+            )
+        offset = int(info.get("offset", 0) or 0)
+        length = info.get("length")
+        size = sizes.setdefault(target, stat.st_size)
+        if length is not None and offset + int(length) > size:
+            raise ir.ModelFormatError(
+                f"{where}: needs bytes {offset:,}..{offset + int(length):,} of '{location}', "
+                f"which has only {size:,} bytes. Is the data file truncated?"
+            )
+
+
+def check_support(paths: Sequence[Path], options: ir.Options) -> list[ir.Unsupported]:
+    """Return every op of the model that is neither standard ONNX nor an ONNX Runtime domain."""
+    proto = _load_proto(paths[0])
+    return _unsupported(paths[0], proto)
+
+
+def _unsupported(path: Path, proto: onnx.ModelProto) -> list[ir.Unsupported]:
+    opsets = {o.domain: o.version for o in proto.opset_import}
+    local = {(f.domain, f.name) for f in proto.functions}
+    found: dict[tuple[str, str], list[str]] = {}
+
+    def walk(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            key = (node.domain, node.op_type)
+            if key in local:
+                continue
+            if node.domain in _ML_DOMAINS:
+                domain = "" if node.domain == "ai.onnx" else node.domain
+                version = opsets.get(domain, opsets.get("ai.onnx", 1))
+                if not onnx.defs.has(node.op_type, max_inclusive_version=version, domain=domain):
+                    found.setdefault(key, []).append(node.name or node.output[0] if node.output else "?")
+            elif node.domain not in _RUNTIME_DOMAINS:
+                found.setdefault(key, []).append(node.name or (node.output[0] if node.output else "?"))
+            for attr in node.attribute:
+                if attr.HasField("g"):
+                    walk(attr.g)
+                for g in attr.graphs:
+                    walk(g)
+
+    walk(proto.graph)
+    items = []
+    for (domain, op), names in found.items():
+        label = f"{domain}::{op}" if domain else op
+        version = opsets.get(domain, 0)
+        reason = (f"not an ONNX op at opset {version}" if domain in ("", "ai.onnx")
+                  else f"custom domain '{domain}' has no implementation here")
+        items.append(ir.Unsupported(label, len(names), f"{path.name} node '{names[0]}'", reason))
+    return items
+
+
+def read_onnx(paths: Sequence[Path], options: ir.Options) -> ir.Model:
+    """Load the .onnx at ``paths[0]`` into the IR; weights stay in their files until written."""
+    if len(paths) != 1:
+        raise ir.UsageError(f"an ONNX model is one .onnx file (its external data is found from it); got {len(paths)} files")
+    path = Path(paths[0])
+    proto = _load_proto(path)
+    _check_external(path, proto)
+    unsupported = _unsupported(path, proto)
+    if unsupported:
+        raise ir.UnsupportedOpsError(path.name, unsupported, hint="Run `convert ops onnx` for what is supported.")
+    model = ir.from_proto(proto, path.parent.resolve())
+    del proto
+    source = path.name
+    for node in model.graph.all_nodes():
+        if not node.metadata_props.get("convert:source_file"):
+            ir.set_provenance(node, ir.Provenance(file=source, layer=node.name or "", kind=node.op_type))
+    _apply_input_shapes(model, options)
+    return model
+
+
+def _apply_input_shapes(model: ir.Model, options: ir.Options) -> None:
+    if not options.input_shapes:
+        return
+    by_name = {v.name: v for v in model.graph.inputs}
+    for name, shape in options.input_shapes.items():
+        value = by_name.get(name)
+        if value is None:
+            raise ir.UsageError(
+                f"--input-shape names '{name}', which is not an input; inputs: {', '.join(by_name)}"
+            )
+        if value.shape is not None and len(value.shape) != len(shape):
+            raise ir.UsageError(f"--input-shape {name}: rank {len(shape)}, but the input has rank {len(value.shape)}")
+        value.shape = ir.Shape(list(shape))

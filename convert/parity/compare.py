@@ -1,0 +1,147 @@
+"""Compare two runtimes' outputs: max abs/rel error, error relative to scale, cosine, verdict.
+
+An output passes when every element satisfies ``|ours - ref| <= atol + rtol * |ref|`` (numpy's
+allclose rule). The report also gives ``max |ours - ref| / max |ref|`` (error relative to the
+output's scale), which is what the tests bound, and flags a degenerate reference (all values
+near zero, or constant), on which any comparison proves little.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+__all__ = ["OutputResult", "ParityReport", "compare_outputs", "match_outputs"]
+
+
+@dataclass(slots=True)
+class OutputResult:
+    """The comparison of one output."""
+
+    name: str
+    ref_name: str
+    shape: tuple[int, ...]
+    max_abs: float
+    max_rel: float
+    rel_to_scale: float
+    cosine: float
+    ref_scale: float
+    ref_std: float
+    passed: bool
+    note: str = ""
+
+
+@dataclass(slots=True)
+class ParityReport:
+    """What ran, on which inputs, and how each output compared."""
+
+    source: str
+    source_runtime: str
+    source_device: str
+    dest: str
+    dest_runtime: str
+    dest_device: str
+    atol: float
+    rtol: float
+    inputs: dict[str, list[int]] = field(default_factory=dict)
+    outputs: list[OutputResult] = field(default_factory=list)
+    seed: int | None = 0
+
+    @property
+    def passed(self) -> bool:
+        """True when every output passed (and there was at least one)."""
+        return bool(self.outputs) and all(o.passed for o in self.outputs)
+
+    def to_json(self) -> str:
+        """Return the report as JSON (for ``--report``)."""
+        data = asdict(self)
+        data["passed"] = self.passed
+        return json.dumps(data, indent=2, default=_json_default)
+
+    def table(self) -> str:
+        """Return a plain-text table, one row per output."""
+        head = (f"parity: {self.source} on {self.source_runtime} [{self.source_device}]  vs  "
+                f"{self.dest} on {self.dest_runtime} [{self.dest_device}]")
+        cols = ["output", "shape", "max abs", "max rel", "abs/scale", "cosine", "result"]
+        rows = [[o.name, "x".join(map(str, o.shape)) or "scalar", f"{o.max_abs:.3g}", f"{o.max_rel:.3g}",
+                 f"{o.rel_to_scale:.3g}", f"{o.cosine:.6f}", ("PASS" if o.passed else "FAIL")
+                 + (f" ({o.note})" if o.note else "")] for o in self.outputs]
+        widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
+        line = "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))
+        out = [head, line, "  ".join("-" * w for w in widths)]
+        out += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+        verdict = "PASS" if self.passed else "FAIL"
+        out.append(f"{verdict}: {sum(o.passed for o in self.outputs)}/{len(self.outputs)} outputs within "
+                   f"atol={self.atol:g} rtol={self.rtol:g}")
+        return "\n".join(out)
+
+
+def _json_default(obj: object) -> object:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, (np.floating, np.integer)):
+        return obj.item()
+    return str(obj)
+
+
+def match_outputs(ref_names: Sequence[str], got_names: Sequence[str]) -> list[tuple[str, str]]:
+    """Pair outputs by name when every reference name is present, else by position."""
+    if set(ref_names) <= set(got_names):
+        return [(n, n) for n in ref_names]
+    if len(ref_names) != len(got_names):
+        raise ValueError(
+            f"the models have different outputs: reference {list(ref_names)}, converted {list(got_names)}"
+        )
+    return list(zip(ref_names, got_names, strict=True))
+
+
+def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol: float, rtol: float) -> OutputResult:
+    """Compare one pair of arrays."""
+    ref = np.asarray(ref)
+    got = np.asarray(got)
+    if ref.shape != got.shape:
+        if ref.size == got.size:
+            got = got.reshape(ref.shape)
+            note = f"reshaped from {got.shape}"
+        else:
+            return OutputResult(name, ref_name, tuple(got.shape), math.inf, math.inf, math.inf, 0.0, 0.0, 0.0,
+                                False, f"shape {tuple(got.shape)} != reference {tuple(ref.shape)}")
+    else:
+        note = ""
+    if ref.dtype.kind in "biu" and got.dtype.kind in "biu":
+        r64, g64 = ref.astype(np.int64).astype(np.float64), got.astype(np.int64).astype(np.float64)
+    else:
+        r64, g64 = ref.astype(np.float64), got.astype(np.float64)
+    if r64.size == 0:
+        return OutputResult(name, ref_name, tuple(ref.shape), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, True, "empty")
+    nan_mismatch = bool(np.any(np.isnan(r64) != np.isnan(g64)))
+    finite = np.isfinite(r64) & np.isfinite(g64)
+    diff = np.abs(r64 - g64)
+    diff = np.where(finite, diff, np.where(r64 == g64, 0.0, np.inf))
+    max_abs = float(diff.max())
+    scale = float(np.abs(r64[np.isfinite(r64)]).max()) if np.isfinite(r64).any() else 0.0
+    rel = diff / np.maximum(np.abs(r64), 1e-12)
+    max_rel = float(np.where(diff == 0, 0.0, rel).max())
+    rel_to_scale = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else math.inf)
+    rf, gf = r64[finite].ravel(), g64[finite].ravel()
+    denom = float(np.linalg.norm(rf) * np.linalg.norm(gf))
+    cosine = float(np.dot(rf, gf) / denom) if denom > 0 else (1.0 if max_abs == 0 else 0.0)
+    passed = (not nan_mismatch) and bool(np.all(diff <= atol + rtol * np.abs(np.where(finite, r64, 0.0))))
+    std = float(rf.std()) if rf.size else 0.0
+    if nan_mismatch:
+        note = "NaN where the reference has none"
+    elif scale < 1e-6 or std == 0.0:
+        note = (note + "; " if note else "") + "reference is degenerate (near zero or constant)"
+    return OutputResult(name, ref_name, tuple(ref.shape), max_abs, max_rel, rel_to_scale, cosine, scale, std,
+                        passed, note)
+
+
+def compare_outputs(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], *,
+                    atol: float, rtol: float) -> list[OutputResult]:
+    """Compare every output of ``ref`` with its match in ``got``."""
+    pairs = match_outputs(list(ref), list(got))
+    return [compare_one(r, ref[r], g, got[g], atol, rtol) for r, g in pairs]

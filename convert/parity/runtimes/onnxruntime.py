@@ -1,0 +1,73 @@
+"""ONNX Runtime as a parity runtime: CUDA when onnxruntime-gpu and a GPU are present, else CPU.
+
+When the CUDA provider fails to load, ONNX Runtime falls back to the CPU with only a log line,
+so the provider reported is the one the session actually holds (``get_providers()[0]``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from convert.ir import Options, UsageError
+
+from ..runtime import TensorSpec
+
+__all__ = ["OnnxRuntime", "open_runtime"]
+
+logger = logging.getLogger(__name__)
+
+_ORT_TYPES = {
+    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16, "tensor(int8)": np.int8,
+    "tensor(uint8)": np.uint8, "tensor(uint16)": np.uint16, "tensor(uint32)": np.uint32,
+    "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_, "tensor(string)": np.str_,
+}
+
+
+class OnnxRuntime:
+    """An ONNX model loaded in an ONNX Runtime session."""
+
+    def __init__(self, path: Path, *, device: str = "auto") -> None:
+        import onnxruntime as ort
+
+        available = ort.get_available_providers()
+        want_cuda = device in ("auto", "cuda") and "CUDAExecutionProvider" in available
+        if device == "cuda" and not want_cuda:
+            raise UsageError("--device cuda: this onnxruntime has no CUDA provider (install convert-toolkit[gpu])")
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if want_cuda else ["CPUExecutionProvider"]
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        try:
+            self.session = ort.InferenceSession(os.fspath(path), sess_options=so, providers=providers)
+        except Exception as exc:  # ORT raises its own exception types for bad models
+            raise UsageError(f"ONNX Runtime cannot load {path.name}: {str(exc).strip().splitlines()[0]}") from exc
+        self.name = f"ONNX Runtime {ort.__version__}"
+        self.device = self.session.get_providers()[0]
+        if want_cuda and self.device != "CUDAExecutionProvider":
+            logger.warning("the CUDA provider did not load; ONNX Runtime runs on %s", self.device)
+
+    def inputs(self) -> Sequence[TensorSpec]:
+        """Return the session's inputs (initializers are not inputs)."""
+        return [TensorSpec(i.name, np.dtype(_ORT_TYPES.get(i.type, np.float32)), tuple(i.shape))
+                for i in self.session.get_inputs()]
+
+    def outputs(self) -> Sequence[str]:
+        """Return the output names in order."""
+        return [o.name for o in self.session.get_outputs()]
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once on ``feeds``."""
+        names = self.outputs()
+        results = self.session.run(names, dict(feeds))
+        return dict(zip(names, (np.asarray(r) for r in results), strict=True))
+
+
+def open_runtime(paths: Sequence[Path], options: Options) -> OnnxRuntime:
+    """Open the .onnx in ``paths`` (the first one ending in .onnx)."""
+    onnx_paths = [Path(p) for p in paths if str(p).endswith(".onnx")] or [Path(paths[0])]
+    return OnnxRuntime(onnx_paths[0], device=str(options.get("device", "auto")))
