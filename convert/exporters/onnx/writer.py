@@ -26,7 +26,7 @@ __all__ = ["EXTERNAL_THRESHOLD", "MAX_OPSET", "MIN_OPSET", "save_onnx"]
 logger = logging.getLogger(__name__)
 
 EXTERNAL_THRESHOLD = int(1.8 * 1024**3)
-MIN_OPSET = 7
+MIN_OPSET = 1
 MAX_OPSET = onnx.defs.onnx_opset_version()
 # ONNX Runtime rejects models whose IR version is newer than it knows.
 _MIN_IR_FOR_OPSET = {**dict.fromkeys(range(1, 9), 3), **dict.fromkeys(range(9, 11), 4), 11: 6, 12: 7,
@@ -92,7 +92,8 @@ def save_onnx(model: ir.Model, path: Path, options: ir.Options) -> list[Path]:
     adapt_opset(model, opset)
     if options.dynamic_batch:
         make_batch_dynamic(model, options.diagnostics)
-    ir_needed = _MIN_IR_FOR_OPSET.get(opset, 10)
+    # IR 4 dropped the rule that initializers must be graph inputs; folding adds initializers.
+    ir_needed = max(_MIN_IR_FOR_OPSET.get(opset, 10), 4)
     if model.ir_version is None or model.ir_version < ir_needed:
         model.ir_version = ir_needed
 

@@ -1,15 +1,19 @@
 """Shape inference that works beyond protobuf's 2 GiB limit.
 
-onnx's C++ inference needs a ModelProto; large weights are left out of the proto handed to it
-(only their types and shapes go in, as inputs), so the proto stays small whatever the model's size.
+onnx's C++ inference needs a ModelProto; weights over 1 KiB are left out of the proto handed to
+it (they go in as typed inputs instead), so the proto stays small whatever the model's size.
+
+Only the main graph's tensor values are updated, and only where inference knows more: types of
+sequence/optional values are never overwritten, and outputs of control-flow nodes (If, Loop,
+Scan) keep what they had, because onnx merges branch shapes unreliably.
 """
 
 from __future__ import annotations
 
 import logging
 
+import onnx
 import onnx_ir as _ir
-from onnx_ir.passes.common import ShapeInferencePass
 
 from .base import Pass, PassResult
 
@@ -17,21 +21,75 @@ __all__ = ["InferShapes"]
 
 logger = logging.getLogger(__name__)
 
+_BIG = 1024
+_CONTROL_FLOW = {"If", "Loop", "Scan"}
+
+
+def _infer(model: _ir.Model, data_prop: bool) -> onnx.ModelProto | None:
+    graph = model.graph
+    saved = []
+    n_inputs = len(graph.inputs)
+    for value in list(graph.initializers.values()):
+        tensor = value.const_value
+        if tensor is None or tensor.nbytes <= _BIG:
+            continue
+        if value.shape is None:
+            value.shape = _ir.Shape(tensor.shape)
+        if value.dtype is None:
+            value.dtype = tensor.dtype
+        saved.append((value, tensor))
+        value.const_value = None
+        graph.initializers.pop(value.name)
+        if not value.is_graph_input():
+            graph.inputs.append(value)
+    try:
+        proto = _ir.serde.serialize_model(model)
+    finally:
+        while len(graph.inputs) > n_inputs:  # pop(): slice deletion leaves values marked as inputs
+            graph.inputs.pop()
+        for value, tensor in saved:
+            value.const_value = tensor
+            graph.register_initializer(value)
+    try:
+        return onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=data_prop)
+    except Exception as exc:  # inference is best effort: a model it cannot handle keeps its shapes
+        logger.debug("shape inference failed: %s", exc)
+        return None
+
 
 class InferShapes(Pass):
-    """Fill in value types and shapes with onnx's shape inference (partial on failure)."""
+    """Fill in main-graph tensor types and shapes with onnx's shape inference."""
 
     def __init__(self, *, data_prop: bool = True) -> None:
         self.data_prop = data_prop
 
     def call(self, model: _ir.Model) -> PassResult:
-        """Infer shapes of every value of ``model`` in place."""
-        # Silence onnx_ir's per-value warnings for values of custom-domain ops.
-        ir_logger = logging.getLogger("onnx_ir.passes.common.shape_inference")
-        level = ir_logger.level
-        ir_logger.setLevel(logging.ERROR)
-        try:
-            result = ShapeInferencePass(check_type=False, strict_mode=False, data_prop=self.data_prop)(model)
-        finally:
-            ir_logger.setLevel(level)
-        return PassResult(model, result.modified)
+        """Infer shapes of the values of ``model.graph`` in place."""
+        inferred = _infer(model, self.data_prop)
+        if inferred is None:
+            return PassResult(model, False)
+        known: dict[str, onnx.TypeProto] = {}
+        for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+            known[vi.name] = vi.type
+        modified = False
+        for node in model.graph:
+            if node.op_type in _CONTROL_FLOW:
+                continue
+            for value in node.outputs:
+                t = known.get(value.name or "")
+                if t is None or not t.HasField("tensor_type"):
+                    continue
+                if value.type is not None and not isinstance(value.type, _ir.TensorType):
+                    continue
+                tt = t.tensor_type
+                if value.dtype is None and tt.elem_type:
+                    value.dtype = _ir.DataType(tt.elem_type)
+                    modified = True
+                if tt.HasField("shape"):
+                    dims = [d.dim_value if d.HasField("dim_value") else
+                            _ir.SymbolicDim(d.dim_param or None) for d in tt.shape.dim]
+                    shape = _ir.Shape(dims)
+                    if value.shape != shape and (value.shape is None or not value.shape.is_static()):
+                        value.shape = shape
+                        modified = True
+        return PassResult(model, modified)

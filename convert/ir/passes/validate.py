@@ -60,6 +60,8 @@ def _validate_graph(graph: _ir.Graph, outer: set[int] | None = None) -> None:
                 for g in attr.value:
                     _validate_graph(g, defined)
         for out in node.outputs:
+            if not out.name and not out.uses() and not out.is_graph_output():
+                continue  # an optional output the node does not produce
             define(out, describe(node))
     for out in graph.outputs:
         if id(out) not in defined:
