@@ -1,0 +1,51 @@
+"""Regenerate ``caffe_pb2.py`` from ``caffe.proto`` with grpcio-tools' protoc.
+
+Run ``python -m convert._proto.generate``. The generated module is post-processed so that it
+imports under every protobuf runtime the project supports (``protobuf>=4.25``): recent protoc
+releases add a ``runtime_version`` guard that refuses runtimes older than the generator,
+although the module only uses APIs present since protobuf 3.20 (``builder``). The guard is the
+only thing removed.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["HERE", "generate", "postprocess"]
+
+HERE = Path(__file__).resolve().parent
+
+_GUARD = re.compile(
+    r"from google\.protobuf import runtime_version as _runtime_version\n"
+    r"|_runtime_version\.ValidateProtobufRuntimeVersion\(\n(?:[^\n]*\n)*?\)\n"
+)
+_NOTE = "# Post-processed by convert/_proto/generate.py: runtime version guard removed.\n"
+
+
+def postprocess(source: str) -> str:
+    """Remove protoc's runtime version guard from generated ``source``."""
+    out = _GUARD.sub("", source)
+    return out.replace('"""Generated protocol buffer code."""\n', _NOTE + '"""Generated protocol buffer code."""\n', 1)
+
+
+def generate(out_dir: Path = HERE) -> Path:
+    """Run protoc on ``caffe.proto`` into ``out_dir``; return the path of ``caffe_pb2.py``."""
+    from grpc_tools import protoc  # a test/development dependency only
+
+    with tempfile.TemporaryDirectory() as tmp:
+        rc = protoc.main(["protoc", f"-I{HERE.parent.parent}", f"--python_out={tmp}", str(HERE / "caffe.proto")])
+        if rc != 0:
+            raise RuntimeError(f"protoc failed with status {rc}")
+        text = (Path(tmp) / "convert" / "_proto" / "caffe_pb2.py").read_text()
+    target = Path(out_dir) / "caffe_pb2.py"
+    target.write_text(postprocess(text))
+    return target
+
+
+if __name__ == "__main__":
+    sys.stdout.write(f"wrote {generate()}\n")
+    subprocess.run([sys.executable, "-c", "import convert._proto.caffe_pb2"], check=True, cwd=HERE.parent.parent)

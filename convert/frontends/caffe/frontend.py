@@ -1,0 +1,188 @@
+"""Caffe deploy prototxt + caffemodel -> IR.
+
+``check_support`` lists every layer type without a converter (with a count and the first
+prototxt line) before anything is converted; ``load`` raises them all at once as one
+``UnsupportedOpsError``. A failure inside one converter is re-raised as ``ConversionError``
+naming the layer and its prototxt line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from convert.ir import (
+    ConversionError,
+    ConvertError,
+    DataType,
+    GraphBuilder,
+    Model,
+    ModelFormatError,
+    OpSupport,
+    Options,
+    Unsupported,
+    UnsupportedOpsError,
+    UsageError,
+)
+
+from . import layers_tensor  # noqa: F401  (registers the tensor layers)
+from .context import CaffeContext
+from .layers import LAYERS, NOTES
+from .reader import NetDef, read_caffemodel, read_prototxt
+
+__all__ = ["check_support", "load", "ops", "sniff", "split_paths"]
+
+logger = logging.getLogger(__name__)
+
+_TEXT_SUFFIXES = (".prototxt", ".pbtxt", ".txt")
+
+
+def split_paths(paths: Sequence[Path]) -> tuple[Path, Path | None]:
+    """Return ``(prototxt, caffemodel)`` from the user's paths, in any order.
+
+    Raises:
+        UsageError: when there is no prototxt or more than two files.
+    """
+    paths = [Path(p) for p in paths]
+    if not paths or len(paths) > 2:
+        raise UsageError("caffe needs a deploy .prototxt and a .caffemodel (two files)")
+    for p in paths:
+        if not p.is_file():
+            raise UsageError(f"no such file: '{p}'")
+    if len(paths) == 1:
+        return paths[0], None
+    a, b = paths
+    if a.suffix.lower() == ".caffemodel" or b.suffix.lower() in _TEXT_SUFFIXES:
+        a, b = b, a
+    return a, b
+
+
+def _parse(paths: Sequence[Path]) -> tuple[NetDef, Path, Path | None]:
+    proto, weights = split_paths(paths)
+    return read_prototxt(proto), proto, weights
+
+
+def check_support(paths: Sequence[Path], options: Options) -> list[Unsupported]:
+    """Return every layer type of the prototxt that has no converter (count, first line)."""
+    net, _, _ = _parse(paths)
+    return _unsupported(net)
+
+
+def _unsupported(net: NetDef) -> list[Unsupported]:
+    found: dict[str, list[str]] = {}
+    for layer in net.layers:
+        if layer.type not in LAYERS:
+            where = f"{net.file}:{layer.line}" if layer.line is not None else net.file
+            found.setdefault(layer.type, []).append(f"{where} '{layer.name}'")
+    return [Unsupported(op=t, count=len(w), first=w[0]) for t, w in found.items()]
+
+
+def load(paths: Sequence[Path], options: Options) -> Model:
+    """Convert a Caffe model (prototxt + caffemodel) to the IR.
+
+    Raises:
+        UsageError: when the caffemodel is missing.
+        ModelFormatError: for malformed files or blobs that do not match the prototxt.
+        UnsupportedOpsError: listing every unsupported layer type.
+        ConversionError: when one layer cannot be converted.
+    """
+    net, proto, weights = _parse(paths)
+    gaps = _unsupported(net)
+    if gaps:
+        raise UnsupportedOpsError(net.file, gaps, what="layer type",
+                                  hint="Run `convert ops caffe` for the supported list.")
+    if weights is None:
+        raise UsageError(f"{proto.name}: the caffemodel is missing; pass the .prototxt and the .caffemodel")
+    read_caffemodel(weights, net)
+    return _convert(net, weights.name, options)
+
+
+def _convert(net: NetDef, weights_name: str, options: Options) -> Model:
+    builder = GraphBuilder(net.name, source=net.file)
+    ctx = CaffeContext(builder, net.file, weights_name, options)
+    # Net outputs: tops never consumed by a later layer. Reserve their names first so the final
+    # value of each can carry the blob name exactly.
+    consumed: dict[str, bool] = {}
+    order: list[str] = []
+    for layer in net.layers:
+        for b in layer.bottoms:
+            consumed[b] = True
+        for t in layer.tops:
+            if t not in consumed:
+                order.append(t)
+            consumed[t] = False
+    outputs = [t for t in order if not consumed[t]]
+    _add_inputs(net, ctx, options)
+    for name in outputs:
+        if name not in ctx.blobs:
+            builder.names.reserve(name)
+    total = len(net.layers)
+    for i, layer in enumerate(net.layers):
+        convert = LAYERS.lookup(layer.type)
+        assert convert is not None  # checked by _unsupported
+        ctx.layer = layer
+        try:
+            convert(layer, ctx)
+        except ConvertError:
+            raise
+        except Exception as exc:
+            raise ctx.error(layer, f"{type(exc).__name__}: {exc}") from exc
+        options.progress("caffe layers", i + 1, total)
+    for name in outputs:
+        value = ctx.blobs.get(name)
+        if value is None:
+            continue
+        if value.is_graph_input() or value.is_graph_output() or value.is_initializer():
+            builder.output(value, name)
+            continue
+        value.name = name
+        builder.output(value)
+    if not builder.graph.outputs:
+        raise ModelFormatError(f"{net.file}: the net has no outputs")
+    return builder.build(doc=f"converted from Caffe {net.file}")
+
+
+def _add_inputs(net: NetDef, ctx: CaffeContext, options: Options) -> None:
+    declared = list(net.inputs)
+    for layer in net.layers:
+        if layer.type == "Input":
+            shapes = [tuple(int(d) for d in s.dim) for s in layer.param.input_param.shape]  # type: ignore[attr-defined]
+            for i, top in enumerate(layer.tops):
+                shape = shapes[i] if i < len(shapes) else (shapes[0] if shapes else ())
+                declared.append((top, shape))
+    if not declared:
+        raise ModelFormatError(f"{net.file}: no inputs declared (input/input_shape/input_dim or an Input layer)")
+    for name, shape in declared:
+        shape = tuple(options.input_shapes.get(name, shape))
+        if not shape:
+            raise UsageError(f"{net.file}: input '{name}' has no shape; give one with --input-shape {name}:1x3x224x224")
+        dims: list[int | str | None] = list(shape)
+        if options.dynamic_batch:
+            dims[0] = "N"
+        value = ctx.builder.input(name, DataType.FLOAT, dims)
+        if options.dynamic_batch:
+            # Converters compute static shapes; keep the batch of the prototxt for that.
+            from convert.ir import Shape
+
+            value.shape = Shape([*dims])
+        ctx.blobs[name] = value
+    _ = ConversionError  # re-exported for callers catching conversion failures
+
+
+def sniff(path: Path) -> bool:
+    """Return True when ``path`` looks like a Caffe prototxt (text with layer blocks)."""
+    try:
+        head = Path(path).read_bytes()[:4096]
+    except OSError:
+        return False
+    if b"\x00" in head:
+        return False
+    text = head.decode("utf-8", errors="ignore")
+    return ("layer {" in text or "layers {" in text or "layer{" in text) and ("type:" in text or "type :" in text)
+
+
+def ops() -> list[OpSupport]:
+    """Return the support table: one row per Caffe layer type."""
+    return [OpSupport(op=str(k), maps_to=NOTES.get(str(k), ("", ""))[0], notes=NOTES.get(str(k), ("", ""))[1])
+            for k in LAYERS.keys()]
