@@ -1,0 +1,178 @@
+"""Read Darknet ``.cfg`` files into sections, the way Darknet's own ``read_cfg`` does.
+
+Darknet strips every whitespace character from a line (so ``size = 3`` and ``size=3`` are the
+same), skips blank lines and lines starting with ``#`` or ``;``, starts a section at ``[name]``
+and otherwise expects ``key=value``. Numbers are read with C's ``atoi``/``atof`` (a trailing
+``#comment`` after a value is ignored). When a key repeats, the first value wins.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from convert.ir import ModelFormatError
+
+__all__ = ["Section", "parse_cfg", "parse_cfg_text"]
+
+_INT = re.compile(r"[+-]?\d+")
+_FLOAT = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?)")
+
+
+def _atoi(text: str) -> int | None:
+    m = _INT.match(text)
+    return int(m.group(0)) if m else None
+
+
+def _atof(text: str) -> float | None:
+    m = _FLOAT.match(text)
+    return float(m.group(0)) if m else None
+
+
+@dataclass(slots=True)
+class Section:
+    """One ``[type]`` block of a cfg: its options, line numbers and which options were read."""
+
+    type: str
+    line: int
+    file: str
+    options: dict[str, str] = field(default_factory=dict)
+    option_lines: dict[str, int] = field(default_factory=dict)
+    used: set[str] = field(default_factory=set)
+
+    @property
+    def where(self) -> str:
+        """Return ``file:line`` of the section header."""
+        return f"{self.file}:{self.line}"
+
+    def has(self, key: str) -> bool:
+        """Return True when the option is present (and mark it read)."""
+        self.used.add(key)
+        return key in self.options
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        """Return an option's raw text, or ``default``."""
+        self.used.add(key)
+        return self.options.get(key, default)
+
+    def _bad(self, key: str, what: str) -> ModelFormatError:
+        line = self.option_lines.get(key, self.line)
+        return ModelFormatError(
+            f"{self.file}:{line}: [{self.type}] option '{key}={self.options.get(key)}' is not {what}. "
+            "Fix the cfg."
+        )
+
+    def int(self, key: str, default: int | None = None) -> int:
+        """Return an integer option (C ``atoi`` rules) or ``default``; missing without default is an error."""
+        raw = self.get(key)
+        if raw is None:
+            if default is None:
+                raise ModelFormatError(f"{self.where}: [{self.type}] needs option '{key}'. Add it to the cfg.")
+            return default
+        value = _atoi(raw)
+        if value is None:
+            raise self._bad(key, "an integer")
+        return value
+
+    def float(self, key: str, default: float | None = None) -> float:
+        """Return a float option (C ``atof`` rules) or ``default``."""
+        raw = self.get(key)
+        if raw is None:
+            if default is None:
+                raise ModelFormatError(f"{self.where}: [{self.type}] needs option '{key}'. Add it to the cfg.")
+            return default
+        value = _atof(raw)
+        if value is None:
+            raise self._bad(key, "a number")
+        return value
+
+    def ints(self, key: str, default: Sequence[int] | None = None) -> list[int]:
+        """Return a comma-separated list of integers (empty items skipped)."""
+        raw = self.get(key)
+        if raw is None:
+            if default is None:
+                raise ModelFormatError(f"{self.where}: [{self.type}] needs option '{key}'. Add it to the cfg.")
+            return list(default)
+        out = []
+        for item in raw.split(","):
+            if not item:
+                continue
+            value = _atoi(item)
+            if value is None:
+                raise self._bad(key, "a list of integers")
+            out.append(value)
+        return out
+
+    def floats(self, key: str, default: Sequence[float] | None = None) -> list[float]:
+        """Return a comma-separated list of floats (empty items skipped)."""
+        raw = self.get(key)
+        if raw is None:
+            if default is None:
+                raise ModelFormatError(f"{self.where}: [{self.type}] needs option '{key}'. Add it to the cfg.")
+            return list(default)
+        out = []
+        for item in raw.split(","):
+            if not item:
+                continue
+            value = _atof(item)
+            if value is None:
+                raise self._bad(key, "a list of numbers")
+            out.append(value)
+        return out
+
+
+def parse_cfg(path: Path) -> list[Section]:
+    """Read ``path`` into sections; a binary file or a file without sections is an error.
+
+    Raises:
+        ModelFormatError: the file is not a Darknet cfg.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ModelFormatError(f"{path}: cannot read the cfg: {exc.strerror}.") from exc
+    if b"\0" in data[:4096]:
+        raise ModelFormatError(
+            f"{path.name}: not a Darknet cfg (binary data at the start). Pass the .cfg first, then the .weights."
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("latin-1")
+    return parse_cfg_text(text, path.name)
+
+
+def parse_cfg_text(text: str, name: str) -> list[Section]:
+    """Parse cfg ``text``; ``name`` is used in messages."""
+    sections: list[Section] = []
+    current: Section | None = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = "".join(raw.split())
+        if not line or line[0] in "#;":
+            continue
+        if line[0] == "[":
+            end = line.find("]")
+            if end < 0:
+                raise ModelFormatError(f"{name}:{number}: section header '{raw.strip()}' has no ']'. Fix the cfg.")
+            current = Section(type=line[1:end].lower(), line=number, file=name)
+            sections.append(current)
+            continue
+        if current is None:
+            raise ModelFormatError(
+                f"{name}:{number}: option '{raw.strip()[:40]}' before the first [section]: not a Darknet cfg."
+            )
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ModelFormatError(f"{name}:{number}: expected 'key=value', got '{raw.strip()[:40]}'. Fix the cfg.")
+        if key not in current.options:
+            current.options[key] = value
+            current.option_lines[key] = number
+    if not sections:
+        raise ModelFormatError(f"{name}: no [section] found: not a Darknet cfg.")
+    if sections[0].type not in ("net", "network"):
+        raise ModelFormatError(
+            f"{name}:{sections[0].line}: the first section is [{sections[0].type}], expected [net]. Fix the cfg."
+        )
+    return sections

@@ -1,0 +1,250 @@
+"""Darknet cfg (+ weights) -> IR model: support check, lineage, layer loop, outputs."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+from convert.ir import (
+    ConversionError,
+    ConvertError,
+    DataType,
+    GraphBuilder,
+    Model,
+    ModelFormatError,
+    Options,
+    Unsupported,
+    UnsupportedOpsError,
+    UsageError,
+)
+
+from . import heads
+from .activations import ACTIVATIONS
+from .cfg import Section, parse_cfg
+from .context import DarknetContext, LayerOut
+from .layers import LAYERS
+from .weights import FileWeights, RandomWeights, WeightSource
+
+__all__ = ["TRAINING_OPTIONS", "build_model", "check_support", "detect_lineage", "load", "split_paths"]
+
+logger = logging.getLogger(__name__)
+
+# Options Darknet reads only for training or for post-processing; silently ignored here.
+TRAINING_OPTIONS = frozenset("""
+    jitter ignore_thresh truth_thresh random iou_normalizer iou_loss cls_normalizer obj_normalizer nms_kind
+    beta_nms max_delta resize iou_thresh objectness_smooth counters_per_class label_smooth_eps focal_loss
+    track_history_size sim_thresh dets_for_track dets_for_show track_ciou_norm embedding_layer
+    uc_normalizer delta_normalizer bias_match class_scale coord_scale noobject_scale object_scale rescore
+    thresh absolute map probability dropblock dropblock_size_rel dropblock_size_abs type scale ratio
+    angle saturation exposure hue shift flip stopbackward train_only_bn dontload dontloadscales
+    learning_rate_scale smooth noloss log rand_noise
+    """.split())
+
+# Options whose presence (with a non-default value) makes a layer unconvertible.
+_UNSUPPORTED_OPTIONS: dict[str, dict[str, str]] = {
+    "convolutional": {"binary": "0", "xnor": "0", "antialiasing": "0", "deform": "0", "share_index": "",
+                      "assisted_excitation": "0", "sway": "0", "rotate": "0", "stretch": "0",
+                      "stretch_sway": "0"},
+    "maxpool": {"maxpool_depth": "0", "antialiasing": "0", "out_channels": ""},
+    "reorg": {"reverse": "0", "flatten": "0", "extra": "0"},
+    "region": {"tree": "", "background": "0"},
+    "softmax": {"tree": ""},
+    "shortcut": {"weights_type": "none"},
+    "scale_channels": {"scale_wh": "0"},
+    "upsample": {},
+}
+_ALIASES = {"conv": "convolutional", "conn": "connected", "max": "maxpool", "avg": "avgpool", "soft": "softmax",
+            "network": "net"}
+
+# Features only the AlexeyAB fork has; their presence selects its lineage under 'auto'.
+_ALEXEYAB_ACTIVATIONS = {"mish", "swish", "hard_mish", "relu6", "gelu", "hardswish"}
+_ALEXEYAB_SECTIONS = {"scale_channels", "sam", "local_avgpool"}
+_ALEXEYAB_OPTIONS = {("route", "groups"), ("yolo", "scale_x_y"), ("yolo", "new_coords"),
+                     ("convolutional", "stride_x"), ("convolutional", "stride_y"),
+                     ("convolutional", "dilation"), ("maxpool", "stride_x"), ("maxpool", "stride_y")}
+
+
+def split_paths(paths: Sequence[Path]) -> tuple[Path, Path | None]:
+    """Return (cfg, weights or None) from the input paths.
+
+    Raises:
+        UsageError: no cfg, or more than two files.
+    """
+    paths = [Path(p) for p in paths]
+    if not paths or len(paths) > 2:
+        raise UsageError(f"darknet takes a .cfg and a .weights file, got {len(paths)} files")
+    cfgs = [p for p in paths if p.suffix.lower() == ".cfg"]
+    weights = [p for p in paths if p.suffix.lower() == ".weights"]
+    if len(cfgs) == 1 and len(weights) <= 1 and len(paths) == len(cfgs) + len(weights):
+        return cfgs[0], weights[0] if weights else None
+    cfg = paths[0]
+    return cfg, paths[1] if len(paths) > 1 else None
+
+
+def _kind(sec: Section) -> str:
+    return _ALIASES.get(sec.type, sec.type)
+
+
+def detect_lineage(sections: Sequence[Section]) -> str:
+    """Return 'alexeyab' when the cfg uses a feature only the AlexeyAB fork has, else 'original'."""
+    for sec in sections:
+        kind = _kind(sec)
+        if kind in _ALEXEYAB_SECTIONS:
+            return "alexeyab"
+        if sec.options.get("activation") in _ALEXEYAB_ACTIVATIONS:
+            return "alexeyab"
+        if any((kind, key) in _ALEXEYAB_OPTIONS for key in sec.options):
+            return "alexeyab"
+    return "original"
+
+
+def _gaps(sections: Sequence[Section]) -> list[Unsupported]:
+    """Every unsupported section type, activation and option value, with counts and first line."""
+    found: dict[str, list[object]] = {}
+
+    def add(key: str, where: str, reason: str) -> None:
+        entry = found.setdefault(key, [0, where, reason])
+        entry[0] = int(entry[0]) + 1  # type: ignore[call-overload]
+
+    for sec in sections[1:]:
+        kind = _kind(sec)
+        if kind not in LAYERS:
+            add(f"[{sec.type}]", sec.where, "section type not supported")
+            continue
+        act = sec.options.get("activation")
+        if act is not None and act not in ACTIVATIONS:
+            add(f"activation={act}", sec.where, "activation not supported")
+        for key, default in _UNSUPPORTED_OPTIONS.get(kind, {}).items():
+            value = sec.options.get(key)
+            if value is not None and value != default:
+                add(f"[{sec.type}] {key}={value}", f"{sec.file}:{sec.option_lines.get(key, sec.line)}",
+                    "option value not supported")
+    return [Unsupported(k, int(v[0]), str(v[1]), str(v[2])) for k, v in found.items()]  # type: ignore[call-overload]
+
+
+def check_support(paths: Sequence[Path], options: Options) -> list[Unsupported]:
+    """Return every gap in the cfg (no weights are read)."""
+    cfg, _ = split_paths(paths)
+    return _gaps(parse_cfg(cfg))
+
+
+def _input_shape(net: Section, options: Options) -> tuple[int, int, int]:
+    c = net.int("channels", 3)
+    h = net.int("height", 0)
+    w = net.int("width", 0)
+    if options.input_shapes:
+        shape = next(iter(options.input_shapes.values()))
+        if len(shape) != 4:
+            raise UsageError(f"darknet input shape must be N,C,H,W, got {','.join(map(str, shape))}")
+        c, h, w = (int(d) for d in shape[1:])
+    if h <= 0 or w <= 0 or c <= 0:
+        if h == 0 and w == 0 and net.int("inputs", 0) > 0:
+            return net.int("inputs", 0), 1, 1
+        raise ModelFormatError(f"{net.where}: [net] needs positive width, height and channels "
+                               f"(found {w}x{h}x{c}). Set them in the cfg or pass --input-shape.")
+    return c, h, w
+
+
+def build_model(cfg: Path, source: WeightSource, options: Options, *, weights_name: str = "") -> Model:
+    """Convert ``cfg`` with parameters from ``source``.
+
+    Raises:
+        UnsupportedOpsError: the cfg uses sections, activations or options we cannot convert.
+        ModelFormatError: the cfg or weights are malformed or do not match.
+        ConversionError: a layer failed for another reason (the cause is chained).
+    """
+    sections = parse_cfg(cfg)
+    gaps = _gaps(sections)
+    if gaps:
+        raise UnsupportedOpsError(cfg.name, gaps, what="section type",
+                                  hint="Run `convert ops darknet` for the supported list.")
+    net = sections[0]
+    lineage = str(options.get("darknet_lineage", "auto") or "auto")
+    if lineage == "auto":
+        lineage = detect_lineage(sections)
+    if lineage not in ("original", "alexeyab"):
+        raise UsageError(f"--darknet-lineage must be original, alexeyab or auto, got '{lineage}'")
+    c, h, w = _input_shape(net, options)
+    b = GraphBuilder(cfg.stem, source=cfg.name)
+    batch: int | str = "N" if options.dynamic_batch else 1
+    x = b.input("data", DataType.FLOAT, (batch, c, h, w))
+    ctx = DarknetContext(b=b, cfg_name=cfg.name, weights=source, options=options, lineage=lineage,
+                         net_w=w, net_h=h)
+    ctx.input = LayerOut(x, c, h, w, 1.0, "input")
+    body = sections[1:]
+    total = len(body)
+    for i, sec in enumerate(body):
+        ctx.index = i
+        fn = LAYERS.lookup(_kind(sec))
+        assert fn is not None  # checked by _gaps
+        try:
+            out = fn(sec, ctx)
+        except ConvertError:
+            raise
+        except Exception as exc:
+            raise ConversionError(f"layer {i} [{sec.type}] ({sec.where})", f"{type(exc).__name__}: {exc}") from exc
+        ctx.layers.append(out)
+        options.progress("darknet layers", i + 1, total)
+    if not body:
+        raise ModelFormatError(f"{cfg.name}: the cfg has no layers after [net].")
+    source.finish()
+    _warn_unknown_options(body, options)
+    _mark_outputs(ctx, body, bool(options.get("decode", False)))
+    doc = f"Converted from {cfg.name}" + (f" + {weights_name}" if weights_name else "") + f" ({lineage} lineage)"
+    model = b.build(doc=doc)
+    model.metadata_props["convert:darknet_lineage"] = lineage
+    return model
+
+
+def _warn_unknown_options(body: Sequence[Section], options: Options) -> None:
+    unknown: Counter[str] = Counter()
+    first: dict[str, str] = {}
+    for sec in body:
+        for key in sec.options:
+            if key in sec.used or key in TRAINING_OPTIONS:
+                continue
+            label = f"[{sec.type}] {key}"
+            unknown[label] += 1
+            first.setdefault(label, f"{sec.file}:{sec.option_lines[key]}")
+    for label, count in unknown.items():
+        times = f" x{count}" if count > 1 else ""
+        options.diagnostics.warn(f"ignored unknown cfg option {label}{times} (first at {first[label]})")
+
+
+def _mark_outputs(ctx: DarknetContext, body: Sequence[Section], decode: bool) -> None:
+    b = ctx.b
+    if decode and ctx.heads:
+        b.output(heads.decode_heads(ctx), "detections")
+        return
+    if decode:
+        ctx.diagnostics.warn("--decode: the cfg has no [yolo] or [region] layer; outputs are left as they are")
+    named: set[int] = set()
+    for index, sec, out in ctx.heads:
+        b.output(out.value, f"{sec.type}_{index}")
+        named.add(index)
+    last = len(body) - 1
+    while last > 0 and _kind(body[last]) == "cost":
+        last -= 1
+    if last not in named:
+        b.output(ctx.layers[last].value, f"{_kind(body[last])}_{last}")
+
+
+def load(paths: Sequence[Path], options: Options) -> Model:
+    """Load a Darknet model: ``[cfg, weights]``, or ``[cfg]`` with ``--random-weights``.
+
+    Raises:
+        UsageError: no weights and no --random-weights.
+    """
+    cfg, weights = split_paths(paths)
+    if weights is None:
+        if not options.get("random_weights", False):
+            raise UsageError(f"{cfg.name}: no .weights file given. Pass one, or --random-weights to inspect the cfg.")
+        source: WeightSource = RandomWeights(seed=int(str(options.get("seed", 0) or 0)))
+        return build_model(cfg, source, options)
+    if not weights.is_file():
+        raise UsageError(f"{weights}: no such file")
+    source = FileWeights(weights, allow_trailing=bool(options.get("allow_trailing_bytes", False)),
+                         cfg_name=cfg.name)
+    return build_model(cfg, source, options, weights_name=weights.name)

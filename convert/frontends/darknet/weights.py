@@ -1,0 +1,194 @@
+"""Darknet ``.weights`` files: the header and a cursor handing out lazy file slices.
+
+Layout: ``int32 major, minor, revision``, then ``seen`` as uint64 when ``major*10+minor >= 2``
+(and both are below 1000) else uint32, then float32 parameters layer after layer in the order the
+layer converters ask for them (for a convolution: biases, then scales, rolling mean and rolling
+variance when batch-normalized, then kernels). Nothing is read here except the header: every
+parameter is a ``file_slice`` mapped when an exporter writes it.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+import numpy as np
+
+from convert.ir import ModelFormatError, TensorProtocol, file_slice, from_array, lazy
+
+__all__ = ["FileWeights", "Header", "ParamRequest", "RandomWeights", "WeightSource", "read_header"]
+
+_F32 = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """The ``.weights`` header."""
+
+    major: int
+    minor: int
+    revision: int
+    seen: int
+    size: int
+
+    @property
+    def transpose(self) -> bool:
+        """Whether connected-layer weights are stored transposed (Darknet's own flag)."""
+        return self.major > 1000 or self.minor > 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ParamRequest:
+    """What a layer asks the weight source for: a role, a shape and hints for random values.
+
+    ``role`` is one of ``bias``, ``scale``, ``mean``, ``variance``, ``weight``. For ``weight``,
+    ``fan_in`` is the number of inputs of each output and ``in_ms`` the estimated mean square of
+    the layer's input; for ``mean``/``variance``, ``out_ms`` is the estimated mean square of the
+    un-normalized output.
+    """
+
+    name: str
+    role: str
+    shape: tuple[int, ...]
+    layer: int
+    where: str
+    fan_in: int = 1
+    in_ms: float = 1.0
+    out_ms: float = 1.0
+
+
+class WeightSource(Protocol):
+    """Where layer parameters come from: a ``.weights`` file or a random generator."""
+
+    def take(self, req: ParamRequest) -> TensorProtocol:
+        """Return the next parameter tensor."""
+        ...
+
+    def finish(self) -> None:
+        """Check that every byte was used (files) or flush (writers)."""
+        ...
+
+
+def read_header(path: Path) -> Header:
+    """Read the header of ``path``.
+
+    Raises:
+        ModelFormatError: the file is shorter than a header.
+    """
+    with open(path, "rb") as fh:
+        head = fh.read(20)
+    if len(head) < 16:
+        raise ModelFormatError(
+            f"{path.name}: {len(head)} bytes, too short for a Darknet weights header (at least 16 bytes)."
+        )
+    major, minor, revision = struct.unpack("<3i", head[:12])
+    if (major * 10 + minor) >= 2 and major < 1000 and minor < 1000:
+        if len(head) < 20:
+            raise ModelFormatError(f"{path.name}: truncated header: expected 20 bytes, found {len(head)}.")
+        (seen,) = struct.unpack("<Q", head[12:20])
+        size = 20
+    else:
+        (seen,) = struct.unpack("<I", head[12:16])
+        size = 16
+    return Header(major, minor, revision, seen, size)
+
+
+class FileWeights:
+    """A cursor over a ``.weights`` file that hands out file slices in order."""
+
+    def __init__(self, path: Path, *, allow_trailing: bool = False, cfg_name: str = "") -> None:
+        self.path = path
+        self.header = read_header(path)
+        self.offset = self.header.size
+        self.file_size = path.stat().st_size
+        self.allow_trailing = allow_trailing
+        self.cfg_name = cfg_name
+        self.trailing = 0
+
+    def take(self, req: ParamRequest) -> TensorProtocol:
+        """Return the next ``req.shape`` float32 region as a file slice.
+
+        Raises:
+            ModelFormatError: the file ends before the region does.
+        """
+        count = int(np.prod(req.shape, dtype=np.int64))
+        nbytes = count * _F32
+        if self.offset + nbytes > self.file_size:
+            missing = self.offset + nbytes - self.file_size
+            raise ModelFormatError(
+                f"{self.path.name}: truncated at byte {self.file_size:,} while reading layer {req.layer} "
+                f"{req.where} ('{req.name}'): expected {missing:,} more bytes. "
+                "Are the .cfg and .weights from the same model?"
+            )
+        tensor = file_slice(self.path, self.offset, "float32", req.shape, name=req.name)
+        self.offset += nbytes
+        return tensor
+
+    def finish(self) -> None:
+        """Raise when bytes are left over (unless allowed).
+
+        Raises:
+            ModelFormatError: the file is longer than the cfg needs.
+        """
+        extra = self.file_size - self.offset
+        self.trailing = extra
+        if extra > 0 and not self.allow_trailing:
+            raise ModelFormatError(
+                f"{self.path.name}: {extra:,} bytes left over after the last layer (byte {self.offset:,} of "
+                f"{self.file_size:,}): the weights do not match {self.cfg_name or 'the cfg'}. "
+                "Are the .cfg and .weights from the same model? Pass --allow-trailing-bytes to ignore them."
+            )
+
+
+class RandomWeights:
+    """Seeded random parameters with statistics that keep activations near unit scale.
+
+    Convolution kernels are ``N(0, (K^2 / (fan_in * in_ms)))`` so the raw output has mean square
+    about ``K^2``; batch-norm rolling statistics match that estimate (so the normalized output is
+    about unit scale), with ``K = 10`` so that the lineages' different epsilons barely matter.
+    Layers without batch norm get kernels for a unit-scale output. When ``sink`` is given, every
+    array is also written to it (``write_random_weights``).
+    """
+
+    GAIN = 10.0
+
+    def __init__(self, seed: int = 0, sink: BinaryIO | None = None) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.sink = sink
+        self.count = 0
+
+    def array(self, req: ParamRequest) -> np.ndarray:
+        """Return the random values for ``req``."""
+        rng = self.rng
+        shape = req.shape
+        if req.role == "weight":
+            std = np.sqrt(req.out_ms / (max(req.fan_in, 1) * max(req.in_ms, 1e-6)))
+            arr = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+        elif req.role == "bias":
+            arr = rng.normal(0.0, 0.1, shape).astype(np.float32)
+        elif req.role == "scale":
+            arr = rng.uniform(0.8, 1.25, shape).astype(np.float32)
+        elif req.role == "mean":
+            arr = rng.normal(0.0, 0.1 * np.sqrt(req.out_ms), shape).astype(np.float32)
+        elif req.role == "variance":
+            arr = (req.out_ms * rng.uniform(0.8, 1.25, shape)).astype(np.float32)
+        else:
+            raise ValueError(f"unknown parameter role {req.role!r}")
+        return arr
+
+    def take(self, req: ParamRequest) -> TensorProtocol:
+        """Return a fresh random tensor (and write it to the sink)."""
+        arr = self.array(req)
+        self.count += arr.size
+        if self.sink is not None:
+            self.sink.write(arr.astype("<f4").tobytes())
+            # The values are on disk now: keep only a placeholder of the right shape.
+            return lazy(lambda: np.zeros(req.shape, np.float32), "float32", req.shape, name=req.name)
+        return from_array(arr, name=req.name)
+
+    def finish(self) -> None:
+        """Flush the sink."""
+        if self.sink is not None:
+            self.sink.flush()
