@@ -1,0 +1,150 @@
+"""The PyTorch frontend: TorchScript, ExportedProgram, pickled modules and in-memory modules -> IR.
+
+Importing this package does not import torch; ``load`` and ``load_module`` do.
+
+Paths: a module goes through ``torch.export`` (ATen ops), with a fallback to ``torch.jit.trace``
+on data-dependent guards; a TorchScript file is converted to an ExportedProgram by torch's own
+converter; an ExportedProgram is lowered as it is. One op table (``ops``) serves all of them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from convert.ir import FrontendSpec, Model, OpSupport, Options, OptionSpec, Unsupported, UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = ["FRONTEND", "check_support", "load", "load_module", "supported_ops"]
+
+_SUFFIXES = (".pt", ".pth", ".pt2", ".ptl", ".torchscript")
+
+OPTIONS = (
+    OptionSpec("--trust-pickle", "trust_pickle", "unpickle a whole module saved with torch.save(model) "
+               "(this runs code from the file)", is_flag=True, default=False),
+    OptionSpec("--model", "torch_factory", "for a state_dict: the callable building the module, "
+               "as package.module:factory", metavar="PKG.MOD:FACTORY"),
+)
+
+
+def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str] | None, str]:
+    """Return (ExportedProgram, input names or None, source name) for a model file."""
+    import torch
+
+    from .capture import export_module, forward_input_names, make_example_inputs, resolve_shapes
+    from .capture import script_input_names, script_to_program
+    from .files import CHECKPOINT, EXPORTED_PROGRAM, TORCHSCRIPT, classify, load_checkpoint
+
+    if not paths:
+        raise UsageError("pytorch: no model file given")
+    path = Path(paths[0])
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
+    source = path.name
+    kind = classify(path)
+    if kind == EXPORTED_PROGRAM:
+        program = torch.export.load(path)
+        if options.input_shapes:
+            options.diagnostics.note(f"{source}: --input-shape ignored, the ExportedProgram fixes its input shapes")
+        return program, None, source
+    if kind == TORCHSCRIPT:
+        script = torch.jit.load(path, map_location="cpu")
+        names = script_input_names(script)
+        example = make_example_inputs(resolve_shapes(names, options, source))
+        return script_to_program(script, example, source), names, source
+    if kind == CHECKPOINT:
+        module = load_checkpoint(path, options)
+        if isinstance(module, torch.jit.ScriptModule):
+            names = script_input_names(module)
+            example = make_example_inputs(resolve_shapes(names, options, source))
+            return script_to_program(module, example, source), names, source
+        names = forward_input_names(module)
+        example = make_example_inputs(resolve_shapes(names, options, source))
+        return export_module(module, example, options, source), names, source
+    raise UsageError(f"{path}: not a PyTorch file (expected TorchScript, an ExportedProgram .pt2 or torch.save output)")
+
+
+def _dynamic_batch_note(options: Options) -> None:
+    if options.dynamic_batch:
+        options.diagnostics.warn("pytorch frontend: --dynamic-batch is not supported yet; the batch size stays "
+                                 "that of --input-shape")
+
+
+def load(paths: Sequence[Path], options: Options) -> Model:
+    """Read a PyTorch model file into the IR (see the module docstring for the formats)."""
+    from .lower import lower_program
+
+    _dynamic_batch_note(options)
+    program, names, source = _capture(paths, options)
+    return lower_program(program, source=source, options=options, input_names=names,
+                         name=os.path.splitext(source)[0])
+
+
+def load_module(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | torch.Tensor,
+                options: Options | None = None, *, name: str | None = None) -> Model:
+    """Convert an in-memory ``nn.Module`` (the Python API) with its example inputs.
+
+    Args:
+        module: the model; it is put in eval mode.
+        example_inputs: one tensor or a sequence of tensors, as ``module(*example_inputs)`` takes.
+        options: conversion options (defaults when None).
+        name: the graph name (default: the module's class name).
+
+    Returns:
+        The IR model; inputs are named after ``forward``'s parameters, outputs 'output' or 'output0'...
+    """
+    import torch
+
+    from .capture import export_module, forward_input_names
+    from .lower import lower_program
+
+    options = options or Options()
+    _dynamic_batch_note(options)
+    example = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    source = name or type(module).__name__
+    program = export_module(module, example, options, source)
+    names = forward_input_names(module)[: len(example)] or None
+    if names is not None and len(names) != len(example):
+        names = None
+    return lower_program(program, source=source, options=options, input_names=names, name=source)
+
+
+def check_support(paths: Sequence[Path], options: Options) -> list[Unsupported]:
+    """Return every ATen op of the model that the op table cannot convert."""
+    from .lower import unsupported_ops
+
+    program, _, source = _capture(paths, options)
+    return unsupported_ops(program, source, options)
+
+
+def supported_ops() -> list[OpSupport]:
+    """Return the support table: one row per ATen op."""
+    from .ops import OPS
+
+    rows = []
+    for key, func in sorted(OPS.items(), key=lambda kv: str(kv[0])):
+        rows.append(OpSupport(op=str(key), maps_to=getattr(func, "maps_to", ""), notes=getattr(func, "notes", "")))
+    return rows
+
+
+def _sniff(path: Path) -> bool:
+    from .files import classify
+
+    return classify(path) is not None
+
+
+FRONTEND = FrontendSpec(
+    name="pytorch",
+    description="PyTorch: TorchScript (.pt), ExportedProgram (.pt2), torch.save modules (--trust-pickle)",
+    suffixes=_SUFFIXES,
+    load=load,
+    sniff=_sniff,
+    ops=supported_ops,
+    check_support=check_support,
+    options=OPTIONS,
+    inputs_help="MODEL.pt",
+)

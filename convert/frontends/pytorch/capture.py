@@ -1,0 +1,134 @@
+"""Capture a model as an ExportedProgram: torch.export for modules, TorchScript converted.
+
+``torch.export`` (non-strict) keeps the high-level ATen ops (conv2d, batch_norm, linear, ...).
+Where it cannot capture a module because of a data-dependent guard (a detector's NMS, a branch
+on tensor values), the module is traced with ``torch.jit.trace`` instead, and the traced graph
+converted to an ExportedProgram; the summary says so.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from convert.ir import ConversionError, Options, UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = ["export_module", "forward_input_names", "make_example_inputs", "resolve_shapes", "script_input_names",
+           "script_to_program"]
+
+logger = logging.getLogger(__name__)
+
+_DATA_DEPENDENT = ("data-dependent", "data dependent", "GuardOnDataDependentSymNode",
+                   "Could not guard on", "unbacked", "Dynamic control flow is not supported")
+
+
+def _is_data_dependent(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if type(seen).__name__ == "GuardOnDataDependentSymNode":
+            return True
+        text = str(seen)
+        if any(marker in text for marker in _DATA_DEPENDENT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def forward_input_names(module: torch.nn.Module) -> list[str]:
+    """Return the names of ``module.forward``'s positional parameters."""
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def script_input_names(script: torch.jit.ScriptModule) -> list[str]:
+    """Return the input names of a TorchScript module's ``forward`` (without ``self``)."""
+    return [a.name for a in script.forward.schema.arguments[1:]]
+
+
+def resolve_shapes(names: Sequence[str], options: Options, source: str) -> list[tuple[int, ...]]:
+    """Return the shape of each input from ``options.input_shapes`` (by name or as ``input0``...).
+
+    Raises:
+        UsageError: when an input has no shape, naming the flag to pass.
+    """
+    given = dict(options.input_shapes)
+    shapes: list[tuple[int, ...]] = []
+    for i, name in enumerate(names):
+        shape = given.pop(name, None)
+        if shape is None:
+            shape = given.pop(f"input{i}", None)
+        if shape is None and len(names) == 1 and len(given) == 1:
+            shape = given.popitem()[1]
+        if shape is None:
+            listed = ", ".join(f"'{n}'" for n in names)
+            raise UsageError(
+                f"{source}: the shape of input '{name}' is unknown (inputs: {listed}). "
+                f"Pass --input-shape {name}=1,3,224,224 (one per input; 'input{i}' works too)"
+            )
+        shapes.append(tuple(int(d) for d in shape))
+    if given:
+        raise UsageError(f"{source}: --input-shape names {', '.join(repr(k) for k in given)}, "
+                         f"which the model does not have (inputs: {', '.join(names)})")
+    return shapes
+
+
+def make_example_inputs(shapes: Sequence[Sequence[int]], seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Return seeded float32 example inputs of ``shapes``."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return tuple(torch.rand(tuple(s), generator=gen) for s in shapes)
+
+
+def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Tensor], source: str) -> object:
+    """Convert a TorchScript module to an ExportedProgram with torch's TorchScript converter."""
+    try:
+        from torch._export.converter import TS2EPConverter
+    except ImportError as exc:
+        raise UsageError(f"{source}: this torch version cannot convert TorchScript graphs; "
+                         "install torch>=2.5") from exc
+    try:
+        return TS2EPConverter(script, tuple(example)).convert()
+    except Exception as exc:
+        raise ConversionError(f"TorchScript model {source}",
+                              f"torch could not convert the scripted graph: {_first_line(exc)}. "
+                              "Save the model with torch.export.save instead") from exc
+
+
+def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options,
+                  source: str) -> object:
+    """Capture ``module`` with torch.export, falling back to tracing on data-dependent guards."""
+    import torch
+
+    module.eval()
+    try:
+        with torch.no_grad():
+            return torch.export.export(module, tuple(example), strict=False)
+    except Exception as exc:
+        if not _is_data_dependent(exc):
+            raise ConversionError(f"module {source}", f"torch.export failed: {_first_line(exc)}") from exc
+        reason = _first_line(exc)
+    options.diagnostics.note(
+        f"torch.export could not capture {source} (data-dependent: {reason}); "
+        "fell back to a traced TorchScript graph, valid for inputs like the example"
+    )
+    try:
+        with torch.no_grad():
+            traced = torch.jit.trace(module, tuple(example), check_trace=False, strict=False)
+    except Exception as exc:
+        raise ConversionError(f"module {source}", f"torch.export failed ({reason}) and tracing failed too: "
+                              f"{_first_line(exc)}") from exc
+    return script_to_program(traced, example, source)

@@ -1,0 +1,149 @@
+"""What a PyTorch file holds, told from its zip directory without running any of its code.
+
+- TorchScript (``torch.jit.save``): ``<root>/code/`` and ``<root>/constants.pkl``.
+- ExportedProgram (``torch.export.save``): ``<root>/archive_format`` or ``<root>/models/*.json``.
+- ``torch.save`` checkpoint: ``<root>/data.pkl`` only (or a legacy non-zip pickle). Inspected with
+  ``torch.load(weights_only=True, mmap=True)``: a state_dict loads; a pickled module does not, and
+  is unpickled only under ``--trust-pickle``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from convert.ir import ModelFormatError, Options, UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = ["TORCHSCRIPT", "EXPORTED_PROGRAM", "CHECKPOINT", "classify", "load_checkpoint", "load_factory"]
+
+TORCHSCRIPT = "torchscript"
+EXPORTED_PROGRAM = "exported_program"
+CHECKPOINT = "checkpoint"
+
+
+def classify(path: Path) -> str | None:
+    """Return TORCHSCRIPT, EXPORTED_PROGRAM, CHECKPOINT, or None when ``path`` is no PyTorch file."""
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+            if any(n.endswith("/constants.pkl") or "/code/" in n for n in names):
+                return TORCHSCRIPT
+            if any(n.endswith("/archive_format") or "/models/" in n and n.endswith(".json") for n in names):
+                return EXPORTED_PROGRAM
+            if any(n.endswith("data.pkl") for n in names):
+                return CHECKPOINT
+            return None
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+        return CHECKPOINT if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05") else None
+    except OSError:
+        return None
+
+
+def _state_dict_of(obj: object) -> Mapping[str, object] | None:
+    import torch
+
+    if isinstance(obj, Mapping):
+        if obj and all(isinstance(v, torch.Tensor) for v in obj.values()):
+            return obj
+        for key in ("state_dict", "model_state_dict", "model", "weights"):
+            inner = obj.get(key)
+            if isinstance(inner, Mapping) and inner and all(isinstance(v, torch.Tensor) for v in inner.values()):
+                return inner
+    return None
+
+
+def load_factory(spec: str) -> torch.nn.Module:
+    """Import ``package.module:factory`` and call it to build a module.
+
+    Raises:
+        UsageError: when the spec is malformed, the module or attribute is missing, or the
+            factory does not return an ``nn.Module``.
+    """
+    import torch
+
+    mod_name, _, attr = spec.partition(":")
+    if not mod_name or not attr:
+        raise UsageError(f"--model '{spec}': expected package.module:factory")
+    try:
+        module = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise UsageError(f"--model '{spec}': cannot import '{mod_name}': {exc}") from exc
+    obj: object = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise UsageError(f"--model '{spec}': '{mod_name}' has no attribute '{attr}'")
+        obj = getattr(obj, part)
+    built = obj() if callable(obj) and not isinstance(obj, torch.nn.Module) else obj
+    if not isinstance(built, torch.nn.Module):
+        raise UsageError(f"--model '{spec}' returned {type(built).__name__}, not a torch.nn.Module")
+    return built
+
+
+def load_checkpoint(path: Path, options: Options) -> torch.nn.Module:
+    """Return the module a ``torch.save`` file holds, refusing to unpickle code unless trusted.
+
+    Raises:
+        UsageError: for a pickled module without ``--trust-pickle``, or a state_dict without ``--model``.
+        ModelFormatError: when the file cannot be read or a pickled class cannot be imported.
+    """
+    import torch
+
+    trust = bool(options.get("trust_pickle", False))
+    factory = options.get("torch_factory")
+    try:
+        obj = _load(path, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        if not trust:
+            raise UsageError(
+                f"{path.name} is a pickled Python object (a whole module saved with torch.save(model)); "
+                "unpickling it runs code from the file, so it is refused. If you trust the file, pass "
+                "--trust-pickle; better, save the model with torch.jit.save or torch.export.save"
+            ) from exc
+        try:
+            obj = _load(path, weights_only=False)
+        except (ModuleNotFoundError, AttributeError, ImportError) as err:
+            raise ModelFormatError(
+                f"{path.name}: the pickled model needs a class that cannot be imported here ({err}). "
+                "Make the package that defines the model importable (install it or add it to PYTHONPATH)"
+            ) from err
+    if isinstance(obj, torch.jit.ScriptModule):
+        return obj
+    if isinstance(obj, torch.nn.Module):
+        if factory:
+            options.diagnostics.note(f"--model ignored: {path.name} holds a whole module")
+        return obj
+    state = _state_dict_of(obj)
+    if state is None:
+        raise ModelFormatError(f"{path.name} holds a {type(obj).__name__}, not a model or a state_dict")
+    if not factory:
+        raise UsageError(
+            f"{path.name} holds weights only (a state_dict of {len(state)} tensors) and no architecture. "
+            "Pass --model package.module:factory (a callable returning the nn.Module; the weights are "
+            "loaded into it), or use the Python API convert.convert(model, example_inputs, ...)"
+        )
+    module = load_factory(str(factory))
+    try:
+        module.load_state_dict(dict(state), strict=True, assign=True)
+    except RuntimeError as exc:
+        raise ModelFormatError(f"{path.name} does not fit --model {factory}: {str(exc).splitlines()[0]}") from exc
+    return module
+
+
+def _load(path: Path, *, weights_only: bool) -> object:
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
+    except RuntimeError as exc:
+        if "mmap" not in str(exc):
+            raise ModelFormatError(f"{path.name}: cannot read: {str(exc).splitlines()[0]}") from exc
+        return torch.load(path, map_location="cpu", weights_only=weights_only)

@@ -1,0 +1,422 @@
+"""Lower a ``torch.export.ExportedProgram`` (ATen ops) to the IR.
+
+Every ``call_function`` node is looked up in the op table (``ops.OPS``) by its ATen name; all
+missing ops are listed at once, with the module path and source line of their first use, before
+anything is converted. Nodes computed only from small constants (``arange``, ``zeros``, a class
+token plus a position embedding) are evaluated by torch itself and become constants. Parameters
+and buffers are wrapped without copying (``from_array(t.detach().numpy())``); only the ones a
+converter actually uses become initializers.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import os
+import re
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+
+from convert.ir import (
+    ConversionError,
+    ConvertError,
+    DataType,
+    GraphBuilder,
+    Model,
+    ModelFormatError,
+    Options,
+    Provenance,
+    Unsupported,
+    UnsupportedOpsError,
+    Value,
+    from_array,
+)
+
+from .ops import OPS, LowerContext, OpCall, TensorMeta
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = ["FOLD_MAX_BYTES", "lower_program", "op_key", "output_names", "unsupported_ops"]
+
+logger = logging.getLogger(__name__)
+
+# Constant subgraphs whose results are at most this large are evaluated by torch at conversion.
+FOLD_MAX_BYTES = 1 << 20
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+_TORCH_DIR = ""
+
+
+def output_names(count: int) -> list[str]:
+    """Return the graph output names used for ``count`` outputs: 'output' or 'output0', 'output1', ..."""
+    return ["output"] if count == 1 else [f"output{i}" for i in range(count)]
+
+
+def op_key(target: object) -> str:
+    """Return the op-table key of an FX call target: 'aten.conv2d', 'getitem', 'torchvision.nms'."""
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        return str(schema.name).replace("::", ".")
+    if target is operator.getitem:
+        return "getitem"
+    module = getattr(target, "__module__", "") or ""
+    name = getattr(target, "__name__", repr(target))
+    return f"{module.replace('_operator', 'operator')}.{name}" if module else name
+
+
+def _torch_dir() -> str:
+    global _TORCH_DIR
+    if not _TORCH_DIR:
+        import torch
+
+        _TORCH_DIR = os.path.dirname(os.path.dirname(torch.__file__))
+    return _TORCH_DIR
+
+
+def _module_path(node: object) -> str:
+    stack = getattr(node, "meta", {}).get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    path = str(list(stack.values())[-1][0])
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
+    path = re.sub(r"getattr\((.*?), '([^']+)'\)", r"\1.\2", path)
+    return path.strip(".")
+
+
+def _source_line(node: object) -> tuple[str, int | None]:
+    trace = getattr(node, "meta", {}).get("stack_trace") or ""
+    frames = _FRAME.findall(trace)
+    if not frames:
+        return "", None
+    torch_dir = os.path.join(_torch_dir(), "torch")
+    user = [f for f in frames if not f[0].startswith(torch_dir)]
+    file, line = (user or frames)[-1]
+    return os.path.basename(file), int(line)
+
+
+def _where(key: str, node: object, source: str) -> tuple[str, Provenance]:
+    module = _module_path(node)
+    file, line = _source_line(node)
+    prov = Provenance(file=file or source, layer=module, kind=key, line=line)
+    place = f"'{module}'" if module else "the top-level module"
+    loc = f" ({file}:{line})" if file and line is not None else ""
+    return f"{key} in {place}{loc}", prov
+
+
+_DTYPES: dict[str, DataType] = {
+    "torch.float32": DataType.FLOAT, "torch.float16": DataType.FLOAT16, "torch.bfloat16": DataType.BFLOAT16,
+    "torch.float64": DataType.DOUBLE, "torch.int64": DataType.INT64, "torch.int32": DataType.INT32,
+    "torch.int16": DataType.INT16, "torch.int8": DataType.INT8, "torch.uint8": DataType.UINT8,
+    "torch.bool": DataType.BOOL,
+}
+
+
+def ir_dtype(dtype: object) -> DataType:
+    """Return the IR data type of a torch dtype."""
+    try:
+        return _DTYPES[str(dtype)]
+    except KeyError:
+        raise ConvertError(f"tensors of dtype {dtype} are not supported") from None
+
+
+def _meta_of(val: object) -> object:
+    import torch
+
+    if isinstance(val, torch.Tensor):
+        return TensorMeta(tuple(int(d) for d in val.shape), ir_dtype(val.dtype))
+    if isinstance(val, (list, tuple)):
+        return [_meta_of(v) for v in val]
+    return val
+
+
+def _wrap(tensor: torch.Tensor, name: str, options: Options) -> Value | None:
+    """Return an IR tensor sharing ``tensor``'s memory (a copy only when torch's layout forces it)."""
+    import torch
+
+    t = tensor.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if not t.is_contiguous():
+        options.diagnostics.note(f"weight '{name}' is not contiguous in memory: copied")
+        t = t.contiguous()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        array = t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    else:
+        array = t.numpy()
+    return from_array(array, name=name)  # type: ignore[return-value]
+
+
+class _Lowering:
+    """State of one lowering: the FX-node -> IR environment and the constants torch can evaluate."""
+
+    def __init__(self, program: object, builder: GraphBuilder, options: Options, source: str) -> None:
+        from torch.export.graph_signature import InputKind
+
+        self.ep = program
+        self.builder = builder
+        self.options = options
+        self.source = source
+        self.ctx = LowerContext(builder, options)
+        self.env: dict[object, object] = {}
+        self.consts: dict[object, object] = {}  # fx node -> real torch value (params, folded results)
+        self.const_names: dict[object, str] = {}
+        self.user_inputs: list[object] = []
+        sig = program.graph_signature  # type: ignore[attr-defined]
+        kinds = {spec.arg.name: spec for spec in sig.input_specs}
+        state = program.state_dict  # type: ignore[attr-defined]
+        constants = getattr(program, "constants", {}) or {}
+        for node in program.graph.nodes:  # type: ignore[attr-defined]
+            if node.op != "placeholder":
+                continue
+            spec = kinds.get(node.name)
+            if spec is None or spec.kind == InputKind.USER_INPUT:
+                self.user_inputs.append(node)
+                continue
+            if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+                target = spec.target
+                value = state.get(target) if target in state else constants.get(target)
+                if value is None:
+                    raise ModelFormatError(f"{source}: the program has no value for '{target}'")
+                self.consts[node] = value
+                self.const_names[node] = target
+            else:
+                raise ModelFormatError(f"{source}: inputs of kind {spec.kind.name} ('{node.name}') are not supported")
+        self.foldable = self._find_foldable()
+
+    # -- analysis ---------------------------------------------------------------------
+    def _find_foldable(self) -> set[object]:
+        foldable: set[object] = set(self.consts)
+        for node in self.ep.graph.nodes:  # type: ignore[attr-defined]
+            if node.op != "call_function":
+                continue
+            deps = node.all_input_nodes
+            if not all(d in foldable for d in deps):
+                continue
+            if not deps or _nbytes(node.meta.get("val")) <= FOLD_MAX_BYTES:
+                foldable.add(node)
+        return foldable
+
+    def missing(self) -> list[Unsupported]:
+        counts: Counter[str] = Counter()
+        first: dict[str, str] = {}
+        for node in self.ep.graph.nodes:  # type: ignore[attr-defined]
+            if node.op != "call_function" or node in self.foldable:
+                continue
+            key = op_key(node.target)
+            if key in OPS or (key.startswith("operator.") and hasattr(operator, key.split(".", 1)[1])):
+                continue
+            counts[key] += 1
+            if key not in first:
+                first[key] = _where(key, node, self.source)[0].split(" in ", 1)[1]
+        return [Unsupported(op=k, count=n, first=first[k]) for k, n in counts.items()]
+
+    # -- conversion -------------------------------------------------------------------
+    def value(self, node: object) -> object:
+        if node in self.env:
+            return self.env[node]
+        if node in self.consts:
+            real = self.consts[node]
+            name = self.const_names.get(node) or str(getattr(node, "name", "const"))
+            value = self._const_value(real, name)
+            self.env[node] = value
+            return value
+        raise ConversionError(str(getattr(node, "name", node)), "used before it is defined")
+
+    def _const_value(self, real: object, name: str) -> object:
+        import torch
+
+        if isinstance(real, torch.Tensor):
+            tensor = _wrap(real, name, self.options)
+            return self.builder.initializer(tensor, name)  # type: ignore[arg-type]
+        if isinstance(real, (list, tuple)):
+            return type(real)(self._const_value(r, f"{name}_{i}") for i, r in enumerate(real))
+        return real
+
+    def _bind(self, node: object) -> tuple[dict[str, object], dict[str, object]]:
+        import torch.fx
+
+        def conv(a: object) -> object:
+            if isinstance(a, torch.fx.Node):
+                return self.value(a)
+            if isinstance(a, (list, tuple)):
+                return type(a)(conv(x) for x in a)
+            return a
+
+        def meta(a: object) -> object:
+            if isinstance(a, torch.fx.Node):
+                return _meta_of(a.meta.get("val"))
+            if isinstance(a, (list, tuple)):
+                return [meta(x) for x in a]
+            return None
+
+        target = node.target  # type: ignore[attr-defined]
+        args, kwargs = node.args, node.kwargs  # type: ignore[attr-defined]
+        schema = getattr(target, "_schema", None)
+        bound: dict[str, object] = {}
+        metas: dict[str, object] = {}
+        if schema is None:  # operator.getitem and friends
+            names = ["self", "index", "other"][: len(args)]
+            for n, a in zip(names, args, strict=False):
+                bound[n] = conv(a)
+                metas[n] = meta(a)
+            return bound, metas
+        for i, arg in enumerate(schema.arguments):
+            if i < len(args) and not arg.kwarg_only:
+                a = args[i]
+            elif arg.name in kwargs:
+                a = kwargs[arg.name]
+            elif arg.has_default_value():
+                a = arg.default_value
+            else:
+                a = None
+            bound[arg.name] = conv(a)
+            metas[arg.name] = meta(a)
+        return bound, metas
+
+    def _fold(self, node: object) -> None:
+        import torch.fx
+
+        def real(a: object) -> object:
+            if isinstance(a, torch.fx.Node):
+                return self.consts[a]
+            if isinstance(a, (list, tuple)):
+                return type(a)(real(x) for x in a)
+            return a
+
+        result = node.target(*real(node.args), **{k: real(v) for k, v in node.kwargs.items()})  # type: ignore[attr-defined]
+        self.consts[node] = result
+        self.const_names[node] = str(node.name)  # type: ignore[attr-defined]
+
+    def run_node(self, node: object) -> None:
+        key = op_key(node.target)  # type: ignore[attr-defined]
+        if node in self.foldable:
+            self._fold(node)
+            return
+        where, prov = _where(key, node, self.source)
+        bound, metas = self._bind(node)
+        if key.startswith("operator.") and not any(isinstance(v, Value) for v in bound.values()):
+            self.env[node] = getattr(operator, key.split(".", 1)[1])(*bound.values())
+            return
+        converter = OPS.lookup(key)
+        if converter is None:  # missing() was checked first; this is a bug
+            raise ConversionError(where, "no converter")
+        call = OpCall(op=key, overload=str(getattr(node.target, "_overloadname", "")), args=bound, metas=metas,  # type: ignore[attr-defined]
+                      out=_meta_of(node.meta.get("val")), where=where, module=prov.layer, prov=prov)  # type: ignore[attr-defined]
+        self.ctx.call = call
+        try:
+            result = converter(call, self.ctx)
+        except ConvertError:
+            raise
+        except Exception as exc:
+            raise ConversionError(where, f"{type(exc).__name__}: {exc}") from exc
+        _annotate(result, call.out)
+        self.env[node] = result
+
+
+def _nbytes(val: object) -> int:
+    import torch
+
+    if isinstance(val, torch.Tensor):
+        return int(val.numel()) * val.element_size()
+    if isinstance(val, (list, tuple)):
+        return sum(_nbytes(v) for v in val)
+    return 0
+
+
+def _annotate(result: object, meta: object) -> None:
+    """Give converter outputs the static type and shape torch.export recorded."""
+    from convert.ir import Shape, TensorType
+
+    if isinstance(result, Value) and isinstance(meta, TensorMeta):
+        if result.type is None and result.const_value is None:
+            result.type = TensorType(meta.dtype)
+            result.shape = Shape(meta.shape)
+    elif isinstance(result, (list, tuple)) and isinstance(meta, (list, tuple)):
+        for r, m in zip(result, meta, strict=False):
+            _annotate(r, m)
+
+
+def unsupported_ops(program: object, source: str, options: Options | None = None) -> list[Unsupported]:
+    """Return every op of ``program`` the op table cannot convert (with count and first place)."""
+    builder = GraphBuilder("check")
+    return _Lowering(program, builder, options or Options(), source).missing()
+
+
+def lower_program(program: object, *, source: str, options: Options,
+                  input_names: Sequence[str] | None = None, name: str = "pytorch") -> Model:
+    """Lower an ExportedProgram to an IR model at the canonical opset.
+
+    Args:
+        program: a ``torch.export.ExportedProgram`` (not decomposed, or core ATen).
+        source: what to call the model in messages (its file name).
+        options: conversion options; notes go to ``options.diagnostics``.
+        input_names: names of the graph inputs (default: the program's placeholder names).
+        name: the graph's name.
+
+    Returns:
+        The IR model, inputs and outputs in the program's order.
+
+    Raises:
+        UnsupportedOpsError: listing every op without a converter.
+        ConversionError: when one call cannot be converted (its op, module path and line).
+    """
+    builder = GraphBuilder(name, source=source)
+    lowering = _Lowering(program, builder, options, source)
+    missing = lowering.missing()
+    if missing:
+        raise UnsupportedOpsError(source, missing, what="ATen op",
+                                  hint="Run `convert ops pytorch` for the supported list.")
+    users = lowering.user_inputs
+    names = list(input_names) if input_names else [str(n.name) for n in users]  # type: ignore[attr-defined]
+    if len(names) != len(users):
+        raise ConversionError(source, f"the program has {len(users)} inputs, {len(names)} names were given")
+    for node, nm in zip(users, names, strict=True):
+        meta = _meta_of(node.meta.get("val"))  # type: ignore[attr-defined]
+        if not isinstance(meta, TensorMeta):
+            raise ConversionError(source, f"input '{nm}' is not a tensor ({type(meta).__name__})")
+        lowering.env[node] = builder.input(nm, meta.dtype, meta.shape)
+    out_node = None
+    for node in program.graph.nodes:  # type: ignore[attr-defined]
+        if node.op == "call_function":
+            lowering.run_node(node)
+        elif node.op == "output":
+            out_node = node
+        elif node.op == "get_attr":
+            lowering.consts[node] = _get_attr(program, node.target)
+            lowering.foldable.add(node)
+    if out_node is None:
+        raise ModelFormatError(f"{source}: the program has no output")
+    _outputs(program, lowering, out_node, builder, source)
+    return builder.build(doc=f"converted from {os.path.basename(source)} by convert (pytorch frontend)")
+
+
+def _get_attr(program: object, target: str) -> object:
+    obj: object = program.graph_module  # type: ignore[attr-defined]
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _outputs(program: object, lowering: _Lowering, out_node: object, builder: GraphBuilder, source: str) -> None:
+    from torch.export.graph_signature import OutputKind
+
+    specs = program.graph_signature.output_specs  # type: ignore[attr-defined]
+    flat = list(out_node.args[0])  # type: ignore[attr-defined]
+    users = [f for f, s in zip(flat, specs, strict=True) if s.kind == OutputKind.USER_OUTPUT]
+    names = output_names(len(users))
+    for node, nm in zip(users, names, strict=True):
+        if node in lowering.consts and node not in lowering.env:
+            value = lowering.value(node)
+        else:
+            value = lowering.env.get(node) if node is not None else None
+        if not isinstance(value, Value):
+            raise ConversionError(source, f"output '{nm}' is not a tensor ({type(value).__name__})")
+        builder.output(value, nm)
+
+

@@ -1,0 +1,164 @@
+"""The op table of the PyTorch frontend and what every converter receives.
+
+Converters are keyed by the ATen op name as torch.export spells it (``"aten.conv2d"``), one
+function for all overloads of an op: arguments are bound by their schema names, so
+``call["stride"]`` works whether the caller passed it positionally, by keyword or left the
+default. A converter returns an IR value, a tuple of values (multi-output ops), a Python scalar
+(shape arithmetic) or ``None`` (ops with no result such as assertions).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from convert.ir import (
+    ConversionError,
+    DataType,
+    Diagnostics,
+    GraphBuilder,
+    Options,
+    Provenance,
+    Registry,
+    Value,
+)
+
+__all__ = ["OPS", "LowerContext", "OpCall", "TensorMeta", "lowers"]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorMeta:
+    """Static facts about a tensor taken from torch.export's fake values: shape and dtype."""
+
+    shape: tuple[int, ...]
+    dtype: DataType
+
+    @property
+    def rank(self) -> int:
+        """Return the number of dimensions."""
+        return len(self.shape)
+
+
+@dataclass(slots=True)
+class OpCall:
+    """One ATen call: the op, its arguments bound by schema name, and what it produces."""
+
+    op: str
+    overload: str
+    args: dict[str, object]
+    metas: dict[str, object]
+    out: object
+    where: str
+    module: str = ""
+    prov: Provenance = field(default_factory=Provenance)
+
+    def __getitem__(self, name: str) -> object:
+        return self.args[name]
+
+    def get(self, name: str, default: object = None) -> object:
+        """Return argument ``name``, or ``default`` when it is absent or None."""
+        value = self.args.get(name)
+        return default if value is None else value
+
+    def tensor(self, name: str) -> Value:
+        """Return argument ``name`` as an IR value; raise when it is not a tensor."""
+        value = self.args.get(name)
+        if not isinstance(value, Value):
+            raise ConversionError(self.where, f"argument '{name}' is {type(value).__name__}, expected a tensor")
+        return value
+
+    def meta(self, name: str) -> TensorMeta:
+        """Return the shape and dtype of tensor argument ``name``."""
+        meta = self.metas.get(name)
+        if not isinstance(meta, TensorMeta):
+            raise ConversionError(self.where, f"no static shape is known for argument '{name}'")
+        return meta
+
+    @property
+    def out_meta(self) -> TensorMeta:
+        """Return the shape and dtype of the (first) output."""
+        out = self.out
+        if isinstance(out, (list, tuple)):
+            out = out[0]
+        if not isinstance(out, TensorMeta):
+            raise ConversionError(self.where, "the op's output is not a tensor")
+        return out
+
+    def unsupported(self, why: str, hint: str = "") -> ConversionError:
+        """Return an error saying this call cannot be converted, for ``raise``."""
+        return ConversionError(self.where, why + (f". {hint}" if hint else ""))
+
+
+class LowerContext:
+    """What converters use: the graph builder, the current call's provenance, options, notes."""
+
+    def __init__(self, builder: GraphBuilder, options: Options) -> None:
+        self.builder = builder
+        self.options = options
+        self.diagnostics: Diagnostics = options.diagnostics
+        self.call: OpCall | None = None
+
+    def op(self, op_type: str, inputs: Sequence[Value | None], attributes: Mapping[str, object] | None = None,
+           *, outputs: int = 1, name: str | None = None) -> Value:
+        """Emit one node for the current call (named after its module) and return its first output."""
+        return self.op_multi(op_type, inputs, attributes, outputs=outputs, name=name)[0]
+
+    def op_multi(self, op_type: str, inputs: Sequence[Value | None],
+                 attributes: Mapping[str, object] | None = None, *, outputs: int = 1,
+                 name: str | None = None) -> tuple[Value, ...]:
+        """Emit one node with several outputs for the current call."""
+        call = self.call
+        base = name or (call.module if call is not None and call.module else op_type)
+        prov = call.prov if call is not None else None
+        return self.builder.op_multi(op_type, inputs, attributes, name=base, outputs=outputs, prov=prov)
+
+    def const(self, array: object, dtype: DataType | np.dtype | type | None = None, name: str = "const") -> Value:
+        """Add a small constant; ``dtype`` may be an IR ``DataType``."""
+        if isinstance(dtype, DataType):
+            dtype = dtype.numpy()
+        return self.builder.const(np.asarray(array, dtype=dtype), name=name)
+
+    def ints(self, values: Sequence[int] | int, name: str = "const") -> Value:
+        """Add a small int64 constant (shapes, axes, split sizes)."""
+        return self.builder.const(np.asarray(values, dtype=np.int64), name=name)
+
+    def scalar_like(self, value: float | int | bool, meta: TensorMeta) -> Value:
+        """Add a 0-d constant with the dtype of ``meta`` (a Python scalar operand)."""
+        return self.const(np.asarray(value, dtype=meta.dtype.numpy()))
+
+
+class Converter(Protocol):
+    """The signature of every converter."""
+
+    def __call__(self, call: OpCall, ctx: LowerContext) -> object: ...
+
+
+OPS: Registry[Callable[[OpCall, LowerContext], object]] = Registry("pytorch ops")
+
+
+def lowers(*keys: str, to: str, notes: str = "") -> Callable[[Callable[[OpCall, LowerContext], object]],
+                                                             Callable[[OpCall, LowerContext], object]]:
+    """Register a converter for ``keys`` and record what it maps to for the support table."""
+
+    def decorate(func: Callable[[OpCall, LowerContext], object]) -> Callable[[OpCall, LowerContext], object]:
+        func.maps_to = to  # type: ignore[attr-defined]
+        func.notes = notes  # type: ignore[attr-defined]
+        return OPS.register(*keys)(func)
+
+    return decorate
+
+
+def norm_axis(axis: int, rank: int) -> int:
+    """Return ``axis`` in ``[0, rank)``."""
+    return axis + rank if axis < 0 else axis
+
+
+def as_list(value: object, n: int) -> list[int]:
+    """Return an int or a list of ints as a list of ``n`` ints (a one-element list is repeated)."""
+    if isinstance(value, (list, tuple)):
+        items = [int(v) for v in value]
+        return items * n if len(items) == 1 else items
+    return [int(value)] * n  # type: ignore[call-overload]

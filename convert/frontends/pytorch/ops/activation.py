@@ -1,0 +1,154 @@
+"""Activations and softmax: relu, relu6/hardtanh, silu, sigmoid, tanh, gelu, leaky_relu,
+hardswish, hardsigmoid, elu, mish, softplus, prelu, clamp, softmax, log_softmax.
+
+GELU is emitted as its Erf form (the Gelu op is opset 20; the IR's canonical opset is 17);
+the tanh approximation as its formula.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from convert.ir import Value
+
+from ._base import LowerContext, OpCall, lowers, norm_axis
+
+__all__ = ["clamp", "gelu", "hardtanh", "relu", "silu", "softmax"]
+
+
+def _unary(op_type: str) -> object:
+    def convert(call: OpCall, ctx: LowerContext) -> Value:
+        return ctx.op(op_type, [call.tensor("self")])
+
+    convert.__doc__ = f"Lower to one {op_type}."
+    return convert
+
+
+for _key, _op in {
+    "aten.relu": "Relu", "aten.relu_": "Relu", "aten.sigmoid": "Sigmoid", "aten.tanh": "Tanh",
+    "aten.hardswish": "HardSwish", "aten.exp": "Exp", "aten.log": "Log", "aten.sqrt": "Sqrt",
+    "aten.abs": "Abs", "aten.neg": "Neg", "aten.erf": "Erf", "aten.reciprocal": "Reciprocal",
+    "aten.sin": "Sin", "aten.cos": "Cos", "aten.floor": "Floor", "aten.ceil": "Ceil",
+    "aten.round": "Round", "aten.sign": "Sign", "aten.logical_not": "Not",
+}.items():
+    lowers(_key, to=_op)(_unary(_op))  # type: ignore[arg-type]
+
+
+@lowers("aten.rsqrt", to="Sqrt+Reciprocal")
+def rsqrt(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower rsqrt to Reciprocal(Sqrt(x))."""
+    return ctx.op("Reciprocal", [ctx.op("Sqrt", [call.tensor("self")])])
+
+
+@lowers("aten.silu", "aten.silu_", to="Sigmoid+Mul")
+def silu(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower silu to x * Sigmoid(x)."""
+    x = call.tensor("self")
+    return ctx.op("Mul", [x, ctx.op("Sigmoid", [x])])
+
+
+@lowers("aten.hardtanh", "aten.hardtanh_", "aten.relu6", to="Clip")
+def hardtanh(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower hardtanh / relu6 to Clip(min, max)."""
+    meta = call.meta("self")
+    lo = float(call.get("min_val", 0.0))  # type: ignore[arg-type]
+    hi = float(call.get("max_val", 6.0))  # type: ignore[arg-type]
+    return ctx.op("Clip", [call.tensor("self"), ctx.scalar_like(lo, meta), ctx.scalar_like(hi, meta)])
+
+
+@lowers("aten.clamp", "aten.clamp_min", "aten.clamp_max", to="Clip")
+def clamp(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower clamp with scalar bounds to Clip; tensor bounds are not supported."""
+    meta = call.meta("self")
+    lo = call.args.get("min")
+    hi = call.args.get("max")
+    if isinstance(lo, Value) or isinstance(hi, Value):
+        raise call.unsupported("clamp with tensor bounds")
+    lo_v = ctx.scalar_like(lo, meta) if lo is not None else None  # type: ignore[arg-type]
+    hi_v = ctx.scalar_like(hi, meta) if hi is not None else None  # type: ignore[arg-type]
+    inputs: list[Value | None] = [call.tensor("self"), lo_v]
+    if hi_v is not None:
+        inputs.append(hi_v)
+    return ctx.op("Clip", inputs)
+
+
+@lowers("aten.gelu", "aten.gelu_", to="Div+Erf+Add+Mul+Mul",
+        notes="approximate='tanh' lowers to its tanh formula")
+def gelu(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower gelu to 0.5 * x * (1 + erf(x / sqrt(2))) (or the tanh formula)."""
+    x = call.tensor("self")
+    meta = call.meta("self")
+    if call.get("approximate", "none") == "tanh":
+        cube = ctx.op("Mul", [ctx.op("Mul", [x, x]), x])
+        inner = ctx.op("Add", [x, ctx.op("Mul", [cube, ctx.scalar_like(0.044715, meta)])])
+        t = ctx.op("Tanh", [ctx.op("Mul", [inner, ctx.scalar_like(math.sqrt(2.0 / math.pi), meta)])])
+        half = ctx.op("Mul", [x, ctx.scalar_like(0.5, meta)])
+        return ctx.op("Mul", [half, ctx.op("Add", [t, ctx.scalar_like(1.0, meta)])])
+    e = ctx.op("Erf", [ctx.op("Div", [x, ctx.scalar_like(math.sqrt(2.0), meta)])])
+    return ctx.op("Mul", [ctx.op("Mul", [x, ctx.op("Add", [e, ctx.scalar_like(1.0, meta)])]),
+                          ctx.scalar_like(0.5, meta)])
+
+
+@lowers("aten.leaky_relu", "aten.leaky_relu_", to="LeakyRelu")
+def leaky_relu(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower leaky_relu to LeakyRelu(alpha=negative_slope)."""
+    return ctx.op("LeakyRelu", [call.tensor("self")], {"alpha": float(call.get("negative_slope", 0.01))})  # type: ignore[arg-type]
+
+
+@lowers("aten.hardsigmoid", "aten.hardsigmoid_", to="HardSigmoid")
+def hardsigmoid(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower hardsigmoid to HardSigmoid(alpha=1/6, beta=0.5)."""
+    return ctx.op("HardSigmoid", [call.tensor("self")], {"alpha": 1.0 / 6.0, "beta": 0.5})
+
+
+@lowers("aten.elu", "aten.elu_", to="Elu", notes="scale and input_scale must be 1")
+def elu(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower elu to Elu(alpha)."""
+    if float(call.get("scale", 1)) != 1.0 or float(call.get("input_scale", 1)) != 1.0:  # type: ignore[arg-type]
+        raise call.unsupported("elu with scale or input_scale other than 1")
+    return ctx.op("Elu", [call.tensor("self")], {"alpha": float(call.get("alpha", 1.0))})  # type: ignore[arg-type]
+
+
+@lowers("aten.softplus", to="Softplus", notes="beta must be 1")
+def softplus(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower softplus (beta=1; the threshold only matters for overflow) to Softplus."""
+    if float(call.get("beta", 1)) != 1.0:  # type: ignore[arg-type]
+        raise call.unsupported("softplus with beta other than 1")
+    return ctx.op("Softplus", [call.tensor("self")])
+
+
+@lowers("aten.mish", "aten.mish_", to="Softplus+Tanh+Mul")
+def mish(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower mish to x * tanh(softplus(x))."""
+    x = call.tensor("self")
+    return ctx.op("Mul", [x, ctx.op("Tanh", [ctx.op("Softplus", [x])])])
+
+
+@lowers("aten.prelu", "aten._prelu_kernel", to="PRelu")
+def prelu(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower prelu to PRelu, reshaping the per-channel slope to broadcast over axis 1."""
+    x = call.tensor("self")
+    rank = call.meta("self").rank
+    w = call.tensor("weight")
+    wshape = call.meta("weight").shape
+    if rank > 2 and len(wshape) == 1 and wshape[0] > 1:
+        w = ctx.op("Reshape", [w, ctx.ints([wshape[0]] + [1] * (rank - 2))])
+    return ctx.op("PRelu", [x, w])
+
+
+@lowers("aten.softmax", "aten._softmax", to="Softmax")
+def softmax(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower softmax to Softmax(axis)."""
+    axis = norm_axis(int(call["dim"]), call.meta("self").rank)  # type: ignore[call-overload]
+    return ctx.op("Softmax", [call.tensor("self")], {"axis": axis})
+
+
+@lowers("aten.log_softmax", "aten._log_softmax", to="LogSoftmax")
+def log_softmax(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower log_softmax to LogSoftmax(axis)."""
+    axis = norm_axis(int(call["dim"]), call.meta("self").rank)  # type: ignore[call-overload]
+    return ctx.op("LogSoftmax", [call.tensor("self")], {"axis": axis})
+
+

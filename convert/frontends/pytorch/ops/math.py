@@ -1,0 +1,197 @@
+"""Arithmetic, reductions and matrix products: add/sub/mul/div/pow, comparisons, mean/sum/amax,
+linear -> Gemm (2-D input) or MatMul+Add, mm/bmm/matmul -> MatMul, addmm -> Gemm.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from convert.ir import Value, lazy
+
+from ._base import LowerContext, OpCall, TensorMeta, lowers, norm_axis
+
+__all__ = ["add", "addmm", "binary", "linear", "matmul", "mean"]
+
+
+def _operand(call: OpCall, ctx: LowerContext, name: str, like: TensorMeta) -> Value:
+    value = call.args.get(name)
+    if isinstance(value, Value):
+        return value
+    if isinstance(value, (bool, int, float)):
+        return ctx.scalar_like(value, like)
+    raise call.unsupported(f"operand '{name}' of type {type(value).__name__}")
+
+
+def _like(call: OpCall) -> TensorMeta:
+    for name in ("self", "other"):
+        meta = call.metas.get(name)
+        if isinstance(meta, TensorMeta):
+            return meta
+    return call.out_meta
+
+
+def _binary(op_type: str, *, reverse: bool = False) -> object:
+    def convert(call: OpCall, ctx: LowerContext) -> Value:
+        like = _like(call)
+        a = _operand(call, ctx, "self", like)
+        b = _operand(call, ctx, "other", like)
+        alpha = call.args.get("alpha")
+        if alpha is not None and alpha != 1:
+            b = ctx.op("Mul", [b, ctx.scalar_like(alpha, like)])  # type: ignore[arg-type]
+        return ctx.op(op_type, [b, a] if reverse else [a, b])
+
+    convert.__doc__ = f"Lower to {op_type} (Python scalars become constants of the tensor's dtype)."
+    return convert
+
+
+for _keys, _op in {
+    ("aten.add", "aten.add_"): "Add", ("aten.sub", "aten.sub_"): "Sub", ("aten.mul", "aten.mul_"): "Mul",
+    ("aten.maximum",): "Max", ("aten.minimum",): "Min", ("aten.eq",): "Equal", ("aten.lt",): "Less",
+    ("aten.gt",): "Greater", ("aten.le",): "LessOrEqual", ("aten.ge",): "GreaterOrEqual",
+    ("aten.logical_and",): "And", ("aten.logical_or",): "Or", ("aten.remainder",): "Mod",
+}.items():
+    lowers(*_keys, to=_op)(_binary(_op))  # type: ignore[arg-type]
+lowers("aten.rsub", to="Sub")(_binary("Sub", reverse=True))  # type: ignore[arg-type]
+
+
+
+@lowers("aten.div", "aten.div_", to="Div", notes="rounding_mode 'floor'/'trunc' add Floor/Cast")
+def div(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower div to Div; rounding_mode='floor' adds Floor (float) ."""
+    like = _like(call)
+    y = ctx.op("Div", [_operand(call, ctx, "self", like), _operand(call, ctx, "other", like)])
+    mode = call.args.get("rounding_mode")
+    if mode == "floor":
+        y = ctx.op("Floor", [y])
+    elif mode == "trunc":
+        y = ctx.op("Mul", [ctx.op("Floor", [ctx.op("Abs", [y])]), ctx.op("Sign", [y])])
+    return y
+
+
+@lowers("aten.pow", to="Pow / Mul", notes="x**2 becomes Mul(x, x)")
+def pow_(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower pow to Pow; a square becomes Mul(x, x), which every backend has."""
+    like = _like(call)
+    base = _operand(call, ctx, "self", like)
+    exponent = call.args.get("exponent")
+    if exponent == 2:
+        return ctx.op("Mul", [base, base])
+    if exponent == 0.5:
+        return ctx.op("Sqrt", [base])
+    if isinstance(exponent, Value):
+        return ctx.op("Pow", [base, exponent])
+    return ctx.op("Pow", [base, ctx.scalar_like(exponent, like)])  # type: ignore[arg-type]
+
+
+@lowers("aten.where", to="Where")
+def where(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower where(condition, self, other) to Where."""
+    like = call.out_meta
+    return ctx.op("Where", [call.tensor("condition"), _operand(call, ctx, "self", like),
+                            _operand(call, ctx, "other", like)])
+
+
+def _axes(call: OpCall, rank: int) -> list[int]:
+    dims = call.args.get("dim")
+    if dims is None or dims == []:
+        return list(range(rank))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted(norm_axis(int(d), rank) for d in dims)  # type: ignore[union-attr]
+
+
+@lowers("aten.mean", to="GlobalAveragePool / ReduceMean", notes="mean over H,W of NCHW is GlobalAveragePool")
+def mean(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower mean; over the spatial axes of a 4-D tensor it is GlobalAveragePool (+Flatten)."""
+    meta = call.meta("self")
+    axes = _axes(call, meta.rank)
+    keep = bool(call.get("keepdim", False))
+    x = call.tensor("self")
+    if meta.rank == 4 and axes == [2, 3]:
+        y = ctx.op("GlobalAveragePool", [x])
+        return y if keep else ctx.op("Flatten", [y], {"axis": 1})
+    return ctx.op("ReduceMean", [x], {"axes": axes, "keepdims": int(keep)})
+
+
+@lowers("aten.sum", to="ReduceSum")
+def sum_(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower sum over dims to ReduceSum (axes as an input since opset 13)."""
+    meta = call.meta("self")
+    axes = _axes(call, meta.rank)
+    return ctx.op("ReduceSum", [call.tensor("self"), ctx.ints(axes)], {"keepdims": int(bool(call.get("keepdim")))})
+
+
+@lowers("aten.amax", to="ReduceMax")
+def amax(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower amax to ReduceMax (axes attribute at opset 17)."""
+    meta = call.meta("self")
+    return ctx.op("ReduceMax", [call.tensor("self")],
+                  {"axes": _axes(call, meta.rank), "keepdims": int(bool(call.get("keepdim")))})
+
+
+@lowers("aten.amin", to="ReduceMin")
+def amin(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower amin to ReduceMin (axes attribute at opset 17)."""
+    meta = call.meta("self")
+    return ctx.op("ReduceMin", [call.tensor("self")],
+                  {"axes": _axes(call, meta.rank), "keepdims": int(bool(call.get("keepdim")))})
+
+
+def _transposed(ctx: LowerContext, w: Value) -> Value:
+    """Return W^T: a lazily transposed initializer when W is constant, else a Transpose node."""
+    tensor = w.const_value
+    if tensor is None or len(tensor.shape) != 2:
+        return ctx.op("Transpose", [w], {"perm": [1, 0]})
+    rows, cols = (int(d) for d in tensor.shape)
+    t = lazy(lambda: np.ascontiguousarray(tensor.numpy().T), tensor.dtype, (cols, rows), name=f"{w.name}_T")
+    return ctx.builder.initializer(t, f"{w.name}_T")
+
+
+@lowers("aten.linear", to="Gemm / MatMul+Add", notes="Gemm(transB=1) for 2-D inputs; MatMul with W^T otherwise")
+def linear(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower linear to Gemm(transB=1) on 2-D inputs, else MatMul by a lazily transposed W (+ Add bias)."""
+    x = call.tensor("input")
+    w = call.tensor("weight")
+    bias = call.get("bias")
+    if call.meta("input").rank == 2:
+        inputs: list[Value | None] = [x, w]
+        if isinstance(bias, Value):
+            inputs.append(bias)
+        return ctx.op("Gemm", inputs, {"transB": 1})
+    y = ctx.op("MatMul", [x, _transposed(ctx, w)])
+    return ctx.op("Add", [y, bias]) if isinstance(bias, Value) else y
+
+
+@lowers("aten.addmm", to="Gemm")
+def addmm(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower addmm(bias, a, b) to Gemm; b = Transpose(W) of a constant becomes Gemm(transB=1) on W."""
+    a = call.tensor("mat1")
+    b = call.tensor("mat2")
+    attrs: dict[str, object] = {"alpha": float(call.get("alpha", 1)), "beta": float(call.get("beta", 1))}  # type: ignore[arg-type]
+    producer = b.producer()
+    if (producer is not None and producer.op_type == "Transpose" and producer.inputs[0] is not None
+            and producer.inputs[0].const_value is not None):
+        b = producer.inputs[0]
+        attrs["transB"] = 1
+    return ctx.op("Gemm", [a, b, call.tensor("self")], attrs)
+
+
+@lowers("aten.mm", "aten.bmm", "aten.matmul", to="MatMul")
+def matmul(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower mm / bmm / matmul to MatMul."""
+    return ctx.op("MatMul", [call.tensor("self"), call.tensor("mat2" if "mat2" in call.args else "other")])
+
+
+@lowers("aten.baddbmm", to="MatMul+Mul+Add")
+def baddbmm(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower baddbmm to beta * self + alpha * (batch1 @ batch2)."""
+    like = call.out_meta
+    y = ctx.op("MatMul", [call.tensor("batch1"), call.tensor("batch2")])
+    alpha = float(call.get("alpha", 1))  # type: ignore[arg-type]
+    beta = float(call.get("beta", 1))  # type: ignore[arg-type]
+    if alpha != 1:
+        y = ctx.op("Mul", [y, ctx.scalar_like(alpha, like)])
+    s = call.tensor("self")
+    if beta != 1:
+        s = ctx.op("Mul", [s, ctx.scalar_like(beta, like)])
+    return ctx.op("Add", [y, s])

@@ -1,0 +1,139 @@
+"""Pooling and resizing: max/avg pool, adaptive pools -> GlobalAveragePool / AveragePool,
+mean over H,W -> GlobalAveragePool, upsample_* / interpolate -> Resize.
+"""
+
+from __future__ import annotations
+
+from convert.ir import Value
+
+from ._base import LowerContext, OpCall, as_list, lowers
+
+__all__ = ["adaptive_avg_pool", "avg_pool", "max_pool", "upsample"]
+
+
+def _max_pool(call: OpCall, ctx: LowerContext) -> Value:
+    kernel = as_list(call["kernel_size"], call.meta("self").rank - 2)
+    nd = len(kernel)
+    stride = call.get("stride") or kernel
+    pads = as_list(call.get("padding", 0), nd)
+    attrs: dict[str, object] = {
+        "kernel_shape": kernel, "strides": as_list(stride, nd), "pads": pads + pads,
+        "dilations": as_list(call.get("dilation", 1), nd), "ceil_mode": int(bool(call.get("ceil_mode", False))),
+    }
+    return ctx.op("MaxPool", [call.tensor("self")], attrs)
+
+
+@lowers("aten.max_pool1d", "aten.max_pool2d", "aten.max_pool3d", to="MaxPool")
+def max_pool(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower max_pool{1,2,3}d to MaxPool (an empty stride means stride = kernel)."""
+    return _max_pool(call, ctx)
+
+
+@lowers("aten.max_pool2d_with_indices", "aten.max_pool3d_with_indices", to="MaxPool",
+        notes="the indices output is not supported")
+def max_pool_with_indices(call: OpCall, ctx: LowerContext) -> tuple[Value, None]:
+    """Lower max_pool*_with_indices to MaxPool; only the values output may be used."""
+    return _max_pool(call, ctx), None
+
+
+@lowers("aten.avg_pool1d", "aten.avg_pool2d", "aten.avg_pool3d", to="AveragePool",
+        notes="divisor_override is not supported")
+def avg_pool(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower avg_pool{1,2,3}d to AveragePool (count_include_pad kept)."""
+    if call.get("divisor_override") is not None:
+        raise call.unsupported("avg_pool with divisor_override")
+    kernel = as_list(call["kernel_size"], call.meta("self").rank - 2)
+    nd = len(kernel)
+    stride = call.get("stride") or kernel
+    pads = as_list(call.get("padding", 0), nd)
+    attrs = {
+        "kernel_shape": kernel, "strides": as_list(stride, nd), "pads": pads + pads,
+        "ceil_mode": int(bool(call.get("ceil_mode", False))),
+        "count_include_pad": int(bool(call.get("count_include_pad", True))),
+    }
+    return ctx.op("AveragePool", [call.tensor("self")], attrs)
+
+
+def _adaptive(call: OpCall, ctx: LowerContext, kind: str) -> Value:
+    meta = call.meta("self")
+    spatial = list(meta.shape[2:])
+    out = as_list(call["output_size"], len(spatial))
+    x = call.tensor("self")
+    if all(o == 1 for o in out):
+        return ctx.op(f"Global{kind}Pool", [x])
+    if all(o > 0 and s % o == 0 for s, o in zip(spatial, out, strict=True)):
+        kernel = [s // o for s, o in zip(spatial, out, strict=True)]
+        return ctx.op(f"{kind}Pool", [x], {"kernel_shape": kernel, "strides": kernel})
+    raise call.unsupported(f"adaptive pooling from {tuple(spatial)} to {tuple(out)} (sizes not divisible)",
+                           "use an input size that is a multiple of the output size")
+
+
+@lowers("aten.adaptive_avg_pool1d", "aten.adaptive_avg_pool2d", "aten._adaptive_avg_pool2d",
+        "aten.adaptive_avg_pool3d", to="GlobalAveragePool / AveragePool",
+        notes="output size 1, or input size divisible by output size")
+def adaptive_avg_pool(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower adaptive average pooling to GlobalAveragePool or an equivalent AveragePool."""
+    return _adaptive(call, ctx, "Average")
+
+
+@lowers("aten.adaptive_max_pool2d", to="GlobalMaxPool / MaxPool", notes="only the values output")
+def adaptive_max_pool(call: OpCall, ctx: LowerContext) -> tuple[Value, None]:
+    """Lower adaptive max pooling to GlobalMaxPool or an equivalent MaxPool."""
+    return _adaptive(call, ctx, "Max"), None
+
+
+def _scales_or_sizes(call: OpCall, ctx: LowerContext, scales: object) -> tuple[Value | None, Value | None]:
+    in_shape = call.meta("input" if "input" in call.metas else "self").shape
+    out_shape = call.out_meta.shape
+    factors = None
+    if isinstance(scales, (list, tuple)) and all(s is not None for s in scales):
+        factors = [float(s) for s in scales]
+    elif all(i > 0 and o % i == 0 for i, o in zip(in_shape[2:], out_shape[2:], strict=True)):
+        factors = [float(o // i) for i, o in zip(in_shape[2:], out_shape[2:], strict=True)]
+    if factors is not None and all(
+        int(i * f) == o for i, f, o in zip(in_shape[2:], factors, out_shape[2:], strict=True)
+    ):
+        return ctx.const([1.0, 1.0, *factors], "float32", name="scales"), None
+    return None, ctx.ints(list(out_shape), name="sizes")
+
+
+def _resize(call: OpCall, ctx: LowerContext, mode: str, scales: object, align_corners: bool) -> Value:
+    x = call.tensor("input" if "input" in call.args else "self")
+    scale_v, size_v = _scales_or_sizes(call, ctx, scales)
+    attrs: dict[str, object] = {"mode": mode}
+    if mode == "nearest":
+        attrs["coordinate_transformation_mode"] = "asymmetric"
+        attrs["nearest_mode"] = "floor"
+    else:
+        attrs["coordinate_transformation_mode"] = "align_corners" if align_corners else "half_pixel"
+        if mode == "cubic":
+            attrs["cubic_coeff_a"] = -0.75
+    inputs: list[Value | None] = [x, None, scale_v] if size_v is None else [x, None, None, size_v]
+    return ctx.op("Resize", inputs, attrs)
+
+
+def _scales_of(call: OpCall) -> object:
+    if "scale_factors" in call.args:
+        return call.args["scale_factors"]
+    keys = [k for k in ("scales_d", "scales_h", "scales_w", "scales") if k in call.args]
+    values = [call.args[k] for k in keys]
+    return values if values and all(v is not None for v in values) else None
+
+
+@lowers("aten.upsample_nearest1d", "aten.upsample_nearest2d", "aten.upsample_nearest3d", to="Resize(nearest)")
+def upsample_nearest(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower nearest upsampling to Resize(nearest, asymmetric, floor): torch's 'nearest'."""
+    return _resize(call, ctx, "nearest", _scales_of(call), False)
+
+
+@lowers("aten.upsample_linear1d", "aten.upsample_bilinear2d", "aten.upsample_trilinear3d",
+        to="Resize(linear)", notes="align_corners True -> 'align_corners', False -> 'half_pixel'")
+def upsample(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower (bi/tri)linear upsampling to Resize(linear)."""
+    return _resize(call, ctx, "linear", _scales_of(call), bool(call.get("align_corners", False)))
+
+
+@lowers("aten.upsample_bicubic2d", to="Resize(cubic)", notes="cubic_coeff_a=-0.75 as torch")
+def upsample_bicubic(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower bicubic upsampling to Resize(cubic, a=-0.75)."""
+    return _resize(call, ctx, "cubic", _scales_of(call), bool(call.get("align_corners", False)))

@@ -1,0 +1,293 @@
+"""Shape and data-movement ops: view/reshape/flatten, permute/transpose, (un)squeeze, cat/stack,
+chunk/split/unbind, select/slice, expand/repeat, pad, casts, and the no-ops torch.export leaves
+in a graph (clone, dropout in eval, alias, assertions).
+"""
+
+from __future__ import annotations
+
+import operator
+
+from convert.ir import Value
+
+from ._base import LowerContext, OpCall, lowers, norm_axis
+
+__all__ = ["cat", "getitem", "identity", "reshape", "split"]
+
+_INT64_MAX = 2**63 - 1
+
+
+@lowers("aten.clone", "aten.contiguous", "aten.alias", "aten.detach", "aten.lift_fresh_copy",
+        "aten.dropout", "aten.dropout_", "aten.feature_dropout", "aten.alpha_dropout", "aten.native_dropout",
+        "aten.lift_fresh", to="(nothing)", notes="dropout only with training=False")
+def identity(call: OpCall, ctx: LowerContext) -> object:
+    """Pass the input through: these ops do nothing at inference."""
+    if call.get("train", False):
+        raise call.unsupported("dropout in training mode", "call model.eval() before converting")
+    x = call.tensor("input" if "input" in call.args else "self")
+    return (x, None) if call.op == "aten.native_dropout" else x
+
+
+@lowers("aten._assert_tensor_metadata", "aten._assert_scalar", "aten.sym_constrain_range_for_size",
+        "aten._assert_async", "aten.sym_constrain_range", to="(nothing)")
+def assertion(call: OpCall, ctx: LowerContext) -> None:
+    """Drop run-time assertions inserted by torch.export."""
+    return None
+
+
+@lowers("getitem", to="(nothing)")
+def getitem(call: OpCall, ctx: LowerContext) -> object:
+    """Pick one result of a multi-output op."""
+    seq = call.args["self"]
+    index = call.args["index"]
+    item = operator.getitem(seq, index)  # type: ignore[call-overload]
+    if item is None:
+        raise call.unsupported(f"output {index} of a multi-output op is not supported (only its values)")
+    return item
+
+
+def _target_shape(call: OpCall) -> list[int]:
+    return [int(d) for d in call.out_meta.shape]
+
+
+@lowers("aten.view", "aten.reshape", "aten._unsafe_view", "aten.view_copy", to="Reshape")
+def reshape(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower view/reshape to Reshape with the static output shape."""
+    return ctx.op("Reshape", [call.tensor("self"), ctx.ints(_target_shape(call))])
+
+
+@lowers("aten.flatten", to="Flatten / Reshape", notes="Flatten for flatten(1) , Reshape otherwise")
+def flatten(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower flatten(start_dim=1) to Flatten(axis=1), any other range to Reshape."""
+    rank = call.meta("self").rank
+    start = norm_axis(int(call.get("start_dim", 0)), rank)  # type: ignore[call-overload]
+    end = norm_axis(int(call.get("end_dim", -1)), rank)  # type: ignore[call-overload]
+    if start == 1 and end == rank - 1:
+        return ctx.op("Flatten", [call.tensor("self")], {"axis": 1})
+    return ctx.op("Reshape", [call.tensor("self"), ctx.ints(_target_shape(call))])
+
+
+@lowers("aten.permute", to="Transpose")
+def permute(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower permute to Transpose(perm)."""
+    rank = call.meta("self").rank
+    perm = [norm_axis(int(d), rank) for d in call["dims"]]  # type: ignore[attr-defined]
+    return ctx.op("Transpose", [call.tensor("self")], {"perm": perm})
+
+
+@lowers("aten.transpose", "aten.t", "aten.numpy_T", to="Transpose")
+def transpose(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower transpose(dim0, dim1) / t to Transpose (t of a 1-D tensor is a no-op)."""
+    rank = call.meta("self").rank
+    if rank < 2:
+        return call.tensor("self")
+    a = norm_axis(int(call.get("dim0", 0)), rank)  # type: ignore[call-overload]
+    b = norm_axis(int(call.get("dim1", 1)), rank)  # type: ignore[call-overload]
+    perm = list(range(rank))
+    perm[a], perm[b] = perm[b], perm[a]
+    if call.op != "aten.transpose":
+        perm = list(reversed(range(rank)))
+    return ctx.op("Transpose", [call.tensor("self")], {"perm": perm})
+
+
+@lowers("aten.unsqueeze", to="Unsqueeze")
+def unsqueeze(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower unsqueeze to Unsqueeze (axes as an input since opset 13)."""
+    axis = norm_axis(int(call["dim"]), call.out_meta.rank)  # type: ignore[call-overload]
+    return ctx.op("Unsqueeze", [call.tensor("self"), ctx.ints([axis])])
+
+
+@lowers("aten.squeeze", to="Squeeze / Identity", notes="only dims of size 1 are removed, as in torch")
+def squeeze(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower squeeze to Squeeze over the given dims that have size 1 (all size-1 dims if none given)."""
+    meta = call.meta("self")
+    dims = call.args.get("dim")
+    if dims is None:
+        dims = call.args.get("dims")
+    if dims is None:
+        axes = [i for i, d in enumerate(meta.shape) if d == 1]
+    else:
+        items = dims if isinstance(dims, (list, tuple)) else [dims]
+        axes = [norm_axis(int(d), meta.rank) for d in items if meta.shape[norm_axis(int(d), meta.rank)] == 1]
+    if not axes:
+        return call.tensor("self")
+    return ctx.op("Squeeze", [call.tensor("self"), ctx.ints(axes)])
+
+
+def _tensors(call: OpCall, name: str) -> list[Value]:
+    items = call.args.get(name)
+    if not isinstance(items, (list, tuple)) or not all(isinstance(v, Value) for v in items):
+        raise call.unsupported(f"argument '{name}' must be a list of tensors")
+    return list(items)
+
+
+@lowers("aten.cat", "aten.concat", "aten.concatenate", to="Concat")
+def cat(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower cat to Concat(axis); empty tensors in the list are dropped, as torch does."""
+    axis = norm_axis(int(call.get("dim", 0)), call.out_meta.rank)  # type: ignore[call-overload]
+    metas = call.metas.get("tensors")
+    tensors = _tensors(call, "tensors")
+    if isinstance(metas, list):
+        tensors = [t for t, m in zip(tensors, metas, strict=True) if not (m.rank == 1 and m.shape[0] == 0)]
+    if len(tensors) == 1:
+        return tensors[0]
+    return ctx.op("Concat", tensors, {"axis": axis})
+
+
+@lowers("aten.stack", to="Unsqueeze+Concat")
+def stack(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower stack to an Unsqueeze of each input and one Concat."""
+    axis = norm_axis(int(call.get("dim", 0)), call.out_meta.rank)  # type: ignore[call-overload]
+    axes = ctx.ints([axis])
+    parts = [ctx.op("Unsqueeze", [t, axes]) for t in _tensors(call, "tensors")]
+    return ctx.op("Concat", parts, {"axis": axis})
+
+
+def _split(call: OpCall, ctx: LowerContext, sizes: list[int], axis: int) -> tuple[Value, ...]:
+    x = call.tensor("self")
+    if len(sizes) == 1:
+        return (x,)
+    return ctx.op_multi("Split", [x, ctx.ints(sizes)], {"axis": axis}, outputs=len(sizes))
+
+
+@lowers("aten.split", "aten.split_with_sizes", "aten.chunk", "aten.tensor_split", "aten.unsafe_split",
+        to="Split", notes="sizes taken from the static output shapes")
+def split(call: OpCall, ctx: LowerContext) -> tuple[Value, ...]:
+    """Lower split / split_with_sizes / chunk to one Split with explicit sizes."""
+    meta = call.meta("self")
+    axis = norm_axis(int(call.get("dim", 0)), meta.rank)  # type: ignore[call-overload]
+    outs = call.out if isinstance(call.out, (list, tuple)) else [call.out]
+    sizes = [int(o.shape[axis]) for o in outs]  # type: ignore[union-attr]
+    return _split(call, ctx, sizes, axis)
+
+
+@lowers("aten.unbind", to="Split+Squeeze")
+def unbind(call: OpCall, ctx: LowerContext) -> tuple[Value, ...]:
+    """Lower unbind to Split into size-1 pieces, each squeezed."""
+    meta = call.meta("self")
+    axis = norm_axis(int(call.get("dim", 0)), meta.rank)  # type: ignore[call-overload]
+    pieces = _split(call, ctx, [1] * meta.shape[axis], axis)
+    axes = ctx.ints([axis])
+    return tuple(ctx.op("Squeeze", [p, axes]) for p in pieces)
+
+
+@lowers("aten.select", to="Gather", notes="a scalar index drops the dimension, as in torch")
+def select(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower select(dim, index) to Gather with a scalar index."""
+    meta = call.meta("self")
+    axis = norm_axis(int(call["dim"]), meta.rank)  # type: ignore[call-overload]
+    index = int(call["index"])  # type: ignore[call-overload]
+    if index < 0:
+        index += meta.shape[axis]
+    return ctx.op("Gather", [call.tensor("self"), ctx.ints(index)], {"axis": axis})
+
+
+@lowers("aten.slice", to="Slice")
+def slice_(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower slice(dim, start, end, step) to Slice; a full slice is a no-op."""
+    meta = call.meta("self")
+    axis = norm_axis(int(call.get("dim", 0)), meta.rank)  # type: ignore[call-overload]
+    start = int(call.get("start", 0))  # type: ignore[call-overload]
+    end = call.get("end", _INT64_MAX)
+    step = int(call.get("step", 1))  # type: ignore[call-overload]
+    end_i = min(int(end), _INT64_MAX)  # type: ignore[call-overload]
+    if start == 0 and step == 1 and end_i >= meta.shape[axis]:
+        return call.tensor("self")
+    return ctx.op("Slice", [call.tensor("self"), ctx.ints([start]), ctx.ints([end_i]), ctx.ints([axis]),
+                            ctx.ints([step])])
+
+
+@lowers("aten.expand", "aten.expand_copy", "aten.broadcast_to", to="Expand")
+def expand(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower expand to Expand with the static output shape."""
+    return ctx.op("Expand", [call.tensor("self"), ctx.ints(_target_shape(call))])
+
+
+@lowers("aten.repeat", to="Tile")
+def repeat(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower repeat to Tile (leading repeats add dimensions first)."""
+    meta = call.meta("self")
+    reps = [int(r) for r in call["repeats"]]  # type: ignore[attr-defined]
+    x = call.tensor("self")
+    if len(reps) > meta.rank:
+        x = ctx.op("Reshape", [x, ctx.ints([1] * (len(reps) - meta.rank) + list(meta.shape))])
+    return ctx.op("Tile", [x, ctx.ints(reps)])
+
+
+def _pads(call: OpCall, rank: int) -> list[int]:
+    pad = [int(p) for p in call["pad"]]  # type: ignore[attr-defined]
+    begins = [0] * rank
+    ends = [0] * rank
+    for i in range(len(pad) // 2):
+        axis = rank - 1 - i
+        begins[axis] = pad[2 * i]
+        ends[axis] = pad[2 * i + 1]
+    return begins + ends
+
+
+@lowers("aten.constant_pad_nd", "aten.pad", to="Pad", notes="modes constant, reflect, replicate")
+def pad(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower constant_pad_nd / pad to Pad (torch lists pads from the last axis backwards)."""
+    meta = call.meta("self")
+    mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}.get(str(call.get("mode", "constant")))
+    if mode is None:
+        raise call.unsupported(f"pad mode '{call.get('mode')}'")
+    value = float(call.get("value", 0.0))  # type: ignore[arg-type]
+    inputs: list[Value | None] = [call.tensor("self"), ctx.ints(_pads(call, meta.rank))]
+    if mode == "constant":
+        inputs.append(ctx.scalar_like(value, meta))
+    return ctx.op("Pad", inputs, {"mode": mode})
+
+
+@lowers("aten._to_copy", "aten.to", "aten.type_as", "aten._to_dtype", to="Cast / (nothing)")
+def to(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower a dtype conversion to Cast; a device move or same-dtype copy is a no-op."""
+    x = call.tensor("self")
+    src = call.meta("self").dtype
+    dst = call.out_meta.dtype
+    if src == dst:
+        return x
+    return ctx.op("Cast", [x], {"to": dst})
+
+
+@lowers("aten.embedding", to="Gather")
+def embedding(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower embedding(weight, indices) to Gather on axis 0."""
+    return ctx.op("Gather", [call.tensor("weight"), call.tensor("indices")], {"axis": 0})
+
+
+@lowers("aten.pixel_shuffle", to="DepthToSpace(CRD)")
+def pixel_shuffle(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower pixel_shuffle to DepthToSpace(mode='CRD')."""
+    return ctx.op("DepthToSpace", [call.tensor("self")],
+                  {"blocksize": int(call["upscale_factor"]), "mode": "CRD"})  # type: ignore[call-overload]
+
+
+@lowers("aten.masked_fill", to="Where")
+def masked_fill(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower masked_fill(mask, value) to Where(mask, value, self)."""
+    meta = call.meta("self")
+    value = call.args.get("value")
+    v = value if isinstance(value, Value) else ctx.scalar_like(value, meta)  # type: ignore[arg-type]
+    return ctx.op("Where", [call.tensor("mask"), v, call.tensor("self")])
+
+
+@lowers("aten.roll", to="Slice+Concat")
+def roll(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower roll(shifts, dims) to a Slice pair and a Concat per dimension."""
+    meta = call.meta("self")
+    shifts = call["shifts"]
+    dims = call.get("dims", [])
+    if not dims:
+        raise call.unsupported("roll without dims")
+    x = call.tensor("self")
+    for shift, dim in zip(shifts, dims, strict=True):  # type: ignore[call-overload]
+        axis = norm_axis(int(dim), meta.rank)
+        size = meta.shape[axis]
+        s = int(shift) % size
+        if s == 0:
+            continue
+        ax = ctx.ints([axis])
+        tail = ctx.op("Slice", [x, ctx.ints([size - s]), ctx.ints([size]), ax])
+        head = ctx.op("Slice", [x, ctx.ints([0]), ctx.ints([size - s]), ax])
+        x = ctx.op("Concat", [tail, head], {"axis": axis})
+    return x
