@@ -54,7 +54,7 @@ def file_slice(
     dt = _dtype(dtype)
     shape_t = tuple(int(d) for d in shape)
     count = int(np.prod(shape_t, dtype=np.int64)) if shape_t else 1
-    length = count * dt.itemsize
+    length = (count * int(dt.bitwidth) + 7) // 8  # itemsize is a float in onnx_ir (0.5 for 4-bit types)
     return _ir.ExternalTensor(
         os.path.abspath(os.fspath(path)), int(offset), length, dt, shape=_ir.Shape(shape_t), name=name
     )

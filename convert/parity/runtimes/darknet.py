@@ -1,0 +1,389 @@
+"""Darknet as a parity runtime: libdarknet (Debian's ``darknet``) when installed, else OpenCV DNN.
+
+libdarknet is driven through a small C shim compiled on first use against ``darknet.h`` (so the
+``network``/``layer`` struct layouts are the library's own) and cached under
+``~/.cache/convert-toolkit``. It runs at batch 1 on the raw input tensor (no letterbox) and returns
+what each ``[yolo]``/``[region]`` layer and the last layer leave in their outputs.
+
+OpenCV's importer decodes ``[yolo]`` outputs into boxes, so for heads we take the tensor OpenCV
+computes for the layer feeding the head and apply Darknet's head function in numpy. Output names
+and order are the frontend's (``yolo_30``, ``softmax_135``, or ``detections`` with ``decode``).
+
+Environment: ``CONVERT_DARKNET_RUNTIME=libdarknet|opencv`` forces one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from convert.ir import Options, UsageError
+
+from ..runtime import TensorSpec
+
+__all__ = ["DarknetLib", "OpenCVDarknet", "find_libdarknet", "open_runtime"]
+
+logger = logging.getLogger(__name__)
+
+_LIB_DIRS = ("/usr/lib/darknet", "/usr/lib/x86_64-linux-gnu", "/usr/local/lib", "/usr/lib")
+_HEADER_DIRS = ("/usr/lib/darknet/include", "/usr/include", "/usr/local/include", "/usr/include/darknet")
+
+_SHIM = r"""
+#include <darknet.h>
+int shim_n(network *net) { return net->n; }
+float *shim_output(network *net, int i) { return net->layers[i].output; }
+void shim_dims(network *net, int i, int *d) {
+    layer l = net->layers[i];
+    d[0] = l.out_c; d[1] = l.out_h; d[2] = l.out_w; d[3] = l.outputs; d[4] = (int)l.type;
+}
+void shim_net_dims(network *net, int *d) { d[0] = net->c; d[1] = net->h; d[2] = net->w; d[3] = net->inputs; }
+"""
+
+
+def find_libdarknet() -> tuple[Path, Path] | None:
+    """Return (libdarknet.so, darknet.h) when both are installed, else None."""
+    lib = next((Path(d) / "libdarknet.so" for d in _LIB_DIRS if (Path(d) / "libdarknet.so").is_file()), None)
+    hdr = next((Path(d) / "darknet.h" for d in _HEADER_DIRS if (Path(d) / "darknet.h").is_file()), None)
+    if lib is None or hdr is None:
+        return None
+    return lib, hdr
+
+
+def _shim_path(lib: Path, hdr: Path) -> Path:
+    key = hashlib.sha256(_SHIM.encode() + hdr.read_bytes() + str(lib.stat().st_mtime_ns).encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "convert-toolkit"
+    out = cache / f"darknet_shim_{key}.so"
+    if out.is_file():
+        return out
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise UsageError("the libdarknet runtime needs a C compiler (gcc) to build its shim. Install gcc.")
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "shim.c"
+        src.write_text(_SHIM)
+        tmp_out = Path(tmp) / out.name
+        cmd = [cc, "-O1", "-shared", "-fPIC", f"-I{hdr.parent}", str(src), f"-L{lib.parent}", "-ldarknet",
+               f"-Wl,-rpath,{lib.parent}", "-o", str(tmp_out)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise UsageError(f"cannot build the libdarknet shim: {proc.stderr.strip().splitlines()[-1:]}")
+        shutil.move(str(tmp_out), out)
+    return out
+
+
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence C-level stderr (libdarknet prints its layer table) for the duration."""
+    try:
+        fd = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(fd, 2)
+        os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Which Darknet layers become outputs, named as the frontend names them."""
+
+    sections: list  # list[Section] (kept loose: the frontend owns the type)
+    heads: list[tuple[int, str]]
+    last: tuple[int, str]
+    decode: bool
+    c: int
+    h: int
+    w: int
+
+    @property
+    def names(self) -> list[str]:
+        """Output names in the frontend's order."""
+        if self.decode and self.heads:
+            return ["detections"]
+        names = [n for _, n in self.heads]
+        if self.last[1] not in names:
+            names.append(self.last[1])
+        return names
+
+
+def _plan(cfg: Path, options: Options) -> _Plan:
+    from convert.frontends.darknet.cfg import parse_cfg
+    from convert.frontends.darknet.loader import _input_shape, _kind
+
+    sections = parse_cfg(cfg)
+    body = sections[1:]
+    heads = [(i, f"{s.type}_{i}") for i, s in enumerate(body) if _kind(s) in ("yolo", "region")]
+    last = len(body) - 1
+    while last > 0 and _kind(body[last]) == "cost":
+        last -= 1
+    c, h, w = _input_shape(sections[0], options)
+    return _Plan(sections, heads, (last, f"{_kind(body[last])}_{last}"), bool(options.get("decode", False)), c, h, w)
+
+
+# -- Darknet's head functions in numpy (oracles for OpenCV, decoding for both) ---------------------
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def yolo_forward(x: np.ndarray, sec: object) -> np.ndarray:
+    """Apply a [yolo] layer's forward to its input (N x C x H x W), as Darknet does."""
+    s = sec  # Section
+    classes = s.int("classes", 20)  # type: ignore[attr-defined]
+    total = s.int("num", 1)  # type: ignore[attr-defined]
+    n = len(s.ints("mask", list(range(total))))  # type: ignore[attr-defined]
+    scale = s.float("scale_x_y", 1.0)  # type: ignore[attr-defined]
+    new_coords = s.int("new_coords", 0)  # type: ignore[attr-defined]
+    b, c, h, w = x.shape
+    y = x.reshape(b, n, 5 + classes, h, w).astype(np.float32).copy()
+    if not new_coords:
+        y[:, :, 0:2] = _sigmoid(y[:, :, 0:2])
+        y[:, :, 4:] = _sigmoid(y[:, :, 4:])
+    y[:, :, 0:2] = y[:, :, 0:2] * np.float32(scale) + np.float32(-0.5 * (scale - 1))
+    return y.reshape(b, c, h, w)
+
+
+def region_forward(x: np.ndarray, sec: object) -> np.ndarray:
+    """Apply a [region] layer's forward to its input, as Darknet does."""
+    s = sec
+    classes = s.int("classes", 20)  # type: ignore[attr-defined]
+    coords = s.int("coords", 4)  # type: ignore[attr-defined]
+    total = s.int("num", 1)  # type: ignore[attr-defined]
+    softmax = s.int("softmax", 0)  # type: ignore[attr-defined]
+    b, c, h, w = x.shape
+    y = x.reshape(b, total, coords + 1 + classes, h, w).astype(np.float32).copy()
+    y[:, :, 0:2] = _sigmoid(y[:, :, 0:2])
+    y[:, :, coords] = _sigmoid(y[:, :, coords])
+    if softmax and classes:
+        z = y[:, :, coords + 1:]
+        z = np.exp(z - z.max(axis=2, keepdims=True))
+        y[:, :, coords + 1:] = z / z.sum(axis=2, keepdims=True)
+    return y.reshape(b, c, h, w)
+
+
+def decode(heads: Sequence[tuple[object, np.ndarray]], net_w: int, net_h: int) -> np.ndarray:
+    """Decode head outputs into N x boxes x (x, y, w, h, objectness, classes), boxes in input pixels."""
+    rows = []
+    for sec, out in heads:
+        s = sec
+        total = s.int("num", 1)  # type: ignore[attr-defined]
+        anchors = np.array(s.floats("anchors", []), np.float32)[: 2 * total].reshape(total, 2)  # type: ignore[attr-defined]
+        b, c, h, w = out.shape
+        if s.type == "yolo":  # type: ignore[attr-defined]
+            anchors = anchors[s.ints("mask", list(range(total)))]  # type: ignore[attr-defined]
+        else:
+            anchors = anchors * np.array([net_w / w, net_h / h], np.float32)
+        n = anchors.shape[0]
+        per = c // n
+        v = out.reshape(b, n, per, h * w).transpose(0, 1, 3, 2).reshape(b, n * h * w, per).copy()
+        gy, gx = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+        grid = np.tile(np.stack([gx.ravel(), gy.ravel()], 1), (n, 1)).astype(np.float32)
+        v[..., 0:2] = (v[..., 0:2] + grid) * np.array([net_w / w, net_h / h], np.float32)
+        if s.type == "yolo" and s.int("new_coords", 0):  # type: ignore[attr-defined]
+            wh = v[..., 2:4] * v[..., 2:4] * 4
+        else:
+            wh = np.exp(v[..., 2:4])
+        v[..., 2:4] = wh * np.repeat(anchors, h * w, axis=0)
+        rows.append(v)
+    return np.concatenate(rows, axis=1)
+
+
+class _Base:
+    name: str
+    device: str = "cpu"
+    plan: _Plan
+
+    def inputs(self) -> Sequence[TensorSpec]:
+        """One input, ``data``: 1 x C x H x W."""
+        p = self.plan
+        return [TensorSpec("data", np.dtype(np.float32), (1, p.c, p.h, p.w))]
+
+    def outputs(self) -> Sequence[str]:
+        """The frontend's output names, in its order."""
+        return self.plan.names
+
+    def layer_output(self, index: int) -> np.ndarray:
+        """Return Darknet layer ``index``'s output after the last ``run``."""
+        raise NotImplementedError
+
+    def _forward(self, x: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def head_output(self, index: int) -> np.ndarray:
+        """Return head ``index``'s output (Darknet's in-place head function applied)."""
+        return self.layer_output(index)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once at batch 1 on the only input."""
+        if len(feeds) != 1:
+            raise UsageError(f"a Darknet model takes one input, got {len(feeds)}")
+        x = np.ascontiguousarray(next(iter(feeds.values())), dtype=np.float32)
+        p = self.plan
+        if x.shape != (1, p.c, p.h, p.w):
+            raise UsageError(f"Darknet input must be 1x{p.c}x{p.h}x{p.w}, got {'x'.join(map(str, x.shape))}")
+        self._forward(x)
+        body = p.sections[1:]
+        heads = {i: self.head_output(i) for i, _ in p.heads}
+        if p.decode and p.heads:
+            return {"detections": decode([(body[i], heads[i]) for i, _ in p.heads], p.w, p.h)}
+        result = {name: heads[i] for i, name in p.heads}
+        li, lname = p.last
+        if lname not in result:
+            result[lname] = heads[li] if li in heads else self.layer_output(li)
+        return result
+
+
+class DarknetLib(_Base):
+    """The original Darknet library, through ctypes and the compiled shim."""
+
+    def __init__(self, cfg: Path, weights: Path, options: Options) -> None:
+        found = find_libdarknet()
+        if found is None:
+            raise UsageError("libdarknet is not installed (apt-get install darknet)")
+        lib_path, hdr = found
+        self.plan = _plan(cfg, options)
+        shim = ctypes.CDLL(str(_shim_path(lib_path, hdr)), mode=ctypes.RTLD_GLOBAL)
+        lib = ctypes.CDLL(str(lib_path), mode=ctypes.RTLD_GLOBAL)
+        lib.load_network.restype = ctypes.c_void_p
+        lib.load_network.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+        lib.set_batch_network.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        lib.resize_network.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+        lib.network_predict.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_float)]
+        lib.network_predict.restype = ctypes.POINTER(ctypes.c_float)
+        lib.free_network.argtypes = [ctypes.c_void_p]
+        shim.shim_n.argtypes = [ctypes.c_void_p]
+        shim.shim_output.argtypes = [ctypes.c_void_p, ctypes.c_int]
+        shim.shim_output.restype = ctypes.POINTER(ctypes.c_float)
+        shim.shim_dims.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+        shim.shim_net_dims.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+        self.lib, self.shim = lib, shim
+        with _quiet_stderr():
+            net = lib.load_network(str(cfg).encode(), str(weights).encode(), 0)
+            if not net:
+                raise UsageError(f"libdarknet could not load {cfg.name}")
+            lib.set_batch_network(net, 1)
+            dims = (ctypes.c_int * 4)()
+            shim.shim_net_dims(net, dims)
+            if (dims[1], dims[2]) != (self.plan.h, self.plan.w):
+                lib.resize_network(net, self.plan.w, self.plan.h)
+        self.net = net
+        self.name = "libdarknet (Debian darknet, original lineage)"
+
+    def _forward(self, x: np.ndarray) -> None:
+        self._x = x  # keep alive while Darknet may point at it
+        self.lib.network_predict(self.net, x.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+
+    def layer_output(self, index: int) -> np.ndarray:
+        """Copy layer ``index``'s output buffer as 1 x C x H x W."""
+        d = (ctypes.c_int * 5)()
+        self.shim.shim_dims(self.net, index, d)
+        ptr = self.shim.shim_output(self.net, index)
+        flat = np.ctypeslib.as_array(ptr, shape=(d[3],)).copy()
+        return flat.reshape(1, d[0], d[1], d[2])
+
+    def close(self) -> None:
+        """Free the network."""
+        if getattr(self, "net", None):
+            self.lib.free_network(self.net)
+            self.net = None
+
+
+_CV_ACTIVATIONS = {"leaky", "relu", "mish", "swish", "logistic", "tanh", "relu6", "elu", "selu", "gelu",
+                   "hardswish", "hard_mish", "linear", "ramp", "relie", "loggy", "hardtan"}
+
+
+class OpenCVDarknet(_Base):
+    """OpenCV DNN's Darknet importer (AlexeyAB-lineage cfgs)."""
+
+    def __init__(self, cfg: Path, weights: Path, options: Options) -> None:
+        try:
+            import cv2
+        except ImportError as exc:
+            raise UsageError("the Darknet runtime needs libdarknet or OpenCV: pip install 'opencv-python-headless<5'"
+                             ) from exc
+        if not hasattr(cv2, "dnn") or not hasattr(cv2.dnn, "readNetFromDarknet"):
+            raise UsageError("this OpenCV has no Darknet importer (OpenCV 5 removed it): pip install "
+                             "'opencv-python-headless<5'")
+        self.plan = _plan(cfg, options)
+        self.cv2 = cv2
+        self.net = cv2.dnn.readNetFromDarknet(str(cfg), str(weights))
+        self.net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
+        self.net.setPreferableTarget(cv2.dnn.DNN_TARGET_CPU)
+        self.name = f"OpenCV DNN {cv2.__version__}"
+        # Map every OpenCV layer to the Darknet layer it belongs to; activations carry index + 1.
+        owner: dict[int, str] = {}
+        for lname in self.net.getLayerNames():
+            kind, _, num = lname.rpartition("_")
+            if not num.isdigit():
+                continue
+            idx = int(num) - 1 if kind in _CV_ACTIVATIONS else int(num)
+            owner[idx] = lname
+        self.owner = owner
+        self._cache: dict[int, np.ndarray] = {}
+
+    def _cv_name(self, index: int) -> str:
+        i = index
+        body = self.plan.sections[1:]
+        while i >= 0 and i not in self.owner:
+            if body[i].type not in ("dropout", "cost"):
+                raise UsageError(f"OpenCV DNN has no layer for Darknet layer {index} [{body[index].type}]")
+            i -= 1
+        return self.owner[i]
+
+    def _forward(self, x: np.ndarray) -> None:
+        p = self.plan
+        wanted = sorted({i - 1 for i, _ in p.heads} | {p.last[0]} - {i for i, _ in p.heads})
+        names = [self._cv_name(i) for i in wanted]
+        self.net.setInput(x)
+        outs = self.net.forward(names)
+        self._cache = {i: np.asarray(o, dtype=np.float32) for i, o in zip(wanted, outs, strict=True)}
+
+    def layer_output(self, index: int) -> np.ndarray:
+        """Return the output computed for Darknet layer ``index`` in the last run."""
+        out = self._cache[index]
+        return out.reshape(1, *out.shape[1:]) if out.ndim == 4 else out.reshape(1, -1, 1, 1)
+
+    def head_output(self, index: int) -> np.ndarray:
+        """Re-derive the head's output from the tensor feeding it (OpenCV decodes heads itself)."""
+        sec = self.plan.sections[1 + index]
+        x = self.layer_output(index - 1)
+        return yolo_forward(x, sec) if sec.type == "yolo" else region_forward(x, sec)
+
+
+def open_runtime(paths: Sequence[Path], options: Options) -> _Base:
+    """Open ``[cfg, weights]`` in libdarknet when installed (OpenCV DNN otherwise).
+
+    AlexeyAB-lineage cfgs (mish, swish, route groups, scale_x_y, ...) always use OpenCV DNN:
+    libdarknet cannot run them.
+    """
+    from convert.frontends.darknet.cfg import parse_cfg
+    from convert.frontends.darknet.loader import detect_lineage, split_paths
+
+    cfg, weights = split_paths([Path(p) for p in paths])
+    if weights is None:
+        raise UsageError("the Darknet runtime needs the .weights file as well as the .cfg")
+    choice = os.environ.get("CONVERT_DARKNET_RUNTIME", "")
+    lineage = str(options.get("darknet_lineage", "auto") or "auto")
+    if lineage == "auto":
+        lineage = detect_lineage(parse_cfg(cfg))
+    if choice == "libdarknet" or (not choice and lineage == "original" and find_libdarknet() is not None):
+        return DarknetLib(cfg, weights, options)
+    return OpenCVDarknet(cfg, weights, options)
