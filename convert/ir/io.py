@@ -45,7 +45,20 @@ def save_model(
     ``progress(done_bytes, total_bytes)`` is called after each tensor written externally.
     """
     if external_data is None:
-        _ir.save(model, path)
+        # A model written without external data must be self-contained: file slices (absolute
+        # locations inside source files such as .pdiparams or .weights) are inlined, then restored.
+        swapped: list[tuple[_ir.Value, _ir.TensorProtocol]] = []
+        try:
+            for g in model.graphs():
+                for v in g.initializers.values():
+                    t = v.const_value
+                    if isinstance(t, _ir.ExternalTensor):
+                        swapped.append((v, t))
+                        v.const_value = _ir.Tensor(t.numpy(), name=t.name)
+            _ir.save(model, path)
+        finally:
+            for v, t in swapped:
+                v.const_value = t
         return
     sizes = [v.const_value.nbytes for g in model.graphs() for v in g.initializers.values()
              if v.const_value is not None and v.const_value.nbytes > size_threshold_bytes]

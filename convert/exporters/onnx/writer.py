@@ -28,9 +28,10 @@ logger = logging.getLogger(__name__)
 EXTERNAL_THRESHOLD = int(1.8 * 1024**3)
 MIN_OPSET = 1
 MAX_OPSET = onnx.defs.onnx_opset_version()
-# ONNX Runtime rejects models whose IR version is newer than it knows.
-_MIN_IR_FOR_OPSET = {**dict.fromkeys(range(1, 9), 3), **dict.fromkeys(range(9, 11), 4), 11: 6, 12: 7,
-                     13: 7, 14: 7, 15: 8, 16: 8, 17: 8, 18: 8, 19: 9, 20: 9, 21: 10, 22: 10, 23: 11, 24: 11}
+
+def _min_ir_version(opset: int) -> int:
+    """The oldest IR version that can carry ``opset`` (runtimes reject IR versions newer than they know)."""
+    return int(onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid("", opset)], ignore_unknown=True))
 
 
 def _weight_bytes(model: ir.Model) -> int:
@@ -93,9 +94,8 @@ def save_onnx(model: ir.Model, path: Path, options: ir.Options) -> list[Path]:
     if options.dynamic_batch:
         make_batch_dynamic(model, options.diagnostics)
     # IR 4 dropped the rule that initializers must be graph inputs; folding adds initializers.
-    ir_needed = max(_MIN_IR_FOR_OPSET.get(opset, 10), 4)
-    if model.ir_version is None or model.ir_version < ir_needed:
-        model.ir_version = ir_needed
+    ir_needed = max(_min_ir_version(opset), 4)
+    model.ir_version = ir_needed
 
     total = _weight_bytes(model)
     external = options.external_data if options.external_data is not None else total > EXTERNAL_THRESHOLD
