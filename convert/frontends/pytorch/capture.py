@@ -8,9 +8,11 @@ converted to an ExportedProgram; the summary says so.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from convert.ir import ConversionError, Options, UsageError
@@ -37,6 +39,23 @@ def _is_data_dependent(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+@contextlib.contextmanager
+def _quiet_torch() -> Iterator[None]:
+    """Silence torch's own logging and warnings while it captures (failures are reported by us)."""
+    loggers = [logging.getLogger(n) for n in ("torch", "torch._dynamo", "torch.export", "torch._export",
+                                              "torch.fx.experimental.symbolic_shapes", "torch._subclasses")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -101,7 +120,8 @@ def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Te
         raise UsageError(f"{source}: this torch version cannot convert TorchScript graphs; "
                          "install torch>=2.5") from exc
     try:
-        return TS2EPConverter(script, tuple(example)).convert()
+        with _quiet_torch():
+            return TS2EPConverter(script, tuple(example)).convert()
     except Exception as exc:
         raise ConversionError(f"TorchScript model {source}",
                               f"torch could not convert the scripted graph: {_first_line(exc)}. "
@@ -115,7 +135,7 @@ def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], opti
 
     module.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _quiet_torch():
             return torch.export.export(module, tuple(example), strict=False)
     except Exception as exc:
         if not _is_data_dependent(exc):
@@ -126,7 +146,7 @@ def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], opti
         "fell back to a traced TorchScript graph, valid for inputs like the example"
     )
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _quiet_torch():
             traced = torch.jit.trace(module, tuple(example), check_trace=False, strict=False)
     except Exception as exc:
         raise ConversionError(f"module {source}", f"torch.export failed ({reason}) and tracing failed too: "

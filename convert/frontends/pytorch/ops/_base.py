@@ -24,6 +24,7 @@ from convert.ir import (
     Provenance,
     Registry,
     Value,
+    from_array,
 )
 
 __all__ = ["OPS", "LowerContext", "OpCall", "TensorMeta", "lowers"]
@@ -100,6 +101,7 @@ class LowerContext:
         self.options = options
         self.diagnostics: Diagnostics = options.diagnostics
         self.call: OpCall | None = None
+        self._scalars: dict[tuple[str, bytes], Value] = {}
 
     def op(self, op_type: str, inputs: Sequence[Value | None], attributes: Mapping[str, object] | None = None,
            *, outputs: int = 1, name: str | None = None) -> Value:
@@ -119,11 +121,23 @@ class LowerContext:
         """Add a small constant; ``dtype`` may be an IR ``DataType``."""
         if isinstance(dtype, DataType):
             dtype = dtype.numpy()
-        return self.builder.const(np.asarray(array, dtype=dtype), name=name)
+        return self._const(np.asarray(array, dtype=dtype), name)
 
     def ints(self, values: Sequence[int] | int, name: str = "const") -> Value:
         """Add a small int64 constant (shapes, axes, split sizes)."""
-        return self.builder.const(np.asarray(values, dtype=np.int64), name=name)
+        return self._const(np.asarray(values, dtype=np.int64), name)
+
+    def _const(self, arr: np.ndarray, name: str) -> Value:
+        if arr.ndim:
+            return self.builder.const(arr, name=name)
+        # GraphBuilder.const passes arrays through np.ascontiguousarray, which turns a 0-d array
+        # into shape (1,); scalars (Gather indices) must stay 0-d, so they are added here.
+        key = (arr.dtype.str, arr.tobytes())
+        value = self._scalars.get(key)
+        if value is None:
+            value = self.builder.initializer(from_array(arr.copy(), name=name), name)
+            self._scalars[key] = value
+        return value
 
     def scalar_like(self, value: float | int | bool, meta: TensorMeta) -> Value:
         """Add a 0-d constant with the dtype of ``meta`` (a Python scalar operand)."""

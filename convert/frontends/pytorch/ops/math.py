@@ -22,19 +22,31 @@ def _operand(call: OpCall, ctx: LowerContext, name: str, like: TensorMeta) -> Va
     raise call.unsupported(f"operand '{name}' of type {type(value).__name__}")
 
 
+def _cast(ctx: LowerContext, value: Value, meta: object, target: TensorMeta) -> Value:
+    """Convert ``value`` to ``target``'s dtype, as torch's type promotion does implicitly."""
+    if not isinstance(meta, TensorMeta) or meta.dtype == target.dtype:
+        return value
+    tensor = value.const_value
+    if tensor is not None and tensor.size <= 16:
+        return ctx.const(tensor.numpy().astype(target.dtype.numpy()).reshape(tensor.shape))
+    return ctx.op("Cast", [value], {"to": target.dtype})
+
+
 def _like(call: OpCall) -> TensorMeta:
-    for name in ("self", "other"):
-        meta = call.metas.get(name)
-        if isinstance(meta, TensorMeta):
-            return meta
-    return call.out_meta
+    """Return the meta of the operand that fixes the computation's dtype (the higher-rank one)."""
+    metas = [m for m in (call.metas.get("self"), call.metas.get("other")) if isinstance(m, TensorMeta)]
+    if not metas:
+        return call.out_meta
+    return max(metas, key=lambda m: m.rank)
 
 
 def _binary(op_type: str, *, reverse: bool = False) -> object:
     def convert(call: OpCall, ctx: LowerContext) -> Value:
         like = _like(call)
-        a = _operand(call, ctx, "self", like)
-        b = _operand(call, ctx, "other", like)
+        out = call.out_meta
+        target = out if out.dtype.name != "BOOL" else like
+        a = _cast(ctx, _operand(call, ctx, "self", like), call.metas.get("self"), target)
+        b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), target)
         alpha = call.args.get("alpha")
         if alpha is not None and alpha != 1:
             b = ctx.op("Mul", [b, ctx.scalar_like(alpha, like)])  # type: ignore[arg-type]
@@ -58,8 +70,10 @@ lowers("aten.rsub", to="Sub")(_binary("Sub", reverse=True))  # type: ignore[arg-
 @lowers("aten.div", "aten.div_", to="Div", notes="rounding_mode 'floor'/'trunc' add Floor/Cast")
 def div(call: OpCall, ctx: LowerContext) -> Value:
     """Lower div to Div; rounding_mode='floor' adds Floor (float) ."""
-    like = _like(call)
-    y = ctx.op("Div", [_operand(call, ctx, "self", like), _operand(call, ctx, "other", like)])
+    like = call.out_meta
+    a = _cast(ctx, _operand(call, ctx, "self", like), call.metas.get("self"), like)
+    b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), like)
+    y = ctx.op("Div", [a, b])
     mode = call.args.get("rounding_mode")
     if mode == "floor":
         y = ctx.op("Floor", [y])
