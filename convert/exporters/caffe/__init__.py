@@ -1,0 +1,56 @@
+"""Caffe exporter: IR -> deploy ``<name>.prototxt`` + ``<name>.caffemodel``.
+
+``-o net``, ``-o net.prototxt`` and ``-o net.caffemodel`` all write ``net.prototxt`` and
+``net.caffemodel``. The dialect is chosen with ``--caffe-flavor`` (see ``flavor.py``).
+protobuf is imported only when a model is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from convert.ir import ExporterSpec, Model, OpSupport, Options, OptionSpec, Unsupported
+
+from .flavor import FLAVOR_HELP, FLAVORS
+
+__all__ = ["EXPORTER"]
+
+
+def _save(model: Model, path: Path, options: Options) -> list[Path]:
+    from .writer import save_caffe
+
+    return save_caffe(model, path, options)
+
+
+def _check(model: Model, options: Options) -> Sequence[Unsupported]:
+    from .writer import check
+
+    return check(model, options)
+
+
+def _ops() -> Sequence[OpSupport]:
+    from . import layers_tensor  # noqa: F401
+    from .layers import EMITTERS, NOTES
+
+    rows = []
+    for key in EMITTERS.keys():
+        layer, limits = NOTES.get(str(key), ("", ""))
+        rows.append(OpSupport(op=str(key), maps_to=layer, notes=limits))
+    return rows
+
+
+EXPORTER = ExporterSpec(
+    name="caffe",
+    description="Caffe deploy .prototxt + .caffemodel (flavors: bvlc, ssd, pspnet)",
+    suffix=".prototxt",
+    save=_save,
+    ops=_ops,
+    check=_check,
+    options=(
+        OptionSpec(flag="--caffe-flavor", dest="caffe_flavor", help=FLAVOR_HELP, default="bvlc",
+                   choices=tuple(FLAVORS), metavar="FLAVOR"),
+    ),
+    companions=(".caffemodel",),
+    meta={"flavors": ", ".join(FLAVORS)},
+)

@@ -1,0 +1,122 @@
+"""State of one Caffe export: blob and layer names, shapes, constants, collected layers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from convert.ir import Graph, Node, TensorProtocol, Value, get_provenance
+
+from .flavor import Flavor
+
+__all__ = ["Blob", "EmitContext", "Emitted", "NotExpressible"]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_./:\-]")
+
+
+class NotExpressible(Exception):
+    """Raised by an emitter when Caffe cannot express this node; the message says why."""
+
+
+# A blob source: a tensor (file slice, lazy, wrapped) or an array computed by the emitter.
+Blob = TensorProtocol | np.ndarray
+
+
+@dataclass(slots=True)
+class Emitted:
+    """One Caffe layer: its prototxt message and its blobs (materialised only when written)."""
+
+    layer: object  # caffe_pb2.LayerParameter
+    blobs: list[Blob] = field(default_factory=list)
+
+
+class EmitContext:
+    """Names, shapes and constants for the emitters."""
+
+    def __init__(self, graph: Graph, flavor: Flavor) -> None:
+        from convert._proto import caffe_pb2
+
+        self.pb = caffe_pb2
+        self.graph = graph
+        self.flavor = flavor
+        self._blob_names: dict[int, str] = {}
+        self._used_blobs: set[str] = set()
+        self._used_layers: set[str] = set()
+        self._layer_count: dict[str, int] = {}
+        for node in graph:
+            key = get_provenance(node).layer
+            if key:
+                self._layer_count[key] = self._layer_count.get(key, 0) + 1
+        self.produced: list[Value] = []  # values with a Caffe blob, in order (for Crop references)
+
+    # -- names --------------------------------------------------------------------------------
+    def blob(self, value: Value) -> str:
+        """Return the Caffe blob name of ``value`` (its IR name, made safe and unique)."""
+        key = id(value)
+        if key not in self._blob_names:
+            base = _UNSAFE.sub("_", value.name or "blob") or "blob"
+            name, i = base, 1
+            while name in self._used_blobs:
+                name, i = f"{base}_{i}", i + 1
+            self._used_blobs.add(name)
+            self._blob_names[key] = name
+        return self._blob_names[key]
+
+    def alias(self, value: Value, source: Value) -> None:
+        """Make ``value`` another name for ``source``'s blob (Identity, Dropout)."""
+        self._blob_names[id(value)] = self.blob(source)
+
+    def is_alias(self, value: Value) -> bool:
+        """Return True when ``value`` was bound to another value's blob."""
+        name = self._blob_names.get(id(value))
+        return name is not None and name != _UNSAFE.sub("_", value.name or "blob")
+
+    def layer_name(self, node: Node) -> str:
+        """Return a unique layer name: the source layer's name when one node carries it."""
+        prov = get_provenance(node).layer
+        base = prov if prov and self._layer_count.get(prov, 0) == 1 else (node.name or prov or node.op_type)
+        base = _UNSAFE.sub("_", base) or node.op_type
+        name, i = base, 1
+        while name in self._used_layers:
+            name, i = f"{base}_{i}", i + 1
+        self._used_layers.add(name)
+        return name
+
+    # -- values -------------------------------------------------------------------------------
+    @staticmethod
+    def shape(value: Value | None) -> tuple[int, ...]:
+        """Return the static shape of ``value``; NotExpressible when unknown."""
+        if value is None or value.shape is None:
+            raise NotExpressible("the shape of its input is unknown (run shape inference)")
+        dims = []
+        for d in value.shape:
+            if not isinstance(d, int):
+                raise NotExpressible(f"'{value.name}' has a symbolic dimension; Caffe needs static shapes")
+            dims.append(int(d))
+        return tuple(dims)
+
+    @staticmethod
+    def const(value: Value | None) -> TensorProtocol | None:
+        """Return the constant tensor behind ``value`` or None."""
+        return None if value is None else value.const_value
+
+    @staticmethod
+    def small(value: Value | None, what: str) -> np.ndarray:
+        """Return the values of a small constant input (axes, shapes, scalars)."""
+        t = None if value is None else value.const_value
+        if t is None:
+            raise NotExpressible(f"its {what} is computed at run time; Caffe needs it constant")
+        return np.asarray(t.numpy())
+
+    def layer(self, node: Node, type_: str, bottoms: Sequence[Value], tops: Sequence[Value] | None = None,
+              blobs: Sequence[Blob] = ()) -> Emitted:
+        """Return a new layer for ``node`` with blob names for bottoms and tops."""
+        lp = self.pb.LayerParameter(name=self.layer_name(node), type=type_)
+        lp.bottom.extend(self.blob(v) for v in bottoms)
+        outs = list(node.outputs) if tops is None else list(tops)
+        lp.top.extend(self.blob(v) for v in outs)
+        self.produced.extend(outs)
+        return Emitted(lp, list(blobs))

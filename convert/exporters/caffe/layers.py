@@ -1,0 +1,413 @@
+"""IR ops -> Caffe layers, one emitter per IR ``op_type`` (one node in, one layer out).
+
+Multi-node patterns are first rewritten by ``legalize.py`` (BatchNormalization -> BatchNorm +
+``convert.caffe::Scale``; Mul/Add by per-channel constants -> ``convert.caffe::Scale``; MatMul +
+Add -> Gemm). An emitter raises ``NotExpressible`` with the reason when Caffe cannot express
+its node; the exporter collects every such node before writing anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from convert.ir import Node, Registry
+
+from .context import EmitContext, Emitted, NotExpressible
+
+__all__ = ["CAFFE_DOMAIN", "EMITTERS", "NOTES", "caffe_pool_size"]
+
+CAFFE_DOMAIN = "convert.caffe"
+Emitter = Callable[[Node, EmitContext], "Emitted | None"]
+EMITTERS: Registry[Emitter] = Registry("caffe emitters")
+NOTES: dict[str, tuple[str, str]] = {}
+
+
+def _note(op: str, layer: str, limits: str = "") -> None:
+    NOTES[op] = (layer, limits)
+
+
+def _ints(node: Node, name: str, default: list[int]) -> list[int]:
+    attr = node.attributes.get(name)
+    return list(attr.value) if attr is not None else list(default)
+
+
+def _int(node: Node, name: str, default: int) -> int:
+    return int(node.attributes.get_int(name, default))
+
+
+def _float(node: Node, name: str, default: float) -> float:
+    return float(node.attributes.get_float(name, default))
+
+
+def _hw(msg: object, name: str, vals: tuple[int, int], *, repeated: bool) -> None:
+    """Write a (h, w) pair as the scalar field when equal, else as name_h / name_w."""
+    h, w = vals
+    field = "kernel_size" if name == "kernel" else name
+    if h == w:
+        if repeated:
+            getattr(msg, field).append(h)
+        else:
+            setattr(msg, field, h)
+    else:
+        setattr(msg, f"{name}_h", h)
+        setattr(msg, f"{name}_w", w)
+
+
+def _weight(ctx: EmitContext, node: Node, index: int, what: str) -> object:
+    t = ctx.const(node.inputs[index] if len(node.inputs) > index else None)
+    if t is None:
+        raise NotExpressible(f"its {what} is not a constant; Caffe layers hold weights as blobs")
+    return t
+
+
+def _sym_pads(node: Node, size: tuple[int, int], k_eff: tuple[int, int], s: tuple[int, int]) -> tuple[int, int]:
+    """Return symmetric Caffe pads equal in effect to the node's (possibly asymmetric) pads."""
+    auto = node.attributes.get_string("auto_pad", "NOTSET")
+    if auto not in ("NOTSET", "VALID"):
+        raise NotExpressible(f"auto_pad={auto} is not supported; re-export with explicit pads")
+    pads = _ints(node, "pads", [0, 0, 0, 0]) if auto == "NOTSET" else [0, 0, 0, 0]
+    out = []
+    for i in range(2):
+        pb, pe = pads[i], pads[i + 2]
+        if pb != pe:
+            full = (size[i] + pb + pe - k_eff[i]) // s[i]
+            sym = (size[i] + 2 * pb - k_eff[i]) // s[i]
+            if full != sym:
+                raise NotExpressible(f"asymmetric pads {pads} change the output size; Caffe pads symmetrically")
+        out.append(pb)
+    return out[0], out[1]
+
+
+# ---- convolution ----------------------------------------------------------------------------------
+@EMITTERS.register("Conv")
+def conv(node: Node, ctx: EmitContext) -> Emitted:
+    """Conv(+bias) -> Convolution (group, dilation; asymmetric pads when they do not change the size)."""
+    w = _weight(ctx, node, 1, "weight")
+    if len(w.shape) != 4:
+        raise NotExpressible("only 2-D convolution is supported")
+    x = ctx.shape(node.inputs[0])
+    m, _, kh, kw = (int(d) for d in w.shape)
+    dh, dw = _ints(node, "dilations", [1, 1])
+    sh, sw = _ints(node, "strides", [1, 1])
+    ph, pw = _sym_pads(node, (x[2], x[3]), (dh * (kh - 1) + 1, dw * (kw - 1) + 1), (sh, sw))
+    blobs = [w]
+    b = node.inputs[2] if len(node.inputs) > 2 else None
+    if b is not None:
+        blobs.append(_weight(ctx, node, 2, "bias"))
+    e = ctx.layer(node, "Convolution", [node.inputs[0]], blobs=blobs)
+    cp = e.layer.convolution_param
+    cp.num_output = m
+    cp.bias_term = b is not None
+    _hw(cp, "kernel", (kh, kw), repeated=True)
+    if ph or pw:
+        _hw(cp, "pad", (ph, pw), repeated=True)
+    if (sh, sw) != (1, 1):
+        _hw(cp, "stride", (sh, sw), repeated=True)
+    if (dh, dw) != (1, 1):
+        if dh != dw:
+            raise NotExpressible("unequal dilations are not expressible in Caffe")
+        cp.dilation.append(dh)
+    if _int(node, "group", 1) != 1:
+        cp.group = _int(node, "group", 1)
+    return e
+
+
+_note("Conv", "Convolution", "2-D; asymmetric pads only when the output size allows")
+
+
+@EMITTERS.register("ConvTranspose")
+def conv_transpose(node: Node, ctx: EmitContext) -> Emitted:
+    """ConvTranspose -> Deconvolution (symmetric pads, no output_padding)."""
+    w = _weight(ctx, node, 1, "weight")
+    if len(w.shape) != 4:
+        raise NotExpressible("only 2-D deconvolution is supported")
+    if any(_ints(node, "output_padding", [0, 0])):
+        raise NotExpressible("output_padding is not expressible in Caffe's Deconvolution")
+    pads = _ints(node, "pads", [0, 0, 0, 0])
+    if pads[:2] != pads[2:] or node.attributes.get_string("auto_pad", "NOTSET") != "NOTSET":
+        raise NotExpressible(f"asymmetric or automatic pads {pads} are not expressible in Deconvolution")
+    g = _int(node, "group", 1)
+    c_in, m_g, kh, kw = (int(d) for d in w.shape)
+    blobs = [w]
+    b = node.inputs[2] if len(node.inputs) > 2 else None
+    if b is not None:
+        blobs.append(_weight(ctx, node, 2, "bias"))
+    e = ctx.layer(node, "Deconvolution", [node.inputs[0]], blobs=blobs)
+    cp = e.layer.convolution_param
+    cp.num_output = m_g * g
+    cp.bias_term = b is not None
+    _hw(cp, "kernel", (kh, kw), repeated=True)
+    if any(pads):
+        _hw(cp, "pad", (pads[0], pads[1]), repeated=True)
+    s = _ints(node, "strides", [1, 1])
+    if s != [1, 1]:
+        _hw(cp, "stride", (s[0], s[1]), repeated=True)
+    d = _ints(node, "dilations", [1, 1])
+    if d != [1, 1]:
+        if d[0] != d[1]:
+            raise NotExpressible("unequal dilations are not expressible in Caffe")
+        cp.dilation.append(d[0])
+    if g != 1:
+        cp.group = g
+    return e
+
+
+_note("ConvTranspose", "Deconvolution", "2-D; symmetric pads; no output_padding")
+
+
+# ---- pooling ----------------------------------------------------------------------------------------
+def caffe_pool_size(size: int, k: int, s: int, p: int, ceil: bool, any_pad: bool) -> int:
+    """Return Caffe's pooled size: ceil (or floor) rounding, then the last-window clip."""
+    span = size + 2 * p - k
+    out = (-(-span // s) if ceil else span // s) + 1
+    if any_pad and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+def _pool(node: Node, ctx: EmitContext, method: int) -> Emitted:
+    x = ctx.shape(node.inputs[0])
+    y = ctx.shape(node.outputs[0])
+    if len(x) != 4:
+        raise NotExpressible("only 2-D pooling is supported")
+    if any(d != 1 for d in _ints(node, "dilations", [1, 1])):
+        raise NotExpressible("dilated pooling is not expressible in Caffe")
+    kh, kw = _ints(node, "kernel_shape", [])
+    sh, sw = _ints(node, "strides", [1, 1])
+    auto = node.attributes.get_string("auto_pad", "NOTSET")
+    if auto not in ("NOTSET", "VALID"):
+        raise NotExpressible(f"auto_pad={auto} is not supported; re-export with explicit pads")
+    # Window positions depend only on the begin pads; the output size decides the rest.
+    pads = _ints(node, "pads", [0, 0, 0, 0]) if auto == "NOTSET" else [0, 0, 0, 0]
+    ph, pw = pads[0], pads[1]
+    any_pad = bool(ph or pw)
+    want = (y[2], y[3])
+    ceil_ok = all(caffe_pool_size(x[2 + i], (kh, kw)[i], (sh, sw)[i], (ph, pw)[i], True, any_pad) == want[i]
+                  for i in range(2))
+    floor_ok = all(caffe_pool_size(x[2 + i], (kh, kw)[i], (sh, sw)[i], (ph, pw)[i], False, any_pad) == want[i]
+                   for i in range(2))
+    if not (ceil_ok or floor_ok):
+        raise NotExpressible(f"no Caffe rounding gives the output size {list(want)} with pads ({ph}, {pw})")
+    if method == 1:
+        overhang = any((want[i] - 1) * (sh, sw)[i] + (kh, kw)[i] > x[2 + i] + 2 * (ph, pw)[i] for i in range(2))
+        include = _int(node, "count_include_pad", 0)
+        if any_pad and not include:
+            raise NotExpressible("AveragePool with pads and count_include_pad=0: Caffe counts the pads")
+        if any_pad and overhang:
+            raise NotExpressible("AveragePool whose last window runs past the pads: Caffe's divisor differs")
+        if not any_pad and include and overhang:
+            raise NotExpressible("AveragePool with count_include_pad=1 past the input edge: Caffe's divisor differs")
+    e = ctx.layer(node, "Pooling", [node.inputs[0]])
+    pp = e.layer.pooling_param
+    pp.pool = method
+    _hw(pp, "kernel", (kh, kw), repeated=False)
+    if (sh, sw) != (1, 1):
+        _hw(pp, "stride", (sh, sw), repeated=False)
+    if any_pad:
+        _hw(pp, "pad", (ph, pw), repeated=False)
+    if not ceil_ok:
+        if ctx.flavor.floor_pooling == "ceil_mode":
+            pp.ceil_mode = False
+        else:
+            pp.round_mode = pp.FLOOR
+    return e
+
+
+@EMITTERS.register("MaxPool")
+def max_pool(node: Node, ctx: EmitContext) -> Emitted:
+    """MaxPool -> Pooling MAX; pads chosen so Caffe's ceil rounding gives the ONNX size, else FLOOR."""
+    if len(node.outputs) > 1 and node.outputs[1] is not None and node.outputs[1].uses():
+        raise NotExpressible("MaxPool indices output is not expressible in Caffe")
+    return _pool(node, ctx, 0)
+
+
+@EMITTERS.register("AveragePool")
+def average_pool(node: Node, ctx: EmitContext) -> Emitted:
+    """AveragePool -> Pooling AVE when Caffe's divisor matches count_include_pad."""
+    return _pool(node, ctx, 1)
+
+
+def _global(method: int) -> Emitter:
+    def emit(node: Node, ctx: EmitContext) -> Emitted:
+        if len(ctx.shape(node.inputs[0])) != 4:
+            raise NotExpressible("only 2-D global pooling is supported")
+        e = ctx.layer(node, "Pooling", [node.inputs[0]])
+        e.layer.pooling_param.pool = method
+        e.layer.pooling_param.global_pooling = True
+        return e
+
+    return emit
+
+
+EMITTERS.register("GlobalMaxPool")(_global(0))
+EMITTERS.register("GlobalAveragePool")(_global(1))
+_note("MaxPool", "Pooling MAX", "ceil via pads; else round_mode FLOOR (bvlc) / ceil_mode false (ssd)")
+_note("AveragePool", "Pooling AVE", "when Caffe's divisor equals count_include_pad's")
+_note("GlobalMaxPool", "Pooling MAX global_pooling")
+_note("GlobalAveragePool", "Pooling AVE global_pooling")
+
+
+# ---- fully connected ----------------------------------------------------------------------------------
+@EMITTERS.register("Gemm")
+def gemm(node: Node, ctx: EmitContext) -> Emitted:
+    """Gemm on a 2-D input with constant B (and C) -> InnerProduct, weights stored untransposed."""
+    if _int(node, "transA", 0):
+        raise NotExpressible("transA=1 is not expressible in InnerProduct")
+    if len(ctx.shape(node.inputs[0])) != 2:
+        raise NotExpressible("InnerProduct input must be 2-D")
+    b = _weight(ctx, node, 1, "weight (B)")
+    alpha, beta = _float(node, "alpha", 1.0), _float(node, "beta", 1.0)
+    trans_b = _int(node, "transB", 0)
+    n = int(b.shape[0] if trans_b else b.shape[1])
+
+    def weight() -> np.ndarray:
+        w = np.asarray(b.numpy(), dtype=np.float32)
+        w = w if trans_b else w.T
+        return w * np.float32(alpha) if alpha != 1.0 else w
+
+    blobs: list[object] = [_Deferred(weight, (n, int(b.shape[1] if trans_b else b.shape[0])))]
+    c = node.inputs[2] if len(node.inputs) > 2 else None
+    if c is not None:
+        ct = _weight(ctx, node, 2, "bias (C)")
+        if int(np.prod(ct.shape)) not in (n, 1) or (len(ct.shape) == 2 and int(ct.shape[0]) != 1):
+            raise NotExpressible(f"bias of shape {list(ct.shape)} is not a per-output vector")
+        blobs.append(_Deferred(lambda: np.broadcast_to(np.asarray(ct.numpy(), np.float32).reshape(-1) * beta,
+                                                       (n,)).copy(), (n,)))
+    e = ctx.layer(node, "InnerProduct", [node.inputs[0]], blobs=blobs)  # type: ignore[arg-type]
+    e.layer.inner_product_param.num_output = n
+    e.layer.inner_product_param.bias_term = c is not None
+    return e
+
+
+@EMITTERS.register("MatMul")
+def matmul(node: Node, ctx: EmitContext) -> Emitted:
+    """MatMul of a 2-D input by a constant 2-D matrix -> InnerProduct without bias."""
+    if len(ctx.shape(node.inputs[0])) != 2:
+        raise NotExpressible("InnerProduct input must be 2-D")
+    b = _weight(ctx, node, 1, "weight")
+    if len(b.shape) != 2:
+        raise NotExpressible("the weight must be a 2-D matrix")
+    n, k = int(b.shape[1]), int(b.shape[0])
+    blob = _Deferred(lambda: np.asarray(b.numpy(), np.float32).T.copy(), (n, k))
+    e = ctx.layer(node, "InnerProduct", [node.inputs[0]], blobs=[blob])  # type: ignore[list-item]
+    e.layer.inner_product_param.num_output = n
+    e.layer.inner_product_param.bias_term = False
+    return e
+
+
+_note("Gemm", "InnerProduct", "2-D input, constant B/C, transA=0")
+_note("MatMul", "InnerProduct", "2-D input, constant 2-D weight (MatMul+Add fused)")
+
+
+class _Deferred:
+    """A blob computed when it is written (transposed or scaled weights)."""
+
+    def __init__(self, func: Callable[[], np.ndarray], shape: tuple[int, ...]) -> None:
+        self.func = func
+        self.shape = shape
+        self.nbytes = int(np.prod(shape, dtype=np.int64)) * 4
+
+    def numpy(self) -> np.ndarray:
+        return self.func()
+
+
+# ---- activations ----------------------------------------------------------------------------------------
+def _simple(type_: str, op: str) -> Emitter:
+    def emit(node: Node, ctx: EmitContext) -> Emitted:
+        return ctx.layer(node, type_, [node.inputs[0]])
+
+    emit.__doc__ = f"{op} -> {type_}."
+    _note(op, type_)
+    return emit
+
+
+for _op, _type in (("Relu", "ReLU"), ("Sigmoid", "Sigmoid"), ("Tanh", "TanH"), ("Abs", "AbsVal"),
+                   ("Softplus", "BNLL"), ("Exp", "Exp"), ("Log", "Log")):
+    EMITTERS.register(_op)(_simple(_type, _op))
+
+
+@EMITTERS.register("LeakyRelu")
+def leaky_relu(node: Node, ctx: EmitContext) -> Emitted:
+    """LeakyRelu -> ReLU negative_slope."""
+    e = ctx.layer(node, "ReLU", [node.inputs[0]])
+    e.layer.relu_param.negative_slope = _float(node, "alpha", 0.01)
+    return e
+
+
+@EMITTERS.register("Elu")
+def elu(node: Node, ctx: EmitContext) -> Emitted:
+    """Elu -> ELU alpha."""
+    e = ctx.layer(node, "ELU", [node.inputs[0]])
+    e.layer.elu_param.alpha = _float(node, "alpha", 1.0)
+    return e
+
+
+@EMITTERS.register("PRelu")
+def prelu(node: Node, ctx: EmitContext) -> Emitted:
+    """PRelu with a constant per-channel (or single) slope -> PReLU."""
+    slope = _weight(ctx, node, 1, "slope")
+    x = ctx.shape(node.inputs[0])
+    count = int(np.prod(slope.shape, dtype=np.int64)) if slope.shape else 1
+    dims = [int(d) for d in slope.shape]
+    non1 = [i for i, d in enumerate(dims) if d != 1]
+    shared = count == 1
+    if not shared and (len(x) < 2 or count != x[1] or len(non1) != 1
+                       or len(dims) - non1[0] != len(x) - 1):
+        raise NotExpressible(f"slope of shape {dims} is not per-channel")
+    e = ctx.layer(node, "PReLU", [node.inputs[0]],
+                  blobs=[_Deferred(lambda: np.asarray(slope.numpy(), np.float32).reshape(-1), (count,))])
+    if shared:
+        e.layer.prelu_param.channel_shared = True
+    return e
+
+
+@EMITTERS.register("Clip")
+def clip(node: Node, ctx: EmitContext) -> Emitted:
+    """Clip -> ReLU (min 0, no max), ReLU6 (0..6, ssd) or Clip (bvlc)."""
+    lo = float(ctx.small(node.inputs[1], "min")) if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    hi = float(ctx.small(node.inputs[2], "max")) if len(node.inputs) > 2 and node.inputs[2] is not None else None
+    if lo == 0.0 and hi is None:
+        return ctx.layer(node, "ReLU", [node.inputs[0]])
+    if lo == 0.0 and hi == 6.0 and ctx.flavor.relu6:
+        return ctx.layer(node, "ReLU6", [node.inputs[0]])
+    if not ctx.flavor.clip:
+        raise NotExpressible(f"Clip({lo}, {hi}) has no {ctx.flavor.name} layer (only Clip(0, 6) -> ReLU6)")
+    e = ctx.layer(node, "Clip", [node.inputs[0]])
+    e.layer.clip_param.min = lo if lo is not None else float(np.finfo(np.float32).min)
+    e.layer.clip_param.max = hi if hi is not None else float(np.finfo(np.float32).max)
+    return e
+
+
+def _power(node: Node, ctx: EmitContext, power: float = 1.0, scale: float = 1.0, shift: float = 0.0,
+           x: object = None) -> Emitted:
+    e = ctx.layer(node, "Power", [x if x is not None else node.inputs[0]])  # type: ignore[list-item]
+    pp = e.layer.power_param
+    if power != 1.0:
+        pp.power = power
+    if scale != 1.0:
+        pp.scale = scale
+    if shift != 0.0:
+        pp.shift = shift
+    return e
+
+
+EMITTERS.register("Sqrt")(lambda node, ctx: _power(node, ctx, power=0.5))
+EMITTERS.register("Neg")(lambda node, ctx: _power(node, ctx, scale=-1.0))
+EMITTERS.register("Reciprocal")(lambda node, ctx: _power(node, ctx, power=-1.0))
+
+
+@EMITTERS.register("Pow")
+def pow_(node: Node, ctx: EmitContext) -> Emitted:
+    """Pow(x, constant scalar) -> Power."""
+    p = ctx.small(node.inputs[1], "exponent")
+    if p.size != 1:
+        raise NotExpressible("the exponent must be a scalar constant")
+    return _power(node, ctx, power=float(p.reshape(-1)[0]))
+
+
+for _op, _t in (("LeakyRelu", "ReLU negative_slope"), ("Elu", "ELU"), ("PRelu", "PReLU"),
+                ("Clip", "ReLU / ReLU6 / Clip"), ("Sqrt", "Power 0.5"), ("Neg", "Power scale -1"),
+                ("Reciprocal", "Power -1"), ("Pow", "Power")):
+    _note(_op, _t)

@@ -1,0 +1,338 @@
+"""IR arithmetic, normalisation and tensor-layout ops -> Caffe layers (registered in ``layers``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from convert.ir import Node, Value
+
+from .context import EmitContext, Emitted, NotExpressible
+from .layers import CAFFE_DOMAIN, EMITTERS, _Deferred, _float, _int, _ints, _note, _power, _weight
+
+__all__: list[str] = []
+
+
+# ---- element-wise -----------------------------------------------------------------------------------
+def _scalar(ctx: EmitContext, value: Value | None) -> float | None:
+    t = ctx.const(value)
+    if t is None or int(np.prod(t.shape, dtype=np.int64)) != 1:
+        return None
+    return float(np.asarray(t.numpy()).reshape(-1)[0])
+
+
+def _binary(node: Node, ctx: EmitContext, op: str) -> Emitted:
+    a, b = node.inputs[0], node.inputs[1]
+    ca, cb = ctx.const(a), ctx.const(b)
+    if ca is not None and cb is not None:
+        raise NotExpressible("both inputs are constants (fold them first)")
+    # x (op) scalar constant -> Power
+    sb, sa = _scalar(ctx, b), _scalar(ctx, a)
+    if cb is not None and sb is not None:
+        if op == "Add":
+            return _power(node, ctx, shift=sb)
+        if op == "Sub":
+            return _power(node, ctx, shift=-sb)
+        if op == "Mul":
+            return _power(node, ctx, scale=sb)
+        if op == "Div":
+            return _power(node, ctx, scale=1.0 / sb)
+    if ca is not None and sa is not None:
+        if op == "Add":
+            return _power(node, ctx, shift=sa, x=b)
+        if op == "Sub":
+            return _power(node, ctx, scale=-1.0, shift=sa, x=b)
+        if op == "Mul":
+            return _power(node, ctx, scale=sa, x=b)
+    if ca is not None or cb is not None:
+        raise NotExpressible("broadcast by a constant that is not per-channel (legalisation found no Scale)")
+    sa_, sb_ = ctx.shape(a), ctx.shape(b)
+    if sa_ != sb_:
+        raise NotExpressible(f"broadcast between shapes {list(sa_)} and {list(sb_)} has no Caffe layer")
+    if op == "Div":
+        raise NotExpressible("element-wise division of two tensors has no Caffe layer")
+    e = ctx.layer(node, "Eltwise", [a, b])
+    ep = e.layer.eltwise_param
+    if op == "Mul":
+        ep.operation = ep.PROD
+    elif op == "Max":
+        ep.operation = ep.MAX
+    elif op == "Sub":
+        ep.coeff.extend([1.0, -1.0])
+    return e
+
+
+for _op in ("Add", "Sub", "Mul", "Div", "Max"):
+    EMITTERS.register(_op)(lambda node, ctx, _o=_op: _binary(node, ctx, _o))
+_note("Add", "Eltwise SUM / Power shift / Scale bias", "equal shapes, scalar or per-channel constant")
+_note("Sub", "Eltwise SUM coeff 1,-1 / Power / Scale")
+_note("Mul", "Eltwise PROD / Power scale / Scale", "equal shapes, scalar or per-channel constant")
+_note("Div", "Power scale 1/c / Scale", "by a constant only")
+_note("Max", "Eltwise MAX", "equal shapes")
+
+
+@EMITTERS.register("Sum")
+def sum_(node: Node, ctx: EmitContext) -> Emitted:
+    """Sum of equal-shaped tensors -> Eltwise SUM."""
+    shapes = {ctx.shape(v) for v in node.inputs}
+    if len(shapes) != 1 or any(ctx.const(v) is not None for v in node.inputs):
+        raise NotExpressible("Sum needs equal-shaped, non-constant inputs")
+    return ctx.layer(node, "Eltwise", list(node.inputs))  # type: ignore[arg-type]
+
+
+_note("Sum", "Eltwise SUM")
+
+
+@EMITTERS.register(f"{CAFFE_DOMAIN}::Scale")
+def scale(node: Node, ctx: EmitContext) -> Emitted:
+    """convert.caffe::Scale(x, gamma[, beta]) (from legalisation) -> Scale axis 1 [bias_term]."""
+    gamma = _weight(ctx, node, 1, "scale")
+    c = int(np.prod(gamma.shape, dtype=np.int64))
+    blobs: list[object] = [_Deferred(lambda: np.asarray(gamma.numpy(), np.float32).reshape(-1), (c,))]
+    has_bias = len(node.inputs) > 2 and node.inputs[2] is not None
+    if has_bias:
+        beta = _weight(ctx, node, 2, "bias")
+        blobs.append(_Deferred(lambda: np.asarray(beta.numpy(), np.float32).reshape(-1), (c,)))
+    e = ctx.layer(node, "Scale", [node.inputs[0]], blobs=blobs)  # type: ignore[arg-type]
+    if has_bias:
+        e.layer.scale_param.bias_term = True
+    return e
+
+
+_note(f"{CAFFE_DOMAIN}::Scale", "Scale", "produced by legalisation")
+
+
+@EMITTERS.register("BatchNormalization")
+def batch_norm(node: Node, ctx: EmitContext) -> Emitted:
+    """BatchNormalization (gamma=1, beta=0 after legalisation) -> BatchNorm (factor 1)."""
+    if len(node.outputs) > 1 and any(o is not None and o.uses() for o in node.outputs[1:]):
+        raise NotExpressible("training-mode BatchNormalization is not supported")
+    mean = _weight(ctx, node, 3, "mean")
+    var = _weight(ctx, node, 4, "variance")
+    c = int(np.prod(mean.shape, dtype=np.int64))
+    blobs = [_Deferred(lambda: np.asarray(mean.numpy(), np.float32).reshape(-1), (c,)),
+             _Deferred(lambda: np.asarray(var.numpy(), np.float32).reshape(-1), (c,)),
+             np.ones(1, np.float32)]
+    e = ctx.layer(node, "BatchNorm", [node.inputs[0]], blobs=blobs)  # type: ignore[arg-type]
+    eps = _float(node, "epsilon", 1e-5)
+    if abs(eps - 1e-5) > 1e-12:
+        e.layer.batch_norm_param.eps = eps
+    return e
+
+
+_note("BatchNormalization", "BatchNorm + Scale", "inference form")
+
+
+@EMITTERS.register("LRN")
+def lrn(node: Node, ctx: EmitContext) -> Emitted:
+    """LRN -> LRN ACROSS_CHANNELS."""
+    e = ctx.layer(node, "LRN", [node.inputs[0]])
+    lp = e.layer.lrn_param
+    lp.local_size = _int(node, "size", 5)
+    lp.alpha = _float(node, "alpha", 1e-4)
+    lp.beta = _float(node, "beta", 0.75)
+    lp.k = _float(node, "bias", 1.0)
+    return e
+
+
+_note("LRN", "LRN")
+
+
+@EMITTERS.register("Softmax")
+def softmax(node: Node, ctx: EmitContext) -> Emitted:
+    """Softmax(axis) -> Softmax axis."""
+    rank = len(ctx.shape(node.inputs[0]))
+    axis = _int(node, "axis", -1)
+    e = ctx.layer(node, "Softmax", [node.inputs[0]])
+    e.layer.softmax_param.axis = axis + rank if axis < 0 else axis
+    return e
+
+
+_note("Softmax", "Softmax")
+
+
+# ---- layout ---------------------------------------------------------------------------------------------
+@EMITTERS.register("Identity", "Dropout")
+def identity(node: Node, ctx: EmitContext) -> None:
+    """Identity / Dropout -> no layer (the output is another name for the input)."""
+    ctx.alias(node.outputs[0], node.inputs[0])
+
+
+_note("Identity", "(no layer)")
+_note("Dropout", "(no layer)")
+
+
+@EMITTERS.register("Concat")
+def concat(node: Node, ctx: EmitContext) -> Emitted:
+    """Concat -> Concat axis."""
+    if any(ctx.const(v) is not None for v in node.inputs):
+        raise NotExpressible("a constant input has no Caffe blob")
+    rank = len(ctx.shape(node.inputs[0]))
+    axis = _int(node, "axis", 1)
+    e = ctx.layer(node, "Concat", list(node.inputs))  # type: ignore[arg-type]
+    axis = axis + rank if axis < 0 else axis
+    if axis != 1:
+        e.layer.concat_param.axis = axis
+    return e
+
+
+_note("Concat", "Concat")
+
+
+@EMITTERS.register("Split")
+def split(node: Node, ctx: EmitContext) -> Emitted:
+    """Split -> Slice with explicit slice_points."""
+    x = ctx.shape(node.inputs[0])
+    axis = _int(node, "axis", 0)
+    axis = axis + len(x) if axis < 0 else axis
+    if len(node.inputs) > 1 and node.inputs[1] is not None:
+        sizes = [int(s) for s in ctx.small(node.inputs[1], "split sizes")]
+    else:
+        sizes = [ctx.shape(o)[axis] for o in node.outputs]
+    e = ctx.layer(node, "Slice", [node.inputs[0]])
+    e.layer.slice_param.axis = axis
+    e.layer.slice_param.slice_point.extend(int(p) for p in np.cumsum(sizes)[:-1])
+    return e
+
+
+_note("Split", "Slice", "explicit slice_point")
+
+
+@EMITTERS.register("Slice")
+def slice_(node: Node, ctx: EmitContext) -> Emitted:
+    """Slice with constant bounds, step 1 -> Crop (reference blob of the target shape) or Slice."""
+    x = ctx.shape(node.inputs[0])
+    y = ctx.shape(node.outputs[0])
+    starts = [int(v) for v in ctx.small(node.inputs[1], "starts")]
+    axes = ([int(v) for v in ctx.small(node.inputs[3], "axes")] if len(node.inputs) > 3 and node.inputs[3]
+            is not None else list(range(len(starts))))
+    if len(node.inputs) > 4 and node.inputs[4] is not None and any(int(s) != 1 for s in ctx.small(node.inputs[4],
+                                                                                                   "steps")):
+        raise NotExpressible("strided slicing has no Caffe layer")
+    offs = [0] * len(x)
+    for a, s in zip(axes, starts, strict=True):
+        a = a + len(x) if a < 0 else a
+        s = s + x[a] if s < 0 else s
+        offs[a] = max(0, min(s, x[a]))
+    changed = [a for a in range(len(x)) if x[a] != y[a] or offs[a]]
+    if not changed:
+        e = ctx.layer(node, "Split", [node.inputs[0]])
+        return e
+    first = min(changed)
+    # Crop: a produced blob (or input) whose dims from `first` on equal the target's.
+    for ref in [*ctx.graph.inputs, *ctx.produced]:
+        try:
+            rs = ctx.shape(ref)
+        except NotExpressible:
+            continue
+        if len(rs) == len(y) and rs[first:] == y[first:] and ref is not node.inputs[0]:
+            e = ctx.layer(node, "Crop", [node.inputs[0], ref])
+            e.layer.crop_param.axis = first
+            tail = offs[first:]
+            if len(set(tail)) == 1:
+                if tail[0]:
+                    e.layer.crop_param.offset.append(tail[0])
+            else:
+                e.layer.crop_param.offset.extend(tail)
+            return e
+    if len(changed) != 1:
+        raise NotExpressible("a multi-axis crop needs a blob of the target shape to crop against")
+    a = changed[0]
+    points = [p for p in (offs[a], offs[a] + y[a]) if 0 < p < x[a]]
+    keep = 1 if offs[a] > 0 else 0
+    tops: list[Value] = []
+    for i in range(len(points) + 1):
+        tops.append(node.outputs[0] if i == keep else Value(name=f"{node.outputs[0].name}_unused{i}"))
+    e = ctx.layer(node, "Slice", [node.inputs[0]], tops=tops)
+    e.layer.slice_param.axis = a
+    e.layer.slice_param.slice_point.extend(points)
+    return e
+
+
+_note("Slice", "Crop / Slice", "step 1; Crop when a blob of the target shape exists, else one-axis Slice")
+
+
+@EMITTERS.register("Flatten")
+def flatten(node: Node, ctx: EmitContext) -> Emitted:
+    """Flatten(axis=1) -> Flatten; other axes -> Reshape."""
+    if _int(node, "axis", 1) == 1:
+        return ctx.layer(node, "Flatten", [node.inputs[0]])
+    return _reshape(node, ctx)
+
+
+def _reshape(node: Node, ctx: EmitContext) -> Emitted:
+    y = ctx.shape(node.outputs[0])
+    e = ctx.layer(node, "Reshape", [node.inputs[0]])
+    e.layer.reshape_param.shape.dim.extend(y)
+    return e
+
+
+for _op in ("Reshape", "Squeeze", "Unsqueeze"):
+    EMITTERS.register(_op)(_reshape)
+    _note(_op, "Reshape", "static shape")
+_note("Flatten", "Flatten / Reshape")
+
+
+@EMITTERS.register("Transpose")
+def transpose(node: Node, ctx: EmitContext) -> Emitted:
+    """Transpose -> Permute (ssd flavor only; BVLC has no Permute)."""
+    if not ctx.flavor.permute:
+        raise NotExpressible(f"Transpose needs Permute, which {ctx.flavor.name} lacks; use --caffe-flavor ssd")
+    rank = len(ctx.shape(node.inputs[0]))
+    e = ctx.layer(node, "Permute", [node.inputs[0]])
+    e.layer.permute_param.order.extend(_ints(node, "perm", list(range(rank))[::-1]))
+    return e
+
+
+_note("Transpose", "Permute", "ssd flavor")
+
+
+@EMITTERS.register("Resize", "Upsample")
+def resize(node: Node, ctx: EmitContext) -> Emitted:
+    """Resize nearest (integer scale) -> Deconvolution or Upsample (ssd); bilinear align_corners -> Interp."""
+    x = ctx.shape(node.inputs[0])
+    y = ctx.shape(node.outputs[0])
+    if len(x) != 4 or x[:2] != y[:2]:
+        raise NotExpressible("only spatial resizing of N, C, H, W tensors is supported")
+    mode = node.attributes.get_string("mode", "nearest")
+    coord = node.attributes.get_string("coordinate_transformation_mode", "half_pixel")
+    if mode == "linear":
+        if coord != "align_corners" or not ctx.flavor.interp:
+            raise NotExpressible(f"bilinear resize ({coord}) needs Interp with align_corners: "
+                                 "use --caffe-flavor pspnet (and align_corners=True)")
+        e = ctx.layer(node, "Interp", [node.inputs[0]])
+        e.layer.interp_param.height = y[2]
+        e.layer.interp_param.width = y[3]
+        return e
+    if mode != "nearest":
+        raise NotExpressible(f"resize mode '{mode}' has no Caffe layer")
+    if coord in ("align_corners", "tf_crop_and_resize"):
+        raise NotExpressible(f"nearest resize with {coord} is not an integer upsampling")
+    sh, sw = y[2] // x[2], y[3] // x[3]
+    if y[2] != sh * x[2] or y[3] != sw * x[3] or sh < 1 or sw < 1:
+        raise NotExpressible(f"scale {y[2] / x[2]:g}x{y[3] / x[3]:g} is not an integer upsampling")
+    if coord == "asymmetric" and node.attributes.get_string("nearest_mode", "round_prefer_floor") != "floor" \
+            and (sh > 1 or sw > 1):
+        raise NotExpressible("asymmetric nearest resize must use nearest_mode=floor")
+    if ctx.flavor.upsample:
+        e = ctx.layer(node, "Upsample", [node.inputs[0]])
+        if sh == sw:
+            e.layer.upsample_param.scale = sh
+        else:
+            e.layer.upsample_param.scale_h, e.layer.upsample_param.scale_w = sh, sw
+        return e
+    c = x[1]
+    e = ctx.layer(node, "Deconvolution", [node.inputs[0]], blobs=[np.ones((c, 1, sh, sw), np.float32)])
+    cp = e.layer.convolution_param
+    cp.num_output = c
+    cp.group = c
+    cp.bias_term = False
+    if sh == sw:
+        cp.kernel_size.append(sh)
+        cp.stride.append(sh)
+    else:
+        cp.kernel_h, cp.kernel_w, cp.stride_h, cp.stride_w = sh, sw, sh, sw
+    return e
+
+
+_note("Resize", "Deconvolution (fixed ones) / Upsample (ssd) / Interp (pspnet)",
+      "nearest integer scales; bilinear align_corners with pspnet")

@@ -1,0 +1,227 @@
+"""Rewrite IR patterns into the shapes the one-node-one-layer emitters expect.
+
+Rules, in order (each preserves the graph's values exactly):
+
+* ``MatMul(x, W) -> Add(., b)`` with constant 2-D ``W`` and 1-D ``b`` -> ``Gemm(x, W, b)``.
+* ``BatchNormalization(x, gamma, beta, mean, var)`` with gamma != 1 or beta != 0 ->
+  ``BatchNormalization(x, 1, 0, mean, var) -> convert.caffe::Scale(., gamma, beta)``
+  (Caffe's BatchNorm has no affine part; BVLC pairs it with a Scale layer).
+* ``Mul/Div/Add/Sub(x, c)`` with ``c`` a constant per-channel vector (shape (C, 1, ..) against
+  axis 1 of ``x``) -> ``convert.caffe::Scale(x, gamma[, beta])``; a ``Mul`` followed only by an ``Add``
+  of that kind becomes one Scale with a bias.
+
+Preconditions: static shapes on the values involved (the exporter runs shape inference first).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from convert.ir import (
+    DataType,
+    Graph,
+    Model,
+    Node,
+    Shape,
+    TensorType,
+    Value,
+    convenience,
+    from_array,
+    get_provenance,
+    set_provenance,
+)
+from convert.ir.passes import Pass, PassResult
+
+from .layers import CAFFE_DOMAIN
+
+__all__ = ["LegalizeForCaffe"]
+
+logger = logging.getLogger(__name__)
+
+
+def _const(value: Value | None) -> np.ndarray | None:
+    if value is None or value.const_value is None:
+        return None
+    return np.asarray(value.const_value.numpy())
+
+
+def _static(value: Value | None) -> tuple[int, ...] | None:
+    if value is None or value.shape is None or not all(isinstance(d, int) for d in value.shape):
+        return None
+    return tuple(int(d) for d in value.shape)
+
+
+def _per_channel(x: Value, c: np.ndarray) -> np.ndarray | None:
+    """Return ``c`` as a (C,) vector when it broadcasts along axis 1 of ``x`` only."""
+    shape = _static(x)
+    if shape is None or len(shape) < 2 or c.size <= 1:
+        return None
+    dims = list(c.shape)
+    while dims and dims[0] == 1 and len(dims) > len(shape) - 1:
+        dims.pop(0)
+    want = [shape[1]] + [1] * (len(shape) - 2)
+    if dims != want:
+        return None
+    return c.reshape(-1).astype(np.float32)
+
+
+class LegalizeForCaffe(Pass):
+    """Apply the rewrites above in place; idempotent."""
+
+    def call(self, model: Model) -> PassResult:
+        """Rewrite ``model.graph``; return whether anything changed."""
+        graph = model.graph
+        self._names = set(graph.initializers) | {v.name for n in graph for v in n.outputs if v.name}
+        changed = 0
+        for node in list(graph):
+            if node.graph is None:
+                continue  # removed by an earlier rewrite
+            if node.domain in ("", "ai.onnx"):
+                rule = {"MatMul": self._matmul_add, "BatchNormalization": self._batch_norm,
+                        "Mul": self._scale, "Div": self._scale, "Add": self._scale,
+                        "Sub": self._scale}.get(node.op_type)
+                if rule is not None and rule(graph, node):
+                    changed += 1
+        if changed:
+            graph.opset_imports.setdefault(CAFFE_DOMAIN, 1)
+        logger.debug("legalised %d patterns for Caffe", changed)
+        return PassResult(model, changed > 0)
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _fresh(self, base: str) -> str:
+        name, i = base, 1
+        while name in self._names:
+            name, i = f"{base}_{i}", i + 1
+        self._names.add(name)
+        return name
+
+    def _init(self, graph: Graph, base: str, arr: np.ndarray) -> Value:
+        name = self._fresh(base)
+        arr = np.ascontiguousarray(arr, dtype=np.float32)
+        value = Value(name=name, shape=Shape(arr.shape), type=TensorType(DataType.FLOAT),
+                      const_value=from_array(arr, name=name))
+        graph.register_initializer(value)
+        return value
+
+    @staticmethod
+    def _replace(graph: Graph, old: Node, new: Node, old_out: Value) -> None:
+        """Insert ``new`` before ``old``; move uses (and graph outputs) of ``old_out`` to ``new``."""
+        new_out = new.outputs[0]
+        new_out.shape = old_out.shape
+        new_out.type = old_out.type
+        graph.insert_before(old, new)
+        name = old_out.name
+        convenience.replace_all_uses_with(old_out, new_out)
+        for i, out in enumerate(graph.outputs):
+            if out is old_out:
+                graph.outputs[i] = new_out
+        graph.remove(old, safe=True)
+        new_out.name = name
+
+    # -- rules --------------------------------------------------------------------------------
+    def _matmul_add(self, graph: Graph, node: Node) -> bool:
+        w = _const(node.inputs[1])
+        out = node.outputs[0]
+        if w is None or w.ndim != 2 or out.is_graph_output() or len(out.uses()) != 1:
+            return False
+        add = out.uses()[0].node
+        if add.op_type != "Add" or add.domain not in ("", "ai.onnx"):
+            return False
+        other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
+        b = _const(other)
+        if b is None or b.size != w.shape[1] or (b.ndim == 2 and b.shape[0] != 1) or b.ndim > 2:
+            return False
+        bias = self._init(graph, f"{node.name or 'matmul'}.bias", b.reshape(-1))
+        gemm = Node("", "Gemm", [node.inputs[0], node.inputs[1], bias],
+                    outputs=[Value(name=self._fresh(add.outputs[0].name or "gemm"))], name=node.name)
+        set_provenance(gemm, get_provenance(node))
+        add_out = add.outputs[0]
+        graph.insert_before(node, gemm)
+        gemm.outputs[0].shape, gemm.outputs[0].type = add_out.shape, add_out.type
+        name = add_out.name
+        convenience.replace_all_uses_with(add_out, gemm.outputs[0])
+        for i, o in enumerate(graph.outputs):
+            if o is add_out:
+                graph.outputs[i] = gemm.outputs[0]
+        graph.remove([add, node], safe=True)
+        gemm.outputs[0].name = name
+        return True
+
+    def _batch_norm(self, graph: Graph, node: Node) -> bool:
+        gamma, beta = _const(node.inputs[1]), _const(node.inputs[2])
+        if gamma is None or beta is None or len(node.outputs) != 1:
+            return False
+        if np.all(gamma == 1) and np.all(beta == 0):
+            return False
+        c = gamma.size
+        base = node.name or "bn"
+        ones = self._init(graph, f"{base}.unit_scale", np.ones(c))
+        zeros = self._init(graph, f"{base}.zero_bias", np.zeros(c))
+        bn = Node("", "BatchNormalization", [node.inputs[0], ones, zeros, node.inputs[3], node.inputs[4]],
+                  node.attributes.values(), outputs=[Value(name=self._fresh(f"{base}_norm"))], name=node.name)
+        prov = get_provenance(node)
+        set_provenance(bn, prov)
+        out = node.outputs[0]
+        bn.outputs[0].shape, bn.outputs[0].type = out.shape, out.type
+        graph.insert_before(node, bn)
+        g = self._init(graph, f"{base}.gamma", gamma.reshape(-1))
+        b = self._init(graph, f"{base}.beta", beta.reshape(-1))
+        scale = Node(CAFFE_DOMAIN, "Scale", [bn.outputs[0], g, b],
+                     outputs=[Value(name=self._fresh(f"{base}_scale"))], name=f"{node.name}_scale")
+        set_provenance(scale, prov)
+        self._replace(graph, node, scale, out)
+        return True
+
+    def _scale(self, graph: Graph, node: Node) -> bool:
+        a, b = node.inputs[0], node.inputs[1]
+        cb = _const(b)
+        if cb is None or _const(a) is not None:
+            if node.op_type in ("Mul", "Add") and _const(a) is not None and cb is None:
+                a, b, cb = b, a, _const(a)
+            else:
+                return False
+        vec = _per_channel(a, cb)
+        if vec is None:
+            return False
+        c = vec.size
+        gamma, beta = np.ones(c, np.float32), None
+        if node.op_type == "Mul":
+            gamma = vec
+        elif node.op_type == "Div":
+            gamma = (1.0 / vec).astype(np.float32)
+        elif node.op_type == "Add":
+            beta = vec
+        else:
+            beta = -vec
+        out = node.outputs[0]
+        if beta is None and not out.is_graph_output() and len(out.uses()) == 1:
+            nxt = out.uses()[0].node
+            if nxt.op_type in ("Add", "Sub") and nxt.domain in ("", "ai.onnx") and nxt.inputs[0] is out:
+                cn = _const(nxt.inputs[1])
+                vn = _per_channel(out, cn) if cn is not None else None
+                if vn is not None:
+                    beta = vn if nxt.op_type == "Add" else -vn
+                    return self._fused(graph, node, nxt, a, gamma, beta)
+        base = node.name or "scale"
+        inputs = [a, self._init(graph, f"{base}.gamma", gamma)]
+        if beta is not None:
+            inputs.append(self._init(graph, f"{base}.beta", beta))
+        scale = Node(CAFFE_DOMAIN, "Scale", inputs, outputs=[Value(name=self._fresh(f"{base}_scale"))],
+                     name=node.name)
+        set_provenance(scale, get_provenance(node))
+        self._replace(graph, node, scale, out)
+        return True
+
+    def _fused(self, graph: Graph, mul: Node, add: Node, x: Value, gamma: np.ndarray, beta: np.ndarray) -> bool:
+        base = mul.name or "scale"
+        g = self._init(graph, f"{base}.gamma", gamma)
+        b = self._init(graph, f"{base}.beta", beta)
+        scale = Node(CAFFE_DOMAIN, "Scale", [x, g, b], outputs=[Value(name=self._fresh(f"{base}_scale"))],
+                     name=mul.name)
+        set_provenance(scale, get_provenance(mul))
+        out = add.outputs[0]
+        self._replace(graph, add, scale, out)
+        graph.remove(mul, safe=True)
+        return True

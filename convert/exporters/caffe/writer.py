@@ -1,0 +1,186 @@
+"""IR -> deploy prototxt + caffemodel.
+
+The graph is legalised (``legalize.py``), then every node goes through its emitter. Nodes Caffe
+cannot express are all collected and reported at once, before anything is written. A
+caffemodel is one protobuf message, so weights past 2 GiB are refused up front with the size.
+Both files are written to temporary files in the target folder and moved into place at the end;
+nothing is left behind on failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from convert.ir import (
+    ExportError,
+    Model,
+    Options,
+    Unsupported,
+    UnsupportedOpsError,
+    describe,
+    passes,
+)
+
+from . import layers_tensor  # noqa: F401  (registers the tensor emitters)
+from .context import EmitContext, Emitted, NotExpressible
+from .flavor import Flavor, flavor
+from .layers import CAFFE_DOMAIN, EMITTERS
+from .legalize import LegalizeForCaffe
+
+__all__ = ["MAX_CAFFEMODEL_BYTES", "build_net", "check", "output_paths", "save_caffe"]
+
+logger = logging.getLogger(__name__)
+
+# protobuf refuses messages of 2 GiB and more; keep a margin for the layer records.
+MAX_CAFFEMODEL_BYTES = 2**31 - 16 * 2**20
+
+
+def output_paths(out_path: Path) -> tuple[Path, Path]:
+    """Map ``-o`` to ``(<base>.prototxt, <base>.caffemodel)``; a .prototxt/.caffemodel suffix is the base's."""
+    out = Path(out_path)
+    base = out.with_suffix("") if out.suffix.lower() in (".prototxt", ".caffemodel") else out
+    return base.with_name(base.name + ".prototxt"), base.with_name(base.name + ".caffemodel")
+
+
+def _key(node: object) -> str:
+    domain = node.domain  # type: ignore[attr-defined]
+    op = node.op_type  # type: ignore[attr-defined]
+    return op if domain in ("", "ai.onnx") else f"{domain}::{op}"
+
+
+def _prepare(model: Model) -> None:
+    graph = model.graph
+    if any(v.shape is None for n in graph for v in n.outputs if v is not None):
+        passes.InferShapes()(model)
+    LegalizeForCaffe()(model)
+
+
+def build_net(model: Model, flav: Flavor) -> tuple[object, list[Emitted], list[Unsupported]]:
+    """Emit every node; return ``(NetParameter without blobs, layers, gaps)``."""
+    _prepare(model)
+    graph = model.graph
+    ctx = EmitContext(graph, flav)
+    pb = ctx.pb
+    net = pb.NetParameter(name=graph.name or "net")
+    emitted: list[Emitted] = []
+    gaps: dict[str, list[tuple[str, str]]] = {}
+    for value in graph.inputs:
+        if value.is_initializer():
+            continue
+        lp = pb.LayerParameter(name=ctx.blob(value), type="Input", top=[ctx.blob(value)])
+        try:
+            lp.input_param.shape.add(dim=list(ctx.shape(value)))
+        except NotExpressible as exc:
+            gaps.setdefault("input", []).append((f"graph input '{value.name}'", str(exc)))
+        emitted.append(Emitted(lp))
+    for node in graph:
+        key = _key(node)
+        emit = EMITTERS.lookup(key)
+        if emit is None:
+            gaps.setdefault(key, []).append((describe(node), "Caffe has no layer for it"))
+            continue
+        try:
+            result = emit(node, ctx)
+        except NotExpressible as exc:
+            gaps.setdefault(key, []).append((describe(node), str(exc)))
+            continue
+        if result is not None:
+            emitted.append(result)
+    for value in graph.outputs:
+        blob = ctx.blob(value)
+        if value.is_graph_input() or blob != (value.name or blob):
+            lp = pb.LayerParameter(name=f"{value.name}_output", type="Split", bottom=[blob], top=[value.name])
+            emitted.append(Emitted(lp))
+    for e in emitted:
+        net.layer.add().CopyFrom(e.layer)
+    items = [Unsupported(op=k, count=len(v), first=v[0][0], reason=v[0][1]) for k, v in gaps.items()]
+    return net, emitted, items
+
+
+def check(model: Model, options: Options) -> list[Unsupported]:
+    """Return every node Caffe cannot express (the graph is legalised in place; values unchanged)."""
+    _, _, gaps = build_net(model, flavor(options.get("caffe_flavor")))
+    return gaps
+
+
+def _nbytes(blob: object) -> int:
+    return int(getattr(blob, "nbytes", 0))
+
+
+def _array(blob: object) -> np.ndarray:
+    arr = blob if isinstance(blob, np.ndarray) else blob.numpy()  # type: ignore[attr-defined]
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
+    """Write ``<base>.prototxt`` and ``<base>.caffemodel``; return both paths.
+
+    Raises:
+        UnsupportedOpsError: listing every node Caffe cannot express (nothing written).
+        ExportError: when the weights exceed one caffemodel's 2 GiB (nothing written).
+    """
+    from google.protobuf import text_format
+
+    flav = flavor(options.get("caffe_flavor"))
+    proto_path, model_path = output_paths(out_path)
+    net, emitted, gaps = build_net(model, flav)
+    if gaps:
+        raise UnsupportedOpsError(
+            f"export to Caffe ({flav.name})", gaps,
+            hint="Nothing was written. Run `convert ops caffe --to` for what maps, or export to ONNX.",
+        )
+    total = sum(_nbytes(b) for e in emitted for b in e.blobs)
+    if total > MAX_CAFFEMODEL_BYTES:
+        raise ExportError(
+            f"cannot write {model_path.name}: the weights take {total / 2**30:.2f} GiB, but a caffemodel is one "
+            "protobuf message and cannot reach 2 GiB. Nothing was written. Export to ONNX (external data) instead."
+        )
+    proto_path.parent.mkdir(parents=True, exist_ok=True)
+    temps: list[str] = []
+    try:
+        weights = type(net)(name=net.name)
+        done = 0
+        count = sum(1 for e in emitted if e.blobs)
+        for e in emitted:
+            if not e.blobs:
+                continue
+            lp = weights.layer.add(name=e.layer.name, type=e.layer.type)
+            lp.bottom.extend(e.layer.bottom)
+            lp.top.extend(e.layer.top)
+            for src in e.blobs:
+                arr = _array(src)
+                blob = lp.blobs.add()
+                blob.shape.dim.extend(arr.shape)
+                blob.data.extend(arr.reshape(-1).tolist())
+            done += 1
+            options.progress("caffe weights", done, count)
+        data = weights.SerializeToString()
+        del weights
+        text = f"# Written by convert-toolkit, Caffe flavor '{flav.name}'.\n" + text_format.MessageToString(net)
+        for target, payload in ((model_path, data), (proto_path, text.encode())):
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+            temps.append(tmp)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(payload)
+        os.replace(temps[0], model_path)
+        os.replace(temps[1], proto_path)
+        temps.clear()
+    finally:
+        for tmp in temps:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    logger.info("wrote %s and %s (%d layers, %.1f MiB)", proto_path, model_path, len(net.layer), total / 2**20)
+    return [proto_path, model_path]
+
+
+def supported() -> Sequence[str]:
+    """Return the IR op types with an emitter."""
+    return [str(k) for k in EMITTERS.keys() if not str(k).startswith(CAFFE_DOMAIN)]

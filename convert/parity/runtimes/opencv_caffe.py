@@ -1,0 +1,94 @@
+"""The Caffe parity runtime: OpenCV's DNN module (``cv2.dnn.readNetFromCaffe``).
+
+OpenCV names results by layer, not by blob: the output blob ``conv1`` of an in-place chain
+``conv1 -> relu1`` is the output of layer ``relu1``. The runtime therefore reads the prototxt
+(with the project's schema) to map each net output blob to the last layer that writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from convert.ir import Options, UsageError
+from convert.parity.runtime import Runtime, TensorSpec
+
+__all__ = ["OpenCVCaffeRuntime", "open_runtime"]
+
+
+class OpenCVCaffeRuntime:
+    """A Caffe net loaded in OpenCV DNN (CPU)."""
+
+    def __init__(self, prototxt: Path, caffemodel: Path) -> None:
+        try:
+            import cv2
+        except ImportError as exc:
+            raise UsageError(
+                "the Caffe runtime needs OpenCV: pip install 'opencv-python-headless>=4.8,<5'"
+            ) from exc
+        if not hasattr(cv2, "dnn") or not hasattr(cv2.dnn, "readNetFromCaffe"):
+            raise UsageError("this OpenCV has no readNetFromCaffe (OpenCV 5 removed it): install opencv<5")
+        from convert.frontends.caffe.reader import read_prototxt
+
+        netdef = read_prototxt(Path(prototxt))
+        try:
+            self._net = cv2.dnn.readNetFromCaffe(str(prototxt), str(caffemodel))
+        except cv2.error as exc:
+            raise UsageError(f"OpenCV could not load {Path(prototxt).name}: {str(exc).strip()}") from exc
+        self._net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
+        self._net.setPreferableTarget(cv2.dnn.DNN_TARGET_CPU)
+        self.name = f"OpenCV DNN {cv2.__version__}"
+        self.device = "cpu"
+        self._inputs: list[TensorSpec] = []
+        for name, shape in netdef.inputs:
+            self._inputs.append(TensorSpec(name, np.dtype(np.float32), tuple(shape)))
+        for layer in netdef.layers:
+            if layer.type == "Input":
+                shapes = [tuple(int(d) for d in s.dim) for s in layer.param.input_param.shape]  # type: ignore[attr-defined]
+                for i, top in enumerate(layer.tops):
+                    shape = shapes[i] if i < len(shapes) else (shapes[0] if shapes else ())
+                    self._inputs.append(TensorSpec(top, np.dtype(np.float32), shape))
+        consumed: dict[str, bool] = {}
+        writer: dict[str, str] = {}
+        order: list[str] = []
+        for layer in netdef.layers:
+            if layer.type == "Input":
+                continue
+            for b in layer.bottoms:
+                consumed[b] = True
+            for i, t in enumerate(layer.tops):
+                if t not in consumed:
+                    order.append(t)
+                consumed[t] = False
+                writer[t] = layer.name if i == 0 else f"{layer.name}.{i}"
+        self._outputs = [t for t in order if not consumed[t]]
+        self._pins = [writer[t] for t in self._outputs]
+
+    def inputs(self) -> Sequence[TensorSpec]:
+        """Return the net's inputs."""
+        return list(self._inputs)
+
+    def outputs(self) -> Sequence[str]:
+        """Return the net's output blob names (tops no later layer consumes)."""
+        return list(self._outputs)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once; return every output blob by name."""
+        for spec in self._inputs:
+            if spec.name not in feeds:
+                raise UsageError(f"missing input '{spec.name}'")
+            self._net.setInput(np.ascontiguousarray(feeds[spec.name], dtype=np.float32), spec.name)
+        results = self._net.forward(self._pins)
+        return {name: np.asarray(r) for name, r in zip(self._outputs, results, strict=True)}
+
+
+def open_runtime(paths: Sequence[Path], options: Options) -> Runtime:
+    """Open ``[prototxt, caffemodel]`` (either order) in OpenCV DNN."""
+    from convert.frontends.caffe.frontend import split_paths
+
+    proto, weights = split_paths(paths)
+    if weights is None:
+        raise UsageError("the Caffe runtime needs the .prototxt and the .caffemodel")
+    return OpenCVCaffeRuntime(proto, weights)
