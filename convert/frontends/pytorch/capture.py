@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import io
 import logging
 import warnings
 from collections.abc import Iterator, Sequence
@@ -50,7 +51,8 @@ def _quiet_torch() -> Iterator[None]:
     for lg in loggers:
         lg.setLevel(logging.CRITICAL)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             yield
     finally:

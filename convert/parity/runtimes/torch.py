@@ -1,0 +1,99 @@
+"""PyTorch eager as a parity runtime: the reference for ``pytorch->X`` conversions.
+
+Loads what the PyTorch frontend reads (TorchScript, ExportedProgram, torch.save modules under
+``--trust-pickle``, a state_dict with ``--model``) and names inputs and outputs exactly as the
+frontend names the converted graph's: inputs after ``forward``'s parameters, outputs
+``output`` or ``output0``, ``output1``... in the order of the flattened result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from convert.ir import Options, UsageError
+
+from ..runtime import TensorSpec
+
+__all__ = ["TorchRuntime", "open_runtime"]
+
+
+def _flatten(value: object) -> list[object]:
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in _flatten(item)]
+    if isinstance(value, Mapping):
+        return [leaf for item in value.values() for leaf in _flatten(item)]
+    return [value]
+
+
+class TorchRuntime:
+    """A PyTorch model run eagerly on the CPU."""
+
+    def __init__(self, module: object, inputs: Sequence[TensorSpec]) -> None:
+        import torch
+
+        self.module = module
+        self._inputs = list(inputs)
+        self.name = f"PyTorch {torch.__version__.split('+')[0]}"
+        self.device = "cpu"
+        self._outputs: list[str] | None = None
+
+    def inputs(self) -> Sequence[TensorSpec]:
+        """Return the inputs (names as the converted graph has them)."""
+        return self._inputs
+
+    def outputs(self) -> Sequence[str]:
+        """Return the output names; the count is known after a first run, so run once if needed."""
+        if self._outputs is None:
+            feeds = {s.name: np.zeros([int(d) for d in s.shape], dtype=s.dtype) for s in self._inputs}  # type: ignore[arg-type]
+            self.run(feeds)
+        assert self._outputs is not None
+        return self._outputs
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once on ``feeds`` and return every (flattened) output by name."""
+        import torch
+
+        from convert.frontends.pytorch.lower import output_names
+
+        args = [torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in self._inputs]
+        with torch.no_grad():
+            result = self.module(*args)  # type: ignore[operator]
+        leaves = [r for r in _flatten(result) if isinstance(r, torch.Tensor)]
+        names = output_names(len(leaves))
+        self._outputs = names
+        return {n: t.detach().cpu().numpy() for n, t in zip(names, leaves, strict=True)}
+
+
+def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
+    """Open the PyTorch model in ``paths[0]`` for eager execution."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise UsageError("the PyTorch runtime needs torch: pip install 'convert-toolkit[torch]'") from exc
+    from convert.frontends.pytorch.capture import forward_input_names, resolve_shapes, script_input_names
+    from convert.frontends.pytorch.files import CHECKPOINT, EXPORTED_PROGRAM, TORCHSCRIPT, classify, load_checkpoint
+
+    path = Path(paths[0])
+    kind = classify(path)
+    if kind == EXPORTED_PROGRAM:
+        program = torch.export.load(path)
+        users = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+        vals = {n.name: n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"}
+        specs = [TensorSpec(n, np.dtype(str(vals[n].dtype).replace("torch.", "")), tuple(vals[n].shape))
+                 for n in users]
+        return TorchRuntime(program.module(), specs)
+    if kind == TORCHSCRIPT:
+        module: object = torch.jit.load(path, map_location="cpu")
+        names = script_input_names(module)  # type: ignore[arg-type]
+    elif kind == CHECKPOINT:
+        module = load_checkpoint(path, options)
+        names = (script_input_names(module) if isinstance(module, torch.jit.ScriptModule)  # type: ignore[arg-type]
+                 else forward_input_names(module))  # type: ignore[arg-type]
+        module.eval()  # type: ignore[attr-defined]
+    else:
+        raise UsageError(f"{path}: not a PyTorch file")
+    shapes = resolve_shapes(names, options, path.name)
+    return TorchRuntime(module, [TensorSpec(n, np.dtype(np.float32), s) for n, s in zip(names, shapes, strict=True)])
