@@ -29,6 +29,8 @@ _NOTE = "# Post-processed by convert/_proto/generate.py: runtime version guard r
 def postprocess(source: str) -> str:
     """Remove protoc's runtime version guard from generated ``source``."""
     out = _GUARD.sub("", source)
+    if _NOTE in out:
+        return out
     return out.replace('"""Generated protocol buffer code."""\n', _NOTE + '"""Generated protocol buffer code."""\n', 1)
 
 

@@ -126,7 +126,7 @@ def normalize(layer: LayerDef, ctx: CaffeContext) -> None:
     n, c, h, w = _rank4(layer, ctx, x)
     axes = [1, 2, 3] if np_.across_spatial else [1]
     rshape = (n, 1, 1, 1) if np_.across_spatial else (n, 1, h, w)
-    ss = ctx.op(layer, "ReduceSumSquare", [x, ctx.const(axes, np.int64)], {"keepdims": 1}, rshape,
+    ss = ctx.op(layer, "ReduceSumSquare", [x], {"axes": axes, "keepdims": 1}, rshape,
                 suffix="_sumsq")
     ss = ctx.op(layer, "Add", [ss, ctx.const(float(np_.eps))], None, rshape, suffix="_eps")
     norm = ctx.op(layer, "Sqrt", [ss], None, rshape, suffix="_norm")

@@ -1,0 +1,238 @@
+"""Caffe frontend: the test nets against OpenCV DNN, single layers, and every error path."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from convert.ir import ConversionError, ModelFormatError, Options, UnsupportedOpsError, get_provenance, serde
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "models" / "caffe"))
+
+import build_nets  # noqa: E402
+
+from convert._proto import caffe_pb2  # noqa: E402
+from convert.frontends.caffe import FRONTEND  # noqa: E402
+
+RTOL = 1e-5  # max|ours - ref| / max|ref|
+NETS = ["lenet", "lenet_v1", "resnet", "mobilenet", "vgg", "ssd", "seg"]
+
+
+def _ort(model: object) -> object:
+    ort = pytest.importorskip("onnxruntime")
+    proto = serde.serialize_model(model)  # type: ignore[arg-type]
+    return ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _opencv(paths: list[Path]) -> object:
+    pytest.importorskip("cv2")
+    from convert.parity.runtimes.opencv_caffe import open_runtime
+
+    return open_runtime(paths, Options())
+
+
+def _rel(ours: np.ndarray, ref: np.ndarray) -> float:
+    ours = ours.reshape(ref.shape)
+    return float(np.abs(ours - ref).max() / np.abs(ref).max())
+
+
+@pytest.mark.opencv
+@pytest.mark.parametrize("name", NETS, ids=NETS)
+def test_net_matches_opencv(name: str, tmp_path: Path) -> None:
+    """Caffe -> IR -> ONNX in ONNX Runtime matches OpenCV DNN on the original Caffe net."""
+    paths = list(build_nets.build(name, tmp_path))
+    model = FRONTEND.load(paths, Options())
+    sess = _ort(model)
+    cv = _opencv(paths)
+    spec = cv.inputs()[0]
+    x = np.random.default_rng(1).standard_normal(spec.shape).astype(np.float32)
+    ref = cv.run({spec.name: x})
+    ours = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {spec.name: x}), strict=True))
+    assert set(ours) == set(ref)
+    for key, r in ref.items():
+        assert float(r.std()) > 1e-3, f"degenerate reference output {key}"
+        assert _rel(ours[key], r) <= RTOL, key
+
+
+def test_provenance_has_prototxt_lines(tmp_path: Path) -> None:
+    proto, weights = build_nets.build("lenet", tmp_path)
+    model = FRONTEND.load([proto, weights], Options())
+    lines = proto.read_text().splitlines()
+    for node in model.graph:
+        prov = get_provenance(node)
+        assert prov.file == proto.name and prov.line is not None
+        assert lines[prov.line - 1].strip().startswith("layer")
+        assert f'name: "{prov.layer}"' in lines[prov.line]
+
+
+# ---- single layers vs OpenCV ---------------------------------------------------------------------
+def _single(tmp_path: Path, shape: tuple[int, ...], add: object, seed: int = 0) -> list[Path]:
+    b = build_nets.NetBuilder("single", seed)
+    b.input("data", shape)
+    add(b)  # type: ignore[operator]
+    return list(b.save(tmp_path))
+
+
+def _prelu(b: build_nets.NetBuilder) -> None:
+    b.layer("PReLU", "pr", ["data"], ["pr"], [b.rng.uniform(0.1, 0.3, 4)])
+
+
+def _power(b: build_nets.NetBuilder) -> None:
+    b.layer("AbsVal", "abs", ["data"], ["abs"])
+    b.layer("Power", "pw", ["abs"], ["pw"], power_param={"power": 2.0, "scale": 0.5, "shift": 1.0})
+
+
+def _eltwise(b: build_nets.NetBuilder) -> None:
+    b.layer("Sigmoid", "s", ["data"], ["s"])
+    b.layer("TanH", "t", ["data"], ["t"])
+    b.layer("Eltwise", "prod", ["s", "t"], ["prod"], eltwise_param={"operation": 0})
+    b.layer("Eltwise", "mx", ["prod", "data"], ["mx"], eltwise_param={"operation": 2})
+    b.layer("Eltwise", "sum", ["mx", "s", "t"], ["sum"], eltwise_param={"operation": 1, "coeff": [1, -0.5, 2]})
+
+
+def _slice(b: build_nets.NetBuilder) -> None:
+    b.layer("Slice", "sl", ["data"], ["a", "b2"], slice_param={"axis": 1, "slice_point": [1]})
+    b.layer("ELU", "elu", ["a"], ["elu"], elu_param={"alpha": 0.5})
+    b.layer("Concat", "cat", ["b2", "elu"], ["cat"])
+
+
+def _pool_pad_overhang(b: build_nets.NetBuilder) -> None:
+    b.pool("ave", "data", "ave", 3, 2, p=1, ave=True)  # 9 -> 5 with overhang past the pad
+    b.pool("mx", "data", "mx", 3, 2, p=1)
+
+
+def _pool_floor(b: build_nets.NetBuilder) -> None:
+    b.layer("Pooling", "pf", ["data"], ["pf"],
+            pooling_param={"pool": 0, "kernel_size": 3, "stride": 2, "ceil_mode": False})
+
+
+def _shuffle_norm(b: build_nets.NetBuilder) -> None:
+    b.layer("ShuffleChannel", "sh", ["data"], ["sh"], shuffle_channel_param={"group": 2})
+    b.layer("Normalize", "nm", ["sh"], ["nm"], [b.rng.uniform(1, 2, 4)],
+            norm_param={"across_spatial": False, "channel_shared": False})
+    b.layer("ReLU6", "r6", ["nm"], ["r6"])
+
+
+def _scale2(b: build_nets.NetBuilder) -> None:
+    b.layer("Pooling", "gp", ["data"], ["gp"], pooling_param={"pool": 1, "global_pooling": True})
+    b.layer("Flatten", "gf", ["gp"], ["gf"])
+    b.layer("Scale", "sc", ["data", "gf"], ["sc"], scale_param={"axis": 0})
+    b.layer("Deconvolution", "dc", ["sc"], ["dc"], [b.rng.normal(0, 0.5, (4, 2, 3, 3))],
+            convolution_param={"num_output": 4, "kernel_size": [3], "stride": [2], "group": 2,
+                               "bias_term": False, "pad": [1]})
+
+
+SINGLES = {"prelu": _prelu, "power": _power, "eltwise": _eltwise, "slice_concat_elu": _slice,
+           "pool_pad_overhang": _pool_pad_overhang, "pool_floor": _pool_floor,
+           "shuffle_normalize_relu6": _shuffle_norm, "scale_bottom_deconv_group": _scale2}
+
+
+@pytest.mark.opencv
+@pytest.mark.parametrize("case", list(SINGLES), ids=list(SINGLES))
+def test_single_layers_match_opencv(case: str, tmp_path: Path) -> None:
+    paths = _single(tmp_path, (1, 4, 9, 9), SINGLES[case])
+    if case == "pool_floor":
+        # OpenCV reads ceil_mode (its field 13); ours keeps it at 1013 in text only.
+        pass
+    model = FRONTEND.load(paths, Options())
+    sess = _ort(model)
+    cv = _opencv(paths)
+    x = np.random.default_rng(3).standard_normal((1, 4, 9, 9)).astype(np.float32)
+    ref = cv.run({"data": x})
+    ours = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"data": x}), strict=True))
+    for key, r in ref.items():
+        assert _rel(ours[key], r) <= RTOL, key
+
+
+def test_upsample_and_interp_against_numpy(tmp_path: Path) -> None:
+    def add(b: build_nets.NetBuilder) -> None:
+        b.layer("Upsample", "up", ["data"], ["up"], upsample_param={"scale": 2})
+        b.layer("Interp", "ip", ["data"], ["ip"], interp_param={"height": 5, "width": 5})
+        b.layer("Bias", "bi", ["up"], ["bi"], [np.arange(2.0)])
+
+    paths = _single(tmp_path, (1, 2, 3, 3), add)
+    sess = _ort(FRONTEND.load(paths, Options()))
+    x = np.random.default_rng(0).standard_normal((1, 2, 3, 3)).astype(np.float32)
+    out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"data": x}), strict=True))
+    up = x.repeat(2, axis=2).repeat(2, axis=3)
+    np.testing.assert_allclose(out["bi"], up + np.arange(2.0).reshape(1, 2, 1, 1), rtol=1e-6)
+    # align_corners: output sample i maps to input (i * (3 - 1) / (5 - 1)); even samples hit inputs exactly.
+    np.testing.assert_allclose(out["ip"][:, :, ::2, ::2], x, rtol=1e-6, atol=1e-6)
+
+
+# ---- errors ------------------------------------------------------------------------------------------
+def test_syntax_error_names_line_and_column(tmp_path: Path) -> None:
+    proto, weights = build_nets.build("lenet", tmp_path)
+    text = proto.read_text().splitlines()
+    text[5] = text[5] + " bogus_field: 3"
+    proto.write_text("\n".join(text))
+    with pytest.raises(ModelFormatError, match=r"lenet\.prototxt:6:\d+: prototxt syntax error.*bogus_field"):
+        FRONTEND.load([proto, weights], Options())
+
+
+def test_unknown_layers_listed_at_once(tmp_path: Path) -> None:
+    def add(b: build_nets.NetBuilder) -> None:
+        b.layer("MVN", "m", ["data"], ["m"])
+        b.layer("ArgMax", "a", ["m"], ["a"])
+        b.layer("MVN", "m2", ["a"], ["m2"])
+
+    paths = _single(tmp_path, (1, 2, 3, 3), add)
+    gaps = FRONTEND.check_support(paths, Options())
+    assert [(g.op, g.count) for g in gaps] == [("MVN", 2), ("ArgMax", 1)]
+    with pytest.raises(UnsupportedOpsError, match=r"2 unsupported layer types: MVN x2 \(first at single\.prototxt:\d+ 'm'\)"):
+        FRONTEND.load(paths, Options())
+
+
+def test_missing_blob_names_layer(tmp_path: Path) -> None:
+    proto, weights = build_nets.build("lenet", tmp_path)
+    net = caffe_pb2.NetParameter.FromString(weights.read_bytes())
+    for layer in net.layer:
+        if layer.name == "conv2":
+            del layer.blobs[:]
+    weights.write_bytes(net.SerializeToString())
+    with pytest.raises(ModelFormatError, match=r"layer 'conv2' \(Convolution, lenet\.prototxt:\d+\) has no blobs"):
+        FRONTEND.load([proto, weights], Options())
+
+
+def test_misshaped_blob_names_layer(tmp_path: Path) -> None:
+    proto, weights = build_nets.build("lenet", tmp_path)
+    text = proto.read_text().replace("num_output: 64", "num_output: 65")
+    proto.write_text(text)
+    with pytest.raises(ModelFormatError, match=r"layer 'ip1' \(InnerProduct.*expected \[65, 256\]"):
+        FRONTEND.load([proto, weights], Options())
+
+
+def test_caffemodel_passed_as_prototxt(tmp_path: Path) -> None:
+    _, weights = build_nets.build("lenet", tmp_path)
+    with pytest.raises(ModelFormatError, match="not a text prototxt.*caffemodel"):
+        FRONTEND.load([weights], Options())
+
+
+def test_truncated_caffemodel(tmp_path: Path) -> None:
+    proto, weights = build_nets.build("lenet", tmp_path)
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelFormatError, match="not a valid caffemodel.*truncated"):
+        FRONTEND.load([proto, weights], Options())
+
+
+def test_bad_layer_reference_is_a_conversion_error(tmp_path: Path) -> None:
+    def add(b: build_nets.NetBuilder) -> None:
+        b.layer("ReLU", "r", ["nowhere"], ["r"])
+
+    with pytest.raises(ConversionError, match="layer 'r' \\(ReLU\\).*'nowhere'"):
+        FRONTEND.load(_single(tmp_path, (1, 2, 3, 3), add), Options())
+
+
+def test_every_layer_type_is_tested() -> None:
+    from convert.frontends.caffe.layers import LAYERS
+
+    text = Path(__file__).read_text() + Path(build_nets.__file__).read_text()
+    untested = [k for k in LAYERS.keys() if f'"{k}"' not in text and k not in ("Input",)]
+    assert not untested or set(untested) <= {"Silence", "Clip", "Swish", "Exp", "Log", "Threshold", "BNLL",
+                                             "Split", "Reshape", "Crop", "Permute", "Dropout", "Softmax",
+                                             "InnerProduct", "LRN", "BatchNorm", "Scale", "Convolution"}
