@@ -70,6 +70,10 @@ def get_provenance(node: _ir.Node) -> Provenance:
 def describe(node: _ir.Node) -> str:
     """Return ``node 'name' (OpType) from <provenance>`` for messages."""
     op = node.op_type if not node.domain else f"{node.domain}::{node.op_type}"
-    text = f"node '{node.name or '?'}' ({op})"
+    if node.name:
+        text = f"node '{node.name}' ({op})"
+    else:
+        outs = [o.name for o in node.outputs if o.name]
+        text = f"the {op} node producing '{outs[0]}'" if outs else f"an unnamed {op} node"
     where = get_provenance(node).where()
     return f"{text} from {where}" if where else text

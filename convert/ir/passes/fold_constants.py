@@ -78,7 +78,14 @@ class FoldConstants(Pass):
             end = node.attributes.get_int("end", None)
             return [dims[start:end] if end is not None else dims[start:]]
         if node.op_type == "Constant":
-            return None  # lifted by the frontends; nothing to gain here
+            value = node.attributes.get("value")
+            if value is not None and value.type == _ir.AttributeType.TENSOR:
+                tensor = value.as_tensor()
+                return [tensor.numpy()] if tensor.nbytes <= self.max_bytes else None
+            try:
+                return [np.asarray(r) for r in _run_reference(node, [], opset)]
+            except Exception:
+                return None
         arrays = []
         for inp in node.inputs:
             if inp is None:
@@ -89,13 +96,13 @@ class FoldConstants(Pass):
                 return None
             arrays.append(arr)
         if not arrays:
-            return None
+            return None  # a source op (random, ...) that is not a Constant
         try:
             results = _run_reference(node, arrays, opset)
         except Exception as exc:  # the reference lacks the op or rejects it: leave it
             logger.debug("not folding %s: %s", node.name, exc)
             return None
-        if any(r.nbytes > self.max_bytes for r in results):
+        if any(r.nbytes > self.max_bytes or r.dtype == object for r in results):
             return None
         return results
 
