@@ -45,11 +45,18 @@ class EmitContext:
         self._blob_names: dict[int, str] = {}
         self._used_blobs: set[str] = set()
         self._used_layers: set[str] = set()
-        self._layer_count: dict[str, int] = {}
+        # A source layer lowered to several nodes gives its name to the last of them (the one
+        # producing its top); the others keep their node names.
+        self._main: dict[int, str] = {}
+        last: dict[str, Node] = {}
         for node in graph:
             key = get_provenance(node).layer
             if key:
-                self._layer_count[key] = self._layer_count.get(key, 0) + 1
+                last[key] = node
+        for key, node in last.items():
+            safe = _UNSAFE.sub("_", key)
+            self._main[id(node)] = safe
+            self._used_layers.add(safe)
         self.produced: list[Value] = []  # values with a Caffe blob, in order (for Crop references)
 
     # -- names --------------------------------------------------------------------------------
@@ -76,9 +83,9 @@ class EmitContext:
 
     def layer_name(self, node: Node) -> str:
         """Return a unique layer name: the source layer's name when one node carries it."""
-        prov = get_provenance(node).layer
-        base = prov if prov and self._layer_count.get(prov, 0) == 1 else (node.name or prov or node.op_type)
-        base = _UNSAFE.sub("_", base) or node.op_type
+        if id(node) in self._main:
+            return self._main.pop(id(node))
+        base = _UNSAFE.sub("_", node.name or get_provenance(node).layer or node.op_type) or node.op_type
         name, i = base, 1
         while name in self._used_layers:
             name, i = f"{base}_{i}", i + 1

@@ -51,7 +51,7 @@ class OpenCVCaffeRuntime:
                     shape = shapes[i] if i < len(shapes) else (shapes[0] if shapes else ())
                     self._inputs.append(TensorSpec(top, np.dtype(np.float32), shape))
         consumed: dict[str, bool] = {}
-        writer: dict[str, str] = {}
+        writer: dict[str, tuple[str, int]] = {}
         order: list[str] = []
         for layer in netdef.layers:
             if layer.type == "Input":
@@ -62,7 +62,7 @@ class OpenCVCaffeRuntime:
                 if t not in consumed:
                     order.append(t)
                 consumed[t] = False
-                writer[t] = layer.name if i == 0 else f"{layer.name}.{i}"
+                writer[t] = (layer.name, i)
         self._outputs = [t for t in order if not consumed[t]]
         self._pins = [writer[t] for t in self._outputs]
 
@@ -80,8 +80,11 @@ class OpenCVCaffeRuntime:
             if spec.name not in feeds:
                 raise UsageError(f"missing input '{spec.name}'")
             self._net.setInput(np.ascontiguousarray(feeds[spec.name], dtype=np.float32), spec.name)
-        results = self._net.forward(self._pins)
-        return {name: np.asarray(r) for name, r in zip(self._outputs, results, strict=True)}
+        layers = list(dict.fromkeys(layer for layer, _ in self._pins))
+        results = self._net.forwardAndRetrieve(layers)  # every output of each named layer
+        by_layer = dict(zip(layers, results, strict=True))
+        return {name: np.asarray(by_layer[layer][i])
+                for name, (layer, i) in zip(self._outputs, self._pins, strict=True)}
 
 
 def open_runtime(paths: Sequence[Path], options: Options) -> Runtime:

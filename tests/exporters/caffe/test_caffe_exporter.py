@@ -1,0 +1,263 @@
+"""Caffe exporter: ONNX sources vs OpenCV DNN, Caffe round trips, flavors, and refusals."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper, parser
+
+from convert.exporters.caffe import EXPORTER
+from convert.ir import (
+    DataType,
+    ExportError,
+    GraphBuilder,
+    Options,
+    UnsupportedOpsError,
+    UsageError,
+    lazy,
+    passes,
+    serde,
+)
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "models" / "caffe"))
+
+import build_nets  # noqa: E402
+
+from convert.frontends.caffe import FRONTEND  # noqa: E402
+
+RTOL = 1e-5  # max|ours - ref| / max|ref|
+RNG = np.random.default_rng(11)
+
+
+def _w(*shape: int, scale: float | None = None) -> np.ndarray:
+    fan = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    s = scale if scale is not None else 1.0 / np.sqrt(max(fan, 1))
+    return (RNG.standard_normal(shape) * s).astype(np.float32)
+
+
+def _model(text: str, weights: dict[str, np.ndarray]) -> onnx.ModelProto:
+    model = parser.parse_model(text)
+    for name, arr in weights.items():
+        model.graph.initializer.append(numpy_helper.from_array(arr, name))
+    onnx.checker.check_model(model)
+    return model
+
+
+HEAD = '<ir_version: 8, opset_import: ["" : 17]>'
+
+CASES: dict[str, tuple[str, dict[str, np.ndarray], str]] = {
+    "conv_bn_pool_gemm": (HEAD + """
+    g (float[1, 3, 33, 33] x) => (float[1, 10] y) {
+        c1 = Conv <kernel_shape = [3, 3], strides = [2, 2], pads = [0, 0, 1, 1]> (x, w1, b1)
+        n1 = BatchNormalization <epsilon = 0.001> (c1, gm, bt, mu, vr)
+        r1 = Relu (n1)
+        n2 = BatchNormalization (r1, gm, bt, mu, vr)
+        p1 = MaxPool <kernel_shape = [3, 3], strides = [2, 2], ceil_mode = 1> (n2)
+        d1 = Conv <kernel_shape = [3, 3], pads = [1, 1, 1, 1], group = 8> (p1, dw)
+        e1 = Elu <alpha = 0.7> (d1)
+        a1 = AveragePool <kernel_shape = [2, 2], strides = [2, 2]> (e1)
+        f1 = Flatten (a1)
+        y = Gemm <transB = 0, alpha = 0.5> (f1, fw, fb)
+    }""", {"w1": _w(8, 3, 3, 3), "b1": _w(8, scale=0.1), "gm": RNG.uniform(0.5, 1.5, 8).astype(np.float32),
+           "bt": _w(8, scale=0.1), "mu": _w(8, scale=0.1), "vr": RNG.uniform(0.5, 2, 8).astype(np.float32),
+           "dw": _w(8, 1, 3, 3), "fw": _w(128, 10), "fb": _w(10, scale=0.1)}, "bvlc"),
+    "affine_arith": (HEAD + """
+    g (float[1, 4, 8, 8] x, float[1, 4, 8, 8] z) => (float[1, 4, 8, 8] y) {
+        m = Mul (x, s)
+        a = Add (m, t)
+        d = Div (a, s)
+        b = Sub (d, z)
+        mx = Max (b, x)
+        q = Mul (mx, x)
+        k = Mul (q, half)
+        o = Add (k, one)
+        p = PRelu (o, sl)
+        y = Sigmoid (p)
+    }""", {"s": RNG.uniform(0.5, 1.5, (4, 1, 1)).astype(np.float32), "t": _w(4, 1, 1, scale=0.3),
+           "half": np.array(0.5, np.float32), "one": np.array([1.0], np.float32),
+           "sl": RNG.uniform(0.1, 0.3, (4, 1, 1)).astype(np.float32)}, "bvlc"),
+    "matmul_softmax": (HEAD + """
+    g (float[2, 16] x) => (float[2, 8] y) {
+        h = MatMul (x, w)
+        hb = Add (h, b)
+        t = Tanh (hb)
+        y = Softmax <axis = -1> (t)
+    }""", {"w": _w(16, 8), "b": _w(8, scale=0.1)}, "bvlc"),
+    "resize_split_slice": (HEAD + """
+    g (float[1, 4, 6, 6] x) => (float[1, 4, 12, 12] y, float[1, 2, 6, 6] u, float[1, 4, 5, 6] v) {
+        y = Resize <mode = "nearest", coordinate_transformation_mode = "asymmetric", nearest_mode = "floor"> (x, , sc)
+        p, q = Split <axis = 1> (x, sp)
+        u = Abs (q)
+        v = Slice (x, st, en, ax)
+    }""", {"sc": np.array([1, 1, 2, 2], np.float32), "sp": np.array([2, 2], np.int64),
+           "st": np.array([1], np.int64), "en": np.array([6], np.int64), "ax": np.array([2], np.int64)}, "bvlc"),
+    "floor_pool_permute_relu6": (HEAD + """
+    g (float[1, 4, 16, 16] x) => (float[1, 64, 4] y) {
+        p = MaxPool <kernel_shape = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1]> (x)
+        c = Clip (p, lo, hi)
+        t = Transpose <perm = [0, 2, 3, 1]> (c)
+        y = Reshape (t, shp)
+    }""", {"lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32),
+           "shp": np.array([1, 64, 4], np.int64)}, "ssd"),
+}
+
+
+def _export(model_proto: onnx.ModelProto, out: Path, flavor: str) -> list[Path]:
+    model = serde.deserialize_model(model_proto)
+    passes.standard_pipeline()(model)
+    return list(EXPORTER.save(model, out, Options(extra={"caffe_flavor": flavor})))
+
+
+def _feeds(model_proto: onnx.ModelProto) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(5)
+    feeds = {}
+    for inp in model_proto.graph.input:
+        shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+        feeds[inp.name] = (rng.standard_normal(shape) * 2).astype(np.float32)
+    return feeds
+
+
+def _opencv(paths: list[Path]) -> object:
+    pytest.importorskip("cv2")
+    from convert.parity.runtimes.opencv_caffe import open_runtime
+
+    return open_runtime(paths, Options())
+
+
+def _rel(ours: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(ours.reshape(ref.shape) - ref).max() / np.abs(ref).max())
+
+
+@pytest.mark.opencv
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_onnx_source_matches_in_opencv(case: str, tmp_path: Path) -> None:
+    """ONNX -> IR -> Caffe, run in OpenCV DNN, equals ONNX Runtime on the source."""
+    ort = pytest.importorskip("onnxruntime")
+    text, weights, flavor = CASES[case]
+    src = _model(text, weights)
+    paths = _export(src, tmp_path / case, flavor)
+    feeds = _feeds(src)
+    sess = ort.InferenceSession(src.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
+    ours = _opencv(paths).run(feeds)
+    for key, r in ref.items():
+        assert float(r.std()) > 1e-3, f"degenerate reference {key}"
+        assert _rel(ours[key], r) <= RTOL, key
+
+
+def test_flavors_write_their_own_pooling_rounding(tmp_path: Path) -> None:
+    text, weights, _ = CASES["floor_pool_permute_relu6"]
+    src = _model(text.replace("c = Clip (p, lo, hi)\n        t = Transpose <perm = [0, 2, 3, 1]> (c)\n"
+                              "        y = Reshape (t, shp)", "y = Reshape (p, shp)"), weights)
+    bvlc = Path(_export(src, tmp_path / "b", "bvlc")[0]).read_text()
+    ssd = Path(_export(src, tmp_path / "s", "ssd")[0]).read_text()
+    assert "round_mode: FLOOR" in bvlc and "ceil_mode" not in bvlc
+    assert "ceil_mode: false" in ssd and "round_mode" not in ssd
+
+
+def test_bvlc_round_mode_reads_back(tmp_path: Path) -> None:
+    """BVLC's round_mode (which OpenCV cannot parse) round-trips through our frontend."""
+    ort = pytest.importorskip("onnxruntime")
+    text, weights, _ = CASES["floor_pool_permute_relu6"]
+    src = _model(text.replace("c = Clip (p, lo, hi)\n        t = Transpose <perm = [0, 2, 3, 1]> (c)\n"
+                              "        y = Reshape (t, shp)", "y = Reshape (p, shp)"), weights)
+    paths = _export(src, tmp_path / "b", "bvlc")
+    back = FRONTEND.load(paths, Options())
+    feeds = _feeds(src)
+    ref = ort.InferenceSession(src.SerializeToString()).run(None, feeds)[0]
+    ours = ort.InferenceSession(serde.serialize_model(back).SerializeToString()).run(None, feeds)[0]
+    assert _rel(ours, ref) <= RTOL
+
+
+NETS = ["lenet", "lenet_v1", "resnet", "mobilenet", "vgg", "ssd", "seg"]
+
+
+@pytest.mark.opencv
+@pytest.mark.parametrize("name", NETS, ids=NETS)
+def test_caffe_round_trip(name: str, tmp_path: Path) -> None:
+    """Caffe -> IR -> Caffe reproduces the original net's outputs in OpenCV DNN."""
+    paths = list(build_nets.build(name, tmp_path / "src"))
+    model = FRONTEND.load(paths, Options())
+    passes.standard_pipeline()(model)
+    flavor = "ssd" if name == "ssd" else "bvlc"
+    out = list(EXPORTER.save(model, tmp_path / "out" / name, Options(extra={"caffe_flavor": flavor})))
+    a, b = _opencv(paths), _opencv(out)
+    spec = a.inputs()[0]
+    x = np.random.default_rng(2).standard_normal(spec.shape).astype(np.float32)
+    ra, rb = a.run({spec.name: x}), b.run({spec.name: x})
+    assert set(ra) <= set(rb)
+    for key, r in ra.items():
+        assert _rel(rb[key], r) <= RTOL, key
+    text = out[0].read_text()
+    if flavor == "bvlc":
+        for fork in ("Permute", "ReLU6", "Upsample", "ceil_mode", "Interp"):
+            assert fork not in text
+
+
+def test_layer_names_come_from_the_source(tmp_path: Path) -> None:
+    paths = list(build_nets.build("resnet", tmp_path / "src"))
+    model = FRONTEND.load(paths, Options())
+    out = EXPORTER.save(model, tmp_path / "r", Options())
+    text = out[0].read_text()
+    for layer in ("conv1", "conv1_bn", "conv1_scale", "res0", "fc"):
+        assert f'name: "{layer}"' in text
+
+
+def test_unsupported_ops_listed_at_once_nothing_written(tmp_path: Path) -> None:
+    src = _model(HEAD + """
+    g (float[1, 4, 8, 8] x, float[1, 4, 8, 8] z) => (float[1, 8, 8, 4] y, float[1, 4, 8, 8] e, float[1, 4, 8, 8] q) {
+        y = Transpose <perm = [0, 2, 3, 1]> (x)
+        e = Erf (x)
+        q = Div (x, z)
+    }""", {})
+    model = serde.deserialize_model(src)
+    gaps = EXPORTER.check(model, Options())
+    assert sorted(g.op for g in gaps) == ["Div", "Erf", "Transpose"]
+    assert any("--caffe-flavor ssd" in g.reason for g in gaps)
+    with pytest.raises(UnsupportedOpsError, match=r"3 unsupported ops.*Erf.*'e'.*Nothing was written"):
+        EXPORTER.save(model, tmp_path / "m", Options())
+    assert os.listdir(tmp_path) == []
+
+
+def test_weights_over_2_gib_refused_before_writing(tmp_path: Path) -> None:
+    called = []
+
+    def huge() -> np.ndarray:
+        called.append(1)
+        raise AssertionError("weights must not be read")
+
+    b = GraphBuilder("big")
+    x = b.input("x", DataType.FLOAT, (1, 20000))
+    w = b.initializer(lazy(huge, np.float32, (30000, 20000), name="w"))
+    y = b.op("Gemm", [x, w], {"transB": 1}, name="fc")
+    b.output(y, "y")
+    model = b.build()
+    with pytest.raises(ExportError, match=r"2\.24 GiB.*cannot reach 2 GiB.*ONNX"):
+        EXPORTER.save(model, tmp_path / "big", Options())
+    assert not called and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("given", ["net", "net.prototxt", "net.caffemodel"])
+def test_output_path_mapping(given: str, tmp_path: Path) -> None:
+    src = _model(HEAD + "g (float[1, 2, 3, 3] x) => (float[1, 2, 3, 3] y) { y = Relu (x) }", {})
+    out = EXPORTER.save(serde.deserialize_model(src), tmp_path / given, Options())
+    assert [p.name for p in out] == ["net.prototxt", "net.caffemodel"]
+    assert sorted(os.listdir(tmp_path)) == ["net.caffemodel", "net.prototxt"]
+
+
+def test_unknown_flavor_is_a_usage_error(tmp_path: Path) -> None:
+    src = _model(HEAD + "g (float[1, 2, 3, 3] x) => (float[1, 2, 3, 3] y) { y = Relu (x) }", {})
+    with pytest.raises(UsageError, match="caffe-flavor 'nvcaffe'"):
+        EXPORTER.save(serde.deserialize_model(src), tmp_path / "n", Options(extra={"caffe_flavor": "nvcaffe"}))
+
+
+def test_flavor_option_documents_field_13() -> None:
+    (opt,) = EXPORTER.options
+    assert opt.flag == "--caffe-flavor" and opt.default == "bvlc"
+    assert "round_mode" in opt.help and "ceil_mode" in opt.help and "field 13" in opt.help
