@@ -60,6 +60,7 @@ class DarknetContext:
     heads: list[tuple[int, Section, LayerOut]] = field(default_factory=list)
     index: int = 0
     input: LayerOut | None = None
+    next_kind: str = ""
 
     @property
     def diagnostics(self) -> Diagnostics:
@@ -130,12 +131,14 @@ class DarknetContext:
                            fan_in=fan_in, in_ms=in_ms, out_ms=out_ms)
         return self.b.initializer(self.weights.take(req), name)
 
-    def batch_norm(self, sec: Section, x: Value, n: int, out_ms: float) -> tuple[Value, Value, Value, Value]:
+    def batch_norm(self, sec: Section, x: Value, n: int, out_ms: float,
+                   gain_ms: float = 1.0) -> tuple[Value, Value, Value, Value]:
         """Read BN scales, rolling mean and variance (in file order) and return the BN inputs.
 
+        ``gain_ms`` is the mean square random scales aim for (small before a residual add).
         Returns (scale, mean, variance, epsilon-adjusted variance). The bias is read by the caller.
         """
-        scale = self.param(sec, "bn_scale", "scale", (n,))
+        scale = self.param(sec, "bn_scale", "scale", (n,), out_ms=gain_ms)
         mean = self.param(sec, "bn_mean", "mean", (n,), out_ms=out_ms)
         var = self.param(sec, "bn_var", "variance", (n,), out_ms=out_ms)
         return scale, mean, var, self._adjusted_var(sec, var, n)

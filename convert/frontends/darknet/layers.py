@@ -63,7 +63,9 @@ def convolutional(sec: Section, ctx: DarknetContext) -> LayerOut:
     fan_in = prev.c // groups * size * size
     raw_ms = _BN_MS if bn else 1.0
     bias = ctx.param(sec, "bias", "bias", (filters,))
-    bn_params = ctx.batch_norm(sec, prev.value, filters, raw_ms) if bn else None
+    # Random weights: keep residual branches small so sums over many blocks stay near unit scale.
+    gain_ms = 0.05 if ctx.next_kind == "shortcut" else 1.0
+    bn_params = ctx.batch_norm(sec, prev.value, filters, raw_ms, gain_ms) if bn else None
     weight = ctx.param(sec, "weight", "weight", (filters, prev.c // groups, size, size),
                        fan_in=fan_in, in_ms=prev.ms, out_ms=raw_ms)
     attrs: dict[str, object] = {
@@ -78,7 +80,7 @@ def convolutional(sec: Section, ctx: DarknetContext) -> LayerOut:
         scale, mean, _var, var_adj = bn_params
         y = ctx.b.op("Conv", [prev.value, weight], attrs, name=ctx.name(sec), prov=prov)
         y = ctx.emit_bn(sec, y, scale, bias, mean, var_adj)
-        ms = 1.0
+        ms = gain_ms
     y, ms = ctx.activate(sec, y, act, ms)
     return LayerOut(y, filters, out_h, out_w, ms, sec.type)
 
@@ -263,7 +265,8 @@ def shortcut(sec: Section, ctx: DarknetContext) -> LayerOut:
         y = ctx.b.op("Add", [y, term], name=ctx.name(sec), prov=ctx.prov(sec))
         ms += src.ms
     act = sec.get("activation", "linear") or "linear"
-    y, ms = ctx.activate(sec, y, act, ms)
+    # The residual stream is far from zero-mean: an activation keeps most of its mean square.
+    y, _ = ctx.activate(sec, y, act, ms)
     return LayerOut(y, prev.c, prev.h, prev.w, ms, sec.type)
 
 

@@ -177,6 +177,7 @@ def build_model(cfg: Path, source: WeightSource, options: Options, *, weights_na
     total = len(body)
     for i, sec in enumerate(body):
         ctx.index = i
+        ctx.next_kind = _kind(body[i + 1]) if i + 1 < total else ""
         fn = LAYERS.lookup(_kind(sec))
         assert fn is not None  # checked by _gaps
         try:

@@ -46,7 +46,7 @@ class ParamRequest:
     ``role`` is one of ``bias``, ``scale``, ``mean``, ``variance``, ``weight``. For ``weight``,
     ``fan_in`` is the number of inputs of each output and ``in_ms`` the estimated mean square of
     the layer's input; for ``mean``/``variance``, ``out_ms`` is the estimated mean square of the
-    un-normalized output.
+    un-normalized output; for ``scale`` it is the mean square the scales aim for.
     """
 
     name: str
@@ -169,7 +169,7 @@ class RandomWeights:
         elif req.role == "bias":
             arr = rng.normal(0.0, 0.1, shape).astype(np.float32)
         elif req.role == "scale":
-            arr = rng.uniform(0.8, 1.25, shape).astype(np.float32)
+            arr = (np.sqrt(req.out_ms) * rng.uniform(0.8, 1.25, shape)).astype(np.float32)
         elif req.role == "mean":
             arr = rng.normal(0.0, 0.1 * np.sqrt(req.out_ms), shape).astype(np.float32)
         elif req.role == "variance":

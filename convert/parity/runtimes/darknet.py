@@ -297,7 +297,17 @@ class DarknetLib(_Base):
         self.shim.shim_dims(self.net, index, d)
         ptr = self.shim.shim_output(self.net, index)
         flat = np.ctypeslib.as_array(ptr, shape=(d[3],)).copy()
-        return flat.reshape(1, d[0], d[1], d[2])
+        dims = (d[0], d[1], d[2])
+        j = index
+        while dims[0] * dims[1] * dims[2] != d[3] and j > 0:
+            # softmax/cost layers leave out_c/h/w unset: they keep an earlier layer's layout
+            j -= 1
+            e = (ctypes.c_int * 5)()
+            self.shim.shim_dims(self.net, j, e)
+            dims = (e[0], e[1], e[2])
+        if dims[0] * dims[1] * dims[2] != d[3]:
+            dims = (d[3], 1, 1)
+        return flat.reshape(1, *dims)
 
     def close(self) -> None:
         """Free the network."""
