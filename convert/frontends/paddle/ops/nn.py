@@ -1,0 +1,361 @@
+"""Neural-network ops: convolutions, batch norm, pooling, activations, softmax, dropout, resize.
+
+Only NCHW layouts are supported; an NHWC op raises (``data_format`` names the layout).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from convert.frontends.paddle.context import PaddleContext
+from convert.frontends.paddle.program import Op
+from convert.ir import Value
+
+from . import register
+
+__all__: list[str] = []
+
+
+def _nchw(op: Op) -> None:
+    layout = op.attr("data_format", op.attr("data_layout", "NCHW"))
+    if layout not in ("NCHW", "AnyLayout", ""):
+        raise ValueError(f"data_format '{layout}' is not supported (only NCHW); re-export the model in NCHW")
+
+
+def _pads(op: Op, spatial: int, name: str = "paddings") -> list[int]:
+    """Paddle paddings ([h, w] or [h0, h1, w0, w1]) -> ONNX pads [h0, w0, h1, w1]."""
+    p = [int(v) for v in op.attr(name, [0] * spatial)]
+    if len(p) == spatial:
+        return p + p
+    if len(p) == 2 * spatial:
+        begins = p[0::2]
+        ends = p[1::2]
+        return begins + ends
+    raise ValueError(f"{name} {p} has {len(p)} values; expected {spatial} or {2 * spatial}")
+
+
+def _auto_pad(op: Op) -> str | None:
+    algo = str(op.attr("padding_algorithm", "EXPLICIT")).upper()
+    return {"SAME": "SAME_UPPER", "VALID": "VALID"}.get(algo)
+
+
+@register("conv2d", "depthwise_conv2d", maps_to="Conv",
+          notes="NCHW; padding_algorithm EXPLICIT/SAME/VALID; asymmetric paddings")
+def conv2d(op: Op, ctx: PaddleContext) -> None:
+    """conv2d / depthwise_conv2d -> Conv (groups from the op)."""
+    _nchw(op)
+    x = ctx.input(op, "Input")
+    w = ctx.input(op, "Filter")
+    attrs: dict[str, object] = {
+        "strides": [int(s) for s in op.attr("strides", [1, 1])],
+        "dilations": [int(d) for d in op.attr("dilations", [1, 1])],
+        "group": int(op.attr("groups", 1)),
+    }
+    auto = _auto_pad(op)
+    if auto:
+        attrs["auto_pad"] = auto
+    else:
+        attrs["pads"] = _pads(op, 2)
+    inputs = [x, w]
+    if ctx.has(op, "Bias"):
+        inputs.append(ctx.input(op, "Bias"))
+    ctx.bind(op, "Output", ctx.node("Conv", inputs, attrs))
+
+
+@register("conv2d_transpose", "depthwise_conv2d_transpose", maps_to="ConvTranspose",
+          notes="NCHW; output_padding and output_size honoured")
+def conv2d_transpose(op: Op, ctx: PaddleContext) -> None:
+    """conv2d_transpose -> ConvTranspose (Filter is [Cin, Cout/groups, kh, kw], as in ONNX)."""
+    _nchw(op)
+    attrs: dict[str, object] = {
+        "strides": [int(s) for s in op.attr("strides", [1, 1])],
+        "dilations": [int(d) for d in op.attr("dilations", [1, 1])],
+        "group": int(op.attr("groups", 1)),
+    }
+    auto = _auto_pad(op)
+    if auto:
+        attrs["auto_pad"] = auto
+    else:
+        attrs["pads"] = _pads(op, 2)
+    out_pad = [int(v) for v in op.attr("output_padding", []) or []]
+    if out_pad:
+        attrs["output_padding"] = out_pad
+    size = op.attr("output_size", []) or []
+    static = ctx.static(op, "output_size")
+    if static is not None and static.size:
+        size = [int(v) for v in static]
+    if size:
+        attrs["output_shape"] = [int(v) for v in size]
+        attrs.pop("pads", None)
+    inputs = [ctx.input(op, "Input"), ctx.input(op, "Filter")]
+    ctx.bind(op, "Output", ctx.node("ConvTranspose", inputs, attrs))
+
+
+@register("batch_norm", "batch_norm_", maps_to="BatchNormalization",
+          notes="inference form (running statistics)")
+def batch_norm(op: Op, ctx: PaddleContext) -> None:
+    """batch_norm -> BatchNormalization with the running mean/variance."""
+    _nchw(op)
+    ins = [ctx.input(op, s) for s in ("X", "Scale", "Bias", "Mean", "Variance")]
+    y = ctx.node("BatchNormalization", ins, {"epsilon": float(op.attr("epsilon", 1e-5))})
+    ctx.bind(op, "Y", y)
+
+
+def _ksize(op: Op, ctx: PaddleContext) -> list[int]:
+    static = ctx.static(op, "ksize")
+    if static is not None:
+        return [int(v) for v in static]
+    k = op.attr("ksize")
+    if k is None:
+        raise ValueError("kernel size is neither an attribute nor a constant input")
+    return [int(v) for v in k]  # type: ignore[union-attr]
+
+
+@register("pool2d", maps_to="MaxPool|AveragePool|GlobalMaxPool|GlobalAveragePool",
+          notes="max/avg; ceil_mode, exclusive, global_pooling; adaptive when the output is 1x1 "
+                "or divides a static input size")
+def pool2d(op: Op, ctx: PaddleContext) -> None:
+    """pool2d -> (Global)MaxPool / (Global)AveragePool."""
+    _nchw(op)
+    kind = str(op.attr("pooling_type", "max"))
+    if kind not in ("max", "avg"):
+        raise ValueError(f"pooling_type '{kind}' is not supported")
+    x = ctx.input(op, "X")
+    ksize = _ksize(op, ctx)
+    glob = "GlobalMaxPool" if kind == "max" else "GlobalAveragePool"
+    if op.attr("global_pooling", False) or (op.attr("adaptive", False) and ksize == [1, 1]):
+        ctx.bind(op, "Out", ctx.node(glob, [x]))
+        return
+    onnx_op = "MaxPool" if kind == "max" else "AveragePool"
+    if op.attr("adaptive", False):
+        ctx.bind(op, "Out", _adaptive(op, ctx, x, ksize, kind))
+        return
+    attrs: dict[str, object] = {
+        "kernel_shape": ksize,
+        "strides": [int(s) for s in op.attr("strides", [1, 1])],
+        "ceil_mode": int(bool(op.attr("ceil_mode", False))),
+    }
+    auto = _auto_pad(op)
+    if auto:
+        attrs["auto_pad"] = auto
+    else:
+        attrs["pads"] = _pads(op, 2)
+    if kind == "avg":
+        attrs["count_include_pad"] = 0 if op.attr("exclusive", True) else 1
+    ctx.bind(op, "Out", ctx.node(onnx_op, [x], attrs))
+
+
+def _adaptive(op: Op, ctx: PaddleContext, x: Value, out: list[int], kind: str) -> Value:
+    """Adaptive pooling over a static H x W: one pool when windows are equal, else per-window.
+
+    Paddle's window ``i`` along a dim of size ``n`` pooled to ``m`` is ``[floor(i n / m),
+    ceil((i + 1) n / m))``. Windows are products of intervals, so max and mean separate into a
+    pass over H then a pass over W (Slice + Reduce per output row/column, then Concat).
+    """
+    shape = ctx.shape(op, "X")
+    if shape is None or len(shape) != 4 or min(shape[2:]) <= 0:
+        raise ValueError("adaptive pooling needs a static input height and width")
+    h, w = shape[2], shape[3]
+    if h % out[0] == 0 and w % out[1] == 0:
+        k = [h // out[0], w // out[1]]
+        onnx_op = "MaxPool" if kind == "max" else "AveragePool"
+        return ctx.node(onnx_op, [x], {"kernel_shape": k, "strides": k})
+    reduce = "ReduceMax" if kind == "max" else "ReduceMean"
+    y = x
+    for axis, n, m in ((2, h, out[0]), (3, w, out[1])):
+        if n == m:
+            continue
+        parts = []
+        axes = ctx.const(np.array([axis], np.int64))
+        for i in range(m):
+            start, end = (i * n) // m, -((-(i + 1) * n) // m)
+            piece = ctx.node("Slice", [y, ctx.const(np.array([start], np.int64)),
+                                       ctx.const(np.array([end], np.int64)), axes])
+            parts.append(ctx.node(reduce, [piece], {"axes": [axis], "keepdims": 1}))
+        y = ctx.node("Concat", parts, {"axis": axis})
+    return y
+
+
+def _unary(onnx_op: str, attrs_fn=None):
+    def convert(op: Op, ctx: PaddleContext) -> None:
+        attrs = attrs_fn(op) if attrs_fn else None
+        ctx.bind(op, "Out", ctx.node(onnx_op, [ctx.input(op, "X")], attrs))
+
+    convert.__doc__ = f"-> {onnx_op}"
+    return convert
+
+
+for _names, _onnx in [
+    (("relu", "relu_"), "Relu"), (("sigmoid", "sigmoid_"), "Sigmoid"), (("tanh", "tanh_"), "Tanh"),
+    (("exp", "exp_"), "Exp"), (("sqrt", "sqrt_"), "Sqrt"), (("abs", "abs_"), "Abs"),
+    (("floor", "floor_"), "Floor"), (("erf",), "Erf"), (("log", "log_"), "Log"),
+    (("assign", "assign_", "share_data", "share_data_"), "Identity"),
+]:
+    register(*_names, maps_to=_onnx)(_unary(_onnx))
+register("leaky_relu", "leaky_relu_", maps_to="LeakyRelu")(
+    _unary("LeakyRelu", lambda op: {"alpha": float(op.attr("alpha", op.attr("negative_slope", 0.02)))}))
+
+
+@register("relu6", "relu6_", maps_to="Clip", notes="threshold attribute honoured")
+def relu6(op: Op, ctx: PaddleContext) -> None:
+    """relu6 -> Clip(0, threshold)."""
+    t = float(op.attr("threshold", 6.0))
+    y = ctx.node("Clip", [ctx.input(op, "X"), ctx.const(np.float32(0)), ctx.const(np.float32(t))])
+    ctx.bind(op, "Out", y)
+
+
+@register("hard_swish", "hardswish", "hardswish_", maps_to="HardSwish",
+          notes="non-default threshold/scale/offset -> Add/Clip/Mul/Div")
+def hard_swish(op: Op, ctx: PaddleContext) -> None:
+    """hard_swish: x * clip(x + offset, 0, threshold) / scale -> HardSwish when default (6, 6, 3)."""
+    x = ctx.input(op, "X")
+    t, s, o = (float(op.attr(k, d)) for k, d in (("threshold", 6.0), ("scale", 6.0), ("offset", 3.0)))
+    if (t, s, o) == (6.0, 6.0, 3.0):
+        ctx.bind(op, "Out", ctx.node("HardSwish", [x]))
+        return
+    shifted = ctx.node("Add", [x, ctx.const(np.float32(o))])
+    clipped = ctx.node("Clip", [shifted, ctx.const(np.float32(0)), ctx.const(np.float32(t))])
+    y = ctx.node("Div", [ctx.node("Mul", [x, clipped]), ctx.const(np.float32(s))])
+    ctx.bind(op, "Out", y)
+
+
+@register("hard_sigmoid", "hardsigmoid", "hardsigmoid_", maps_to="HardSigmoid")
+def hard_sigmoid(op: Op, ctx: PaddleContext) -> None:
+    """hard_sigmoid(slope, offset) -> HardSigmoid(alpha=slope, beta=offset)."""
+    attrs = {"alpha": float(op.attr("slope", 0.2)), "beta": float(op.attr("offset", 0.5))}
+    ctx.bind(op, "Out", ctx.node("HardSigmoid", [ctx.input(op, "X")], attrs))
+
+
+@register("swish", "silu", "swish_", "silu_", maps_to="Sigmoid+Mul", notes="beta (swish) honoured")
+def swish(op: Op, ctx: PaddleContext) -> None:
+    """swish / silu: x * sigmoid(beta * x)."""
+    x = ctx.input(op, "X")
+    beta = float(op.attr("beta", 1.0))
+    z = x if beta == 1.0 else ctx.node("Mul", [x, ctx.const(np.float32(beta))])
+    ctx.bind(op, "Out", ctx.node("Mul", [x, ctx.node("Sigmoid", [z])]))
+
+
+@register("gelu", "gelu_", maps_to="Erf|Tanh formula", notes="approximate=True uses the tanh form")
+def gelu(op: Op, ctx: PaddleContext) -> None:
+    """gelu: 0.5 x (1 + erf(x / sqrt 2)), or the tanh approximation (opset 17 has no Gelu)."""
+    x = ctx.input(op, "X")
+    if op.attr("approximate", False):
+        cube = ctx.node("Mul", [ctx.node("Mul", [x, x]), x])
+        inner = ctx.node("Add", [x, ctx.node("Mul", [cube, ctx.const(np.float32(0.044715))])])
+        t = ctx.node("Tanh", [ctx.node("Mul", [inner, ctx.const(np.float32(math.sqrt(2 / math.pi)))])])
+    else:
+        t = ctx.node("Erf", [ctx.node("Mul", [x, ctx.const(np.float32(1 / math.sqrt(2)))])])
+    half = ctx.node("Mul", [x, ctx.const(np.float32(0.5))])
+    ctx.bind(op, "Out", ctx.node("Mul", [half, ctx.node("Add", [t, ctx.const(np.float32(1))])]))
+
+
+@register("softmax", "softmax_", maps_to="Softmax")
+def softmax(op: Op, ctx: PaddleContext) -> None:
+    """softmax(axis) -> Softmax(axis) (opset 13+ semantics: one axis, as in Paddle)."""
+    ctx.bind(op, "Out", ctx.node("Softmax", [ctx.input(op, "X")], {"axis": int(op.attr("axis", -1))}))
+
+
+@register("log_softmax", maps_to="LogSoftmax")
+def log_softmax(op: Op, ctx: PaddleContext) -> None:
+    """log_softmax(axis) -> LogSoftmax(axis)."""
+    ctx.bind(op, "Out", ctx.node("LogSoftmax", [ctx.input(op, "X")], {"axis": int(op.attr("axis", -1))}))
+
+
+@register("dropout", "dropout_", maps_to="Identity|Mul",
+          notes="upscale_in_train -> identity; downgrade_in_infer -> x * (1 - p)")
+def dropout(op: Op, ctx: PaddleContext) -> None:
+    """dropout at inference: identity, or scaling by (1 - p) for downgrade_in_infer."""
+    x = ctx.input(op, "X")
+    mode = str(op.attr("dropout_implementation", op.attr("mode", "downgrade_in_infer")))
+    if mode == "upscale_in_train":
+        ctx.bind(op, "Out", x)
+        return
+    p = ctx.static(op, "P")
+    prob = float(p.reshape(-1)[0]) if p is not None else float(op.attr("dropout_prob", op.attr("p", 0.5)))
+    ctx.bind(op, "Out", ctx.node("Mul", [x, ctx.const(np.float32(1.0 - prob))]))
+
+
+def _interp_mode(op: Op) -> dict[str, object]:
+    method = str(op.attr("interp_method", "bilinear" if "bilinear" in op.type else "nearest"))
+    align = bool(op.attr("align_corners", False))
+    if method == "nearest":
+        if align:
+            return {"mode": "nearest", "coordinate_transformation_mode": "align_corners",
+                    "nearest_mode": "round_prefer_ceil"}
+        return {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    if method == "bilinear":
+        if align:
+            ctm = "align_corners"
+        else:
+            ctm = "half_pixel" if int(op.attr("align_mode", 1)) == 0 else "asymmetric"
+        return {"mode": "linear", "coordinate_transformation_mode": ctm}
+    raise ValueError(f"interp_method '{method}' is not supported (nearest, bilinear)")
+
+
+@register("nearest_interp", "nearest_interp_v2", "bilinear_interp", "bilinear_interp_v2",
+          maps_to="Resize", notes="NCHW; align_corners/align_mode; size from SizeTensor, OutSize, "
+                                   "Scale or attributes")
+def interpolate(op: Op, ctx: PaddleContext) -> None:
+    """nearest/bilinear interpolation -> Resize (sizes or scales, as Paddle picks them)."""
+    _nchw(op)
+    x = ctx.input(op, "X")
+    attrs = _interp_mode(op)
+    sizes = None
+    if ctx.has(op, "SizeTensor"):
+        parts = [ctx.node("Cast", [ctx.node("Reshape", [v, ctx.const(np.array([1], np.int64))])],
+                          {"to": 7}) for v in ctx.inputs(op, "SizeTensor")]
+        sizes = parts[0] if len(parts) == 1 else ctx.node("Concat", parts, {"axis": 0})
+    elif ctx.has(op, "OutSize"):
+        sizes = ctx.node("Cast", [ctx.input(op, "OutSize")], {"to": 7})
+    scales = None
+    if sizes is None:
+        scale = ctx.static(op, "Scale")
+        if scale is None:
+            s = op.attr("scale", [])
+            scale = np.asarray(s if isinstance(s, list) else [s], dtype=np.float32)
+        scale = np.asarray(scale, dtype=np.float32).reshape(-1)
+        if scale.size and float(scale.min()) > 0:
+            hw = scale if scale.size == 2 else np.repeat(scale[:1], 2)
+            scales = ctx.const(np.concatenate([[1.0, 1.0], hw]).astype(np.float32))
+        else:
+            oh, ow = int(op.attr("out_h", -1)), int(op.attr("out_w", -1))
+            if oh <= 0 or ow <= 0:
+                raise ValueError("no output size: none of SizeTensor, OutSize, Scale, scale, "
+                                 "out_h/out_w is set")
+            sizes = ctx.const(np.array([oh, ow], np.int64))
+    if scales is not None:
+        y = ctx.node("Resize", [x, None, scales], attrs)
+    else:
+        nc = ctx.node("Slice", [ctx.node("Shape", [x]), ctx.const(np.array([0], np.int64)),
+                                ctx.const(np.array([2], np.int64))])
+        full = ctx.node("Concat", [nc, sizes], {"axis": 0})
+        y = ctx.node("Resize", [x, None, None, full], attrs)
+    ctx.bind(op, "Out", y)
+
+
+@register("layer_norm", maps_to="LayerNormalization", notes="begin_norm_axis honoured")
+def layer_norm(op: Op, ctx: PaddleContext) -> None:
+    """layer_norm -> LayerNormalization(axis=begin_norm_axis) (Scale/Bias are flattened in Paddle)."""
+    x = ctx.input(op, "X")
+    axis = int(op.attr("begin_norm_axis", 1))
+    shape = ctx.shape(op, "X")
+    inputs = [x]
+    norm_shape = None
+    if shape is not None and all(d > 0 for d in shape[axis:]):
+        norm_shape = np.array(shape[axis:], np.int64)
+    for slot in ("Scale", "Bias"):
+        if not ctx.has(op, slot):
+            inputs.append(None)
+            continue
+        v = ctx.input(op, slot)
+        if norm_shape is not None and len(norm_shape) > 1:
+            v = ctx.node("Reshape", [v, ctx.const(norm_shape)])
+        inputs.append(v)
+    if inputs[1] is None:
+        raise ValueError("layer_norm without Scale is not supported")
+    if inputs[2] is None:
+        inputs.pop()
+    y = ctx.node("LayerNormalization", inputs, {"axis": axis, "epsilon": float(op.attr("epsilon", 1e-5))})
+    ctx.bind(op, "Y", y)
