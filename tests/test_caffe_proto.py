@@ -20,7 +20,9 @@ def test_generated_module_is_up_to_date(tmp_path: Path) -> None:
     def descriptor(text: str) -> str:
         return next(line for line in text.splitlines() if line.startswith("DESCRIPTOR = "))
 
-    assert descriptor(fresh) == descriptor(committed), "caffe_pb2.py is stale: run `python -m convert._proto.generate`"
+    assert descriptor(fresh) == descriptor(committed), (
+        "caffe_pb2.py is stale: run `python -m convert._proto.generate`"
+    )
 
 
 def test_no_runtime_version_guard() -> None:
@@ -38,4 +40,3 @@ def test_bvlc_field_numbers() -> None:
     pool = caffe_pb2.PoolingParameter.DESCRIPTOR.fields_by_name
     assert pool["round_mode"].number == 13
     assert caffe_pb2.BlobProto.DESCRIPTOR.fields_by_name["shape"].number == 7
-

@@ -20,9 +20,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from google.protobuf import text_format  # noqa: E402
+from google.protobuf import text_format
 
-from convert._proto import caffe_pb2  # noqa: E402
+from convert._proto import caffe_pb2
 
 __all__ = ["NETS", "NetBuilder", "build"]
 
@@ -44,11 +44,20 @@ class NetBuilder:
         layer = self.net.layer.add(name=name, type="Input", top=[name])
         layer.input_param.shape.add(dim=list(shape))
 
-    def layer(self, type_: str, name: str, bottoms: Sequence[str], tops: Sequence[str],
-              blobs: Sequence[np.ndarray] = (), **params: object) -> caffe_pb2.LayerParameter:
+    def layer(
+        self,
+        type_: str,
+        name: str,
+        bottoms: Sequence[str],
+        tops: Sequence[str],
+        blobs: Sequence[np.ndarray] = (),
+        **params: object,
+    ) -> caffe_pb2.LayerParameter:
         if self.v1:
             enum = caffe_pb2.V1LayerParameter.LayerType
-            v1name = {"InnerProduct": "INNER_PRODUCT", "ReLU": "RELU", "TanH": "TANH"}.get(type_, type_.upper())
+            v1name = {"InnerProduct": "INNER_PRODUCT", "ReLU": "RELU", "TanH": "TANH"}.get(
+                type_, type_.upper()
+            )
             layer = self.net.layers.add(name=name, type=enum.Value(v1name), bottom=bottoms, top=tops)
         else:
             layer = self.net.layer.add(name=name, type=type_, bottom=bottoms, top=tops)
@@ -59,36 +68,79 @@ class NetBuilder:
         return layer
 
     # -- common layers ------------------------------------------------------------------------
-    def conv(self, name: str, bottom: str, top: str, cin: int, cout: int, k: int, *, s: int = 1, p: int = 0,
-             group: int = 1, bias: bool = True, dilation: int = 1, deconv: bool = False) -> None:
+    def conv(
+        self,
+        name: str,
+        bottom: str,
+        top: str,
+        cin: int,
+        cout: int,
+        k: int,
+        *,
+        s: int = 1,
+        p: int = 0,
+        group: int = 1,
+        bias: bool = True,
+        dilation: int = 1,
+        deconv: bool = False,
+    ) -> None:
         fan_in = cin // group * k * k
         if deconv:
             w = self.rng.normal(0, np.sqrt(1.0 / fan_in), (cin, cout // group, k, k))
         else:
             w = self.rng.normal(0, np.sqrt(2.0 / fan_in), (cout, cin // group, k, k))
         blobs = [w] + ([self.rng.normal(0, 0.1, cout)] if bias else [])
-        cp: dict[str, object] = {"num_output": cout, "kernel_size": [k], "stride": [s], "pad": [p],
-                                 "bias_term": bias}
+        cp: dict[str, object] = {
+            "num_output": cout,
+            "kernel_size": [k],
+            "stride": [s],
+            "pad": [p],
+            "bias_term": bias,
+        }
         if group != 1:
             cp["group"] = group
         if dilation != 1:
             cp["dilation"] = [dilation]
-        self.layer("Deconvolution" if deconv else "Convolution", name, [bottom], [top], blobs, convolution_param=cp)
+        self.layer(
+            "Deconvolution" if deconv else "Convolution", name, [bottom], [top], blobs, convolution_param=cp
+        )
 
     def bn_scale(self, name: str, blob: str, c: int) -> None:
         factor = 7.5  # Caffe's running sums: stats = blob / factor
         mean = self.rng.normal(0, 0.2, c)
         var = self.rng.uniform(0.5, 2.0, c)
-        self.layer("BatchNorm", f"{name}_bn", [blob], [blob], [mean * factor, var * factor, [factor]],
-                   batch_norm_param={"eps": 1e-5})
-        self.layer("Scale", f"{name}_scale", [blob], [blob],
-                   [self.rng.uniform(0.8, 1.2, c), self.rng.normal(0, 0.1, c)], scale_param={"bias_term": True})
+        self.layer(
+            "BatchNorm",
+            f"{name}_bn",
+            [blob],
+            [blob],
+            [mean * factor, var * factor, [factor]],
+            batch_norm_param={"eps": 1e-5},
+        )
+        self.layer(
+            "Scale",
+            f"{name}_scale",
+            [blob],
+            [blob],
+            [self.rng.uniform(0.8, 1.2, c), self.rng.normal(0, 0.1, c)],
+            scale_param={"bias_term": True},
+        )
 
     def relu(self, name: str, blob: str) -> None:
         self.layer("ReLU", name, [blob], [blob])
 
-    def pool(self, name: str, bottom: str, top: str, k: int, s: int, *, p: int = 0, ave: bool = False,
-             global_: bool = False) -> None:
+    def pool(
+        self,
+        name: str,
+        bottom: str,
+        top: str,
+        k: int,
+        s: int,
+        *,
+        p: int = 0,
+        ave: bool = False,
+        global_: bool = False,
+    ) -> None:
         pp: dict[str, object] = {"pool": 1 if ave else 0}
         if global_:
             pp["global_pooling"] = True
@@ -99,9 +151,14 @@ class NetBuilder:
         self.layer("Pooling", name, [bottom], [top], pooling_param=pp)
 
     def ip(self, name: str, bottom: str, top: str, k: int, n: int) -> None:
-        self.layer("InnerProduct", name, [bottom], [top],
-                   [self.rng.normal(0, np.sqrt(2.0 / k), (n, k)), self.rng.normal(0, 0.1, n)],
-                   inner_product_param={"num_output": n})
+        self.layer(
+            "InnerProduct",
+            name,
+            [bottom],
+            [top],
+            [self.rng.normal(0, np.sqrt(2.0 / k), (n, k)), self.rng.normal(0, 0.1, n)],
+            inner_product_param={"num_output": n},
+        )
 
     # -- output -------------------------------------------------------------------------------
     def save(self, out_dir: Path) -> tuple[Path, Path]:
@@ -213,22 +270,39 @@ def ssd(b: NetBuilder) -> None:
         for kind, n, bucket in (("loc", 4 * anchors, locs), ("conf", classes * anchors, confs)):
             name = f"{feat}_mbox_{kind}"
             b.conv(name, feat, name, c, n, 3, p=1)
-            b.layer("Permute", f"{name}_perm", [name], [f"{name}_perm"], permute_param={"order": [0, 2, 3, 1]})
+            b.layer(
+                "Permute", f"{name}_perm", [name], [f"{name}_perm"], permute_param={"order": [0, 2, 3, 1]}
+            )
             b.layer("Flatten", f"{name}_flat", [f"{name}_perm"], [f"{name}_flat"], flatten_param={"axis": 1})
             bucket.append(f"{name}_flat")
     b.layer("Concat", "mbox_loc", locs, ["mbox_loc"], concat_param={"axis": 1})
     b.layer("Concat", "mbox_conf", confs, ["mbox_conf"], concat_param={"axis": 1})
-    b.layer("Reshape", "mbox_conf_reshape", ["mbox_conf"], ["mbox_conf_reshape"],
-            reshape_param={"shape": {"dim": [0, -1, classes]}})
-    b.layer("Softmax", "mbox_conf_softmax", ["mbox_conf_reshape"], ["mbox_conf_softmax"],
-            softmax_param={"axis": 2})
-    b.layer("Flatten", "mbox_conf_flatten", ["mbox_conf_softmax"], ["mbox_conf_flatten"],
-            flatten_param={"axis": 1})
+    b.layer(
+        "Reshape",
+        "mbox_conf_reshape",
+        ["mbox_conf"],
+        ["mbox_conf_reshape"],
+        reshape_param={"shape": {"dim": [0, -1, classes]}},
+    )
+    b.layer(
+        "Softmax",
+        "mbox_conf_softmax",
+        ["mbox_conf_reshape"],
+        ["mbox_conf_softmax"],
+        softmax_param={"axis": 2},
+    )
+    b.layer(
+        "Flatten",
+        "mbox_conf_flatten",
+        ["mbox_conf_softmax"],
+        ["mbox_conf_flatten"],
+        flatten_param={"axis": 1},
+    )
 
 
 def seg(b: NetBuilder) -> None:
     b.input("data", (1, 3, 36, 36))
-    b.conv("conv1", "data", "conv1", 3, 16, 3, s=2, p=1)   # 18
+    b.conv("conv1", "data", "conv1", 3, 16, 3, s=2, p=1)  # 18
     b.relu("relu1", "conv1")
     b.conv("conv2", "conv1", "conv2", 16, 32, 3, s=2, p=1)  # 9
     b.relu("relu2", "conv2")

@@ -34,7 +34,7 @@ def _ops() -> Sequence[OpSupport]:
     from .layers import EMITTERS, NOTES
 
     rows = []
-    for key in EMITTERS.keys():
+    for key in EMITTERS.keys():  # noqa: SIM118 (Registry is not iterable)
         layer, limits = NOTES.get(str(key), ("", ""))
         rows.append(OpSupport(op=str(key), maps_to=layer, notes=limits))
     return rows
@@ -48,8 +48,14 @@ EXPORTER = ExporterSpec(
     ops=_ops,
     check=_check,
     options=(
-        OptionSpec(flag="--caffe-flavor", dest="caffe_flavor", help=FLAVOR_HELP, default="bvlc",
-                   choices=tuple(FLAVORS), metavar="FLAVOR"),
+        OptionSpec(
+            flag="--caffe-flavor",
+            dest="caffe_flavor",
+            help=FLAVOR_HELP,
+            default="bvlc",
+            choices=tuple(FLAVORS),
+            metavar="FLAVOR",
+        ),
     ),
     companions=(".caffemodel",),
     meta={"flavors": ", ".join(FLAVORS)},

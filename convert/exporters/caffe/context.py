@@ -17,7 +17,7 @@ __all__ = ["Blob", "EmitContext", "Emitted", "NotExpressible"]
 _UNSAFE = re.compile(r"[^A-Za-z0-9_./:\-]")
 
 
-class NotExpressible(Exception):
+class NotExpressible(Exception):  # noqa: N818 (internal signal, never escapes)
     """Raised by an emitter when Caffe cannot express this node; the message says why."""
 
 
@@ -118,8 +118,14 @@ class EmitContext:
             raise NotExpressible(f"its {what} is computed at run time; Caffe needs it constant")
         return np.asarray(t.numpy())
 
-    def layer(self, node: Node, type_: str, bottoms: Sequence[Value], tops: Sequence[Value] | None = None,
-              blobs: Sequence[Blob] = ()) -> Emitted:
+    def layer(
+        self,
+        node: Node,
+        type_: str,
+        bottoms: Sequence[Value],
+        tops: Sequence[Value] | None = None,
+        blobs: Sequence[Blob] = (),
+    ) -> Emitted:
         """Return a new layer for ``node`` with blob names for bottoms and tops."""
         lp = self.pb.LayerParameter(name=self.layer_name(node), type=type_)
         lp.bottom.extend(self.blob(v) for v in bottoms)

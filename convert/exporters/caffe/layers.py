@@ -62,7 +62,9 @@ def _weight(ctx: EmitContext, node: Node, index: int, what: str) -> object:
     return t
 
 
-def _sym_pads(node: Node, size: tuple[int, int], k_eff: tuple[int, int], s: tuple[int, int]) -> tuple[int, int]:
+def _sym_pads(
+    node: Node, size: tuple[int, int], k_eff: tuple[int, int], s: tuple[int, int]
+) -> tuple[int, int]:
     """Return symmetric Caffe pads equal in effect to the node's (possibly asymmetric) pads."""
     auto = node.attributes.get_string("auto_pad", "NOTSET")
     if auto not in ("NOTSET", "VALID"):
@@ -75,7 +77,9 @@ def _sym_pads(node: Node, size: tuple[int, int], k_eff: tuple[int, int], s: tupl
             full = (size[i] + pb + pe - k_eff[i]) // s[i]
             sym = (size[i] + 2 * pb - k_eff[i]) // s[i]
             if full != sym:
-                raise NotExpressible(f"asymmetric pads {pads} change the output size; Caffe pads symmetrically")
+                raise NotExpressible(
+                    f"asymmetric pads {pads} change the output size; Caffe pads symmetrically"
+                )
         out.append(pb)
     return out[0], out[1]
 
@@ -129,7 +133,7 @@ def conv_transpose(node: Node, ctx: EmitContext) -> Emitted:
     if pads[:2] != pads[2:] or node.attributes.get_string("auto_pad", "NOTSET") != "NOTSET":
         raise NotExpressible(f"asymmetric or automatic pads {pads} are not expressible in Deconvolution")
     g = _int(node, "group", 1)
-    c_in, m_g, kh, kw = (int(d) for d in w.shape)
+    _, m_g, kh, kw = (int(d) for d in w.shape)
     blobs = [w]
     b = node.inputs[2] if len(node.inputs) > 2 else None
     if b is not None:
@@ -184,21 +188,29 @@ def _pool(node: Node, ctx: EmitContext, method: int) -> Emitted:
     ph, pw = pads[0], pads[1]
     any_pad = bool(ph or pw)
     want = (y[2], y[3])
-    ceil_ok = all(caffe_pool_size(x[2 + i], (kh, kw)[i], (sh, sw)[i], (ph, pw)[i], True, any_pad) == want[i]
-                  for i in range(2))
-    floor_ok = all(caffe_pool_size(x[2 + i], (kh, kw)[i], (sh, sw)[i], (ph, pw)[i], False, any_pad) == want[i]
-                   for i in range(2))
+    ceil_ok = all(
+        caffe_pool_size(x[2 + i], (kh, kw)[i], (sh, sw)[i], (ph, pw)[i], True, any_pad) == want[i]
+        for i in range(2)
+    )
+    floor_ok = all(
+        caffe_pool_size(x[2 + i], (kh, kw)[i], (sh, sw)[i], (ph, pw)[i], False, any_pad) == want[i]
+        for i in range(2)
+    )
     if not (ceil_ok or floor_ok):
         raise NotExpressible(f"no Caffe rounding gives the output size {list(want)} with pads ({ph}, {pw})")
     if method == 1:
-        overhang = any((want[i] - 1) * (sh, sw)[i] + (kh, kw)[i] > x[2 + i] + 2 * (ph, pw)[i] for i in range(2))
+        overhang = any(
+            (want[i] - 1) * (sh, sw)[i] + (kh, kw)[i] > x[2 + i] + 2 * (ph, pw)[i] for i in range(2)
+        )
         include = _int(node, "count_include_pad", 0)
         if any_pad and not include:
             raise NotExpressible("AveragePool with pads and count_include_pad=0: Caffe counts the pads")
         if any_pad and overhang:
             raise NotExpressible("AveragePool whose last window runs past the pads: Caffe's divisor differs")
         if not any_pad and include and overhang:
-            raise NotExpressible("AveragePool with count_include_pad=1 past the input edge: Caffe's divisor differs")
+            raise NotExpressible(
+                "AveragePool with count_include_pad=1 past the input edge: Caffe's divisor differs"
+            )
     e = ctx.layer(node, "Pooling", [node.inputs[0]])
     pp = e.layer.pooling_param
     pp.pool = method
@@ -273,8 +285,12 @@ def gemm(node: Node, ctx: EmitContext) -> Emitted:
         ct = _weight(ctx, node, 2, "bias (C)")
         if int(np.prod(ct.shape)) not in (n, 1) or (len(ct.shape) == 2 and int(ct.shape[0]) != 1):
             raise NotExpressible(f"bias of shape {list(ct.shape)} is not a per-output vector")
-        blobs.append(_Deferred(lambda: np.broadcast_to(np.asarray(ct.numpy(), np.float32).reshape(-1) * beta,
-                                                       (n,)).copy(), (n,)))
+        blobs.append(
+            _Deferred(
+                lambda: np.broadcast_to(np.asarray(ct.numpy(), np.float32).reshape(-1) * beta, (n,)).copy(),
+                (n,),
+            )
+        )
     e = ctx.layer(node, "InnerProduct", [node.inputs[0]], blobs=blobs)  # type: ignore[arg-type]
     e.layer.inner_product_param.num_output = n
     e.layer.inner_product_param.bias_term = c is not None
@@ -323,8 +339,15 @@ def _simple(type_: str, op: str) -> Emitter:
     return emit
 
 
-for _op, _type in (("Relu", "ReLU"), ("Sigmoid", "Sigmoid"), ("Tanh", "TanH"), ("Abs", "AbsVal"),
-                   ("Softplus", "BNLL"), ("Exp", "Exp"), ("Log", "Log")):
+for _op, _type in (
+    ("Relu", "ReLU"),
+    ("Sigmoid", "Sigmoid"),
+    ("Tanh", "TanH"),
+    ("Abs", "AbsVal"),
+    ("Softplus", "BNLL"),
+    ("Exp", "Exp"),
+    ("Log", "Log"),
+):
     EMITTERS.register(_op)(_simple(_type, _op))
 
 
@@ -353,11 +376,14 @@ def prelu(node: Node, ctx: EmitContext) -> Emitted:
     dims = [int(d) for d in slope.shape]
     non1 = [i for i, d in enumerate(dims) if d != 1]
     shared = count == 1
-    if not shared and (len(x) < 2 or count != x[1] or len(non1) != 1
-                       or len(dims) - non1[0] != len(x) - 1):
+    if not shared and (len(x) < 2 or count != x[1] or len(non1) != 1 or len(dims) - non1[0] != len(x) - 1):
         raise NotExpressible(f"slope of shape {dims} is not per-channel")
-    e = ctx.layer(node, "PReLU", [node.inputs[0]],
-                  blobs=[_Deferred(lambda: np.asarray(slope.numpy(), np.float32).reshape(-1), (count,))])
+    e = ctx.layer(
+        node,
+        "PReLU",
+        [node.inputs[0]],
+        blobs=[_Deferred(lambda: np.asarray(slope.numpy(), np.float32).reshape(-1), (count,))],
+    )
     if shared:
         e.layer.prelu_param.channel_shared = True
     return e
@@ -366,8 +392,16 @@ def prelu(node: Node, ctx: EmitContext) -> Emitted:
 @EMITTERS.register("Clip")
 def clip(node: Node, ctx: EmitContext) -> Emitted:
     """Clip -> ReLU (min 0, no max), ReLU6 (0..6, ssd) or Clip (bvlc)."""
-    lo = float(ctx.small(node.inputs[1], "min")) if len(node.inputs) > 1 and node.inputs[1] is not None else None
-    hi = float(ctx.small(node.inputs[2], "max")) if len(node.inputs) > 2 and node.inputs[2] is not None else None
+    lo = (
+        float(ctx.small(node.inputs[1], "min"))
+        if len(node.inputs) > 1 and node.inputs[1] is not None
+        else None
+    )
+    hi = (
+        float(ctx.small(node.inputs[2], "max"))
+        if len(node.inputs) > 2 and node.inputs[2] is not None
+        else None
+    )
     if lo == 0.0 and hi is None:
         return ctx.layer(node, "ReLU", [node.inputs[0]])
     if lo == 0.0 and hi == 6.0 and ctx.flavor.relu6:
@@ -380,8 +414,9 @@ def clip(node: Node, ctx: EmitContext) -> Emitted:
     return e
 
 
-def _power(node: Node, ctx: EmitContext, power: float = 1.0, scale: float = 1.0, shift: float = 0.0,
-           x: object = None) -> Emitted:
+def _power(
+    node: Node, ctx: EmitContext, power: float = 1.0, scale: float = 1.0, shift: float = 0.0, x: object = None
+) -> Emitted:
     e = ctx.layer(node, "Power", [x if x is not None else node.inputs[0]])  # type: ignore[list-item]
     pp = e.layer.power_param
     if power != 1.0:
@@ -407,7 +442,14 @@ def pow_(node: Node, ctx: EmitContext) -> Emitted:
     return _power(node, ctx, power=float(p.reshape(-1)[0]))
 
 
-for _op, _t in (("LeakyRelu", "ReLU negative_slope"), ("Elu", "ELU"), ("PRelu", "PReLU"),
-                ("Clip", "ReLU / ReLU6 / Clip"), ("Sqrt", "Power 0.5"), ("Neg", "Power scale -1"),
-                ("Reciprocal", "Power -1"), ("Pow", "Power")):
+for _op, _t in (
+    ("LeakyRelu", "ReLU negative_slope"),
+    ("Elu", "ELU"),
+    ("PRelu", "PReLU"),
+    ("Clip", "ReLU / ReLU6 / Clip"),
+    ("Sqrt", "Power 0.5"),
+    ("Neg", "Power scale -1"),
+    ("Reciprocal", "Power -1"),
+    ("Pow", "Power"),
+):
     _note(_op, _t)

@@ -109,9 +109,11 @@ def batch_norm(node: Node, ctx: EmitContext) -> Emitted:
     mean = _weight(ctx, node, 3, "mean")
     var = _weight(ctx, node, 4, "variance")
     c = int(np.prod(mean.shape, dtype=np.int64))
-    blobs = [_Deferred(lambda: np.asarray(mean.numpy(), np.float32).reshape(-1), (c,)),
-             _Deferred(lambda: np.asarray(var.numpy(), np.float32).reshape(-1), (c,)),
-             np.ones(1, np.float32)]
+    blobs = [
+        _Deferred(lambda: np.asarray(mean.numpy(), np.float32).reshape(-1), (c,)),
+        _Deferred(lambda: np.asarray(var.numpy(), np.float32).reshape(-1), (c,)),
+        np.ones(1, np.float32),
+    ]
     e = ctx.layer(node, "BatchNorm", [node.inputs[0]], blobs=blobs)  # type: ignore[arg-type]
     eps = _float(node, "epsilon", 1e-5)
     if abs(eps - 1e-5) > 1e-12:
@@ -203,10 +205,16 @@ def slice_(node: Node, ctx: EmitContext) -> Emitted:
     x = ctx.shape(node.inputs[0])
     y = ctx.shape(node.outputs[0])
     starts = [int(v) for v in ctx.small(node.inputs[1], "starts")]
-    axes = ([int(v) for v in ctx.small(node.inputs[3], "axes")] if len(node.inputs) > 3 and node.inputs[3]
-            is not None else list(range(len(starts))))
-    if len(node.inputs) > 4 and node.inputs[4] is not None and any(int(s) != 1 for s in ctx.small(node.inputs[4],
-                                                                                                   "steps")):
+    axes = (
+        [int(v) for v in ctx.small(node.inputs[3], "axes")]
+        if len(node.inputs) > 3 and node.inputs[3] is not None
+        else list(range(len(starts)))
+    )
+    if (
+        len(node.inputs) > 4
+        and node.inputs[4] is not None
+        and any(int(s) != 1 for s in ctx.small(node.inputs[4], "steps"))
+    ):
         raise NotExpressible("strided slicing has no Caffe layer")
     offs = [0] * len(x)
     for a, s in zip(axes, starts, strict=True):
@@ -276,7 +284,9 @@ _note("Flatten", "Flatten / Reshape")
 def transpose(node: Node, ctx: EmitContext) -> Emitted:
     """Transpose -> Permute (ssd flavor only; BVLC has no Permute)."""
     if not ctx.flavor.permute:
-        raise NotExpressible(f"Transpose needs Permute, which {ctx.flavor.name} lacks; use --caffe-flavor ssd")
+        raise NotExpressible(
+            f"Transpose needs Permute, which {ctx.flavor.name} lacks; use --caffe-flavor ssd"
+        )
     rank = len(ctx.shape(node.inputs[0]))
     e = ctx.layer(node, "Permute", [node.inputs[0]])
     e.layer.permute_param.order.extend(_ints(node, "perm", list(range(rank))[::-1]))
@@ -297,8 +307,10 @@ def resize(node: Node, ctx: EmitContext) -> Emitted:
     coord = node.attributes.get_string("coordinate_transformation_mode", "half_pixel")
     if mode == "linear":
         if coord != "align_corners" or not ctx.flavor.interp:
-            raise NotExpressible(f"bilinear resize ({coord}) needs Interp with align_corners: "
-                                 "use --caffe-flavor pspnet (and align_corners=True)")
+            raise NotExpressible(
+                f"bilinear resize ({coord}) needs Interp with align_corners: "
+                "use --caffe-flavor pspnet (and align_corners=True)"
+            )
         e = ctx.layer(node, "Interp", [node.inputs[0]])
         e.layer.interp_param.height = y[2]
         e.layer.interp_param.width = y[3]
@@ -310,8 +322,11 @@ def resize(node: Node, ctx: EmitContext) -> Emitted:
     sh, sw = y[2] // x[2], y[3] // x[3]
     if y[2] != sh * x[2] or y[3] != sw * x[3] or sh < 1 or sw < 1:
         raise NotExpressible(f"scale {y[2] / x[2]:g}x{y[3] / x[3]:g} is not an integer upsampling")
-    if coord == "asymmetric" and node.attributes.get_string("nearest_mode", "round_prefer_floor") != "floor" \
-            and (sh > 1 or sw > 1):
+    if (
+        coord == "asymmetric"
+        and node.attributes.get_string("nearest_mode", "round_prefer_floor") != "floor"
+        and (sh > 1 or sw > 1)
+    ):
         raise NotExpressible("asymmetric nearest resize must use nearest_mode=floor")
     if ctx.flavor.upsample:
         e = ctx.layer(node, "Upsample", [node.inputs[0]])
@@ -334,5 +349,8 @@ def resize(node: Node, ctx: EmitContext) -> Emitted:
     return e
 
 
-_note("Resize", "Deconvolution (fixed ones) / Upsample (ssd) / Interp (pspnet)",
-      "nearest integer scales; bilinear align_corners with pspnet")
+_note(
+    "Resize",
+    "Deconvolution (fixed ones) / Upsample (ssd) / Interp (pspnet)",
+    "nearest integer scales; bilinear align_corners with pspnet",
+)

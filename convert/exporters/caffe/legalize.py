@@ -79,9 +79,14 @@ class LegalizeForCaffe(Pass):
             if node.graph is None:
                 continue  # removed by an earlier rewrite
             if node.domain in ("", "ai.onnx"):
-                rule = {"MatMul": self._matmul_add, "BatchNormalization": self._batch_norm,
-                        "Mul": self._scale, "Div": self._scale, "Add": self._scale,
-                        "Sub": self._scale}.get(node.op_type)
+                rule = {
+                    "MatMul": self._matmul_add,
+                    "BatchNormalization": self._batch_norm,
+                    "Mul": self._scale,
+                    "Div": self._scale,
+                    "Add": self._scale,
+                    "Sub": self._scale,
+                }.get(node.op_type)
                 if rule is not None and rule(graph, node):
                     changed += 1
         if changed:
@@ -100,8 +105,12 @@ class LegalizeForCaffe(Pass):
     def _init(self, graph: Graph, base: str, arr: np.ndarray) -> Value:
         name = self._fresh(base)
         arr = np.ascontiguousarray(arr, dtype=np.float32)
-        value = Value(name=name, shape=Shape(arr.shape), type=TensorType(DataType.FLOAT),
-                      const_value=from_array(arr, name=name))
+        value = Value(
+            name=name,
+            shape=Shape(arr.shape),
+            type=TensorType(DataType.FLOAT),
+            const_value=from_array(arr, name=name),
+        )
         graph.register_initializer(value)
         return value
 
@@ -134,8 +143,13 @@ class LegalizeForCaffe(Pass):
         if b is None or b.size != w.shape[1] or (b.ndim == 2 and b.shape[0] != 1) or b.ndim > 2:
             return False
         bias = self._init(graph, f"{node.name or 'matmul'}.bias", b.reshape(-1))
-        gemm = Node("", "Gemm", [node.inputs[0], node.inputs[1], bias],
-                    outputs=[Value(name=self._fresh(add.outputs[0].name or "gemm"))], name=node.name)
+        gemm = Node(
+            "",
+            "Gemm",
+            [node.inputs[0], node.inputs[1], bias],
+            outputs=[Value(name=self._fresh(add.outputs[0].name or "gemm"))],
+            name=node.name,
+        )
         set_provenance(gemm, get_provenance(node))
         add_out = add.outputs[0]
         graph.insert_before(node, gemm)
@@ -159,8 +173,14 @@ class LegalizeForCaffe(Pass):
         base = node.name or "bn"
         ones = self._init(graph, f"{base}.unit_scale", np.ones(c))
         zeros = self._init(graph, f"{base}.zero_bias", np.zeros(c))
-        bn = Node("", "BatchNormalization", [node.inputs[0], ones, zeros, node.inputs[3], node.inputs[4]],
-                  node.attributes.values(), outputs=[Value(name=self._fresh(f"{base}_norm"))], name=node.name)
+        bn = Node(
+            "",
+            "BatchNormalization",
+            [node.inputs[0], ones, zeros, node.inputs[3], node.inputs[4]],
+            node.attributes.values(),
+            outputs=[Value(name=self._fresh(f"{base}_norm"))],
+            name=node.name,
+        )
         prov = get_provenance(node)
         set_provenance(bn, prov)
         out = node.outputs[0]
@@ -168,8 +188,13 @@ class LegalizeForCaffe(Pass):
         graph.insert_before(node, bn)
         g = self._init(graph, f"{base}.gamma", gamma.reshape(-1))
         b = self._init(graph, f"{base}.beta", beta.reshape(-1))
-        scale = Node(CAFFE_DOMAIN, "Scale", [bn.outputs[0], g, b],
-                     outputs=[Value(name=self._fresh(f"{base}_scale"))], name=f"{node.name}_scale")
+        scale = Node(
+            CAFFE_DOMAIN,
+            "Scale",
+            [bn.outputs[0], g, b],
+            outputs=[Value(name=self._fresh(f"{base}_scale"))],
+            name=f"{node.name}_scale",
+        )
         set_provenance(scale, prov)
         self._replace(graph, node, scale, out)
         return True
@@ -208,18 +233,26 @@ class LegalizeForCaffe(Pass):
         inputs = [a, self._init(graph, f"{base}.gamma", gamma)]
         if beta is not None:
             inputs.append(self._init(graph, f"{base}.beta", beta))
-        scale = Node(CAFFE_DOMAIN, "Scale", inputs, outputs=[Value(name=self._fresh(f"{base}_scale"))],
-                     name=node.name)
+        scale = Node(
+            CAFFE_DOMAIN, "Scale", inputs, outputs=[Value(name=self._fresh(f"{base}_scale"))], name=node.name
+        )
         set_provenance(scale, get_provenance(node))
         self._replace(graph, node, scale, out)
         return True
 
-    def _fused(self, graph: Graph, mul: Node, add: Node, x: Value, gamma: np.ndarray, beta: np.ndarray) -> bool:
+    def _fused(
+        self, graph: Graph, mul: Node, add: Node, x: Value, gamma: np.ndarray, beta: np.ndarray
+    ) -> bool:
         base = mul.name or "scale"
         g = self._init(graph, f"{base}.gamma", gamma)
         b = self._init(graph, f"{base}.beta", beta)
-        scale = Node(CAFFE_DOMAIN, "Scale", [x, g, b], outputs=[Value(name=self._fresh(f"{base}_scale"))],
-                     name=mul.name)
+        scale = Node(
+            CAFFE_DOMAIN,
+            "Scale",
+            [x, g, b],
+            outputs=[Value(name=self._fresh(f"{base}_scale"))],
+            name=mul.name,
+        )
         set_provenance(scale, get_provenance(mul))
         out = add.outputs[0]
         self._replace(graph, add, scale, out)

@@ -9,6 +9,7 @@ nothing is left behind on failure.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -42,7 +43,10 @@ MAX_CAFFEMODEL_BYTES = 2**31 - 16 * 2**20
 
 
 def output_paths(out_path: Path) -> tuple[Path, Path]:
-    """Map ``-o`` to ``(<base>.prototxt, <base>.caffemodel)``; a .prototxt/.caffemodel suffix is the base's."""
+    """Map ``-o`` to ``(<base>.prototxt, <base>.caffemodel)``.
+
+    A ``.prototxt`` or ``.caffemodel`` suffix on ``out_path`` is dropped to form the base.
+    """
     out = Path(out_path)
     base = out.with_suffix("") if out.suffix.lower() in (".prototxt", ".caffemodel") else out
     return base.with_name(base.name + ".prototxt"), base.with_name(base.name + ".caffemodel")
@@ -132,14 +136,16 @@ def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
     net, emitted, gaps = build_net(model, flav)
     if gaps:
         raise UnsupportedOpsError(
-            f"export to Caffe ({flav.name})", gaps,
+            f"export to Caffe ({flav.name})",
+            gaps,
             hint="Nothing was written. Run `convert ops caffe --to` for what maps, or export to ONNX.",
         )
     total = sum(_nbytes(b) for e in emitted for b in e.blobs)
     if total > MAX_CAFFEMODEL_BYTES:
         raise ExportError(
-            f"cannot write {model_path.name}: the weights take {total / 2**30:.2f} GiB, but a caffemodel is one "
-            "protobuf message and cannot reach 2 GiB. Nothing was written. Export to ONNX (external data) instead."
+            f"cannot write {model_path.name}: the weights take {total / 2**30:.2f} GiB, "
+            "but a caffemodel is one protobuf message and cannot reach 2 GiB. Nothing was written. "
+            "Export to ONNX (external data) instead."
         )
     proto_path.parent.mkdir(parents=True, exist_ok=True)
     temps: list[str] = []
@@ -162,7 +168,9 @@ def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
             options.progress("caffe weights", done, count)
         data = weights.SerializeToString()
         del weights
-        text = f"# Written by convert-toolkit, Caffe flavor '{flav.name}'.\n" + text_format.MessageToString(net)
+        text = f"# Written by convert-toolkit, Caffe flavor '{flav.name}'.\n" + text_format.MessageToString(
+            net
+        )
         for target, payload in ((model_path, data), (proto_path, text.encode())):
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
             temps.append(tmp)
@@ -173,14 +181,14 @@ def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
         temps.clear()
     finally:
         for tmp in temps:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
-    logger.info("wrote %s and %s (%d layers, %.1f MiB)", proto_path, model_path, len(net.layer), total / 2**20)
+    logger.info(
+        "wrote %s and %s (%d layers, %.1f MiB)", proto_path, model_path, len(net.layer), total / 2**20
+    )
     return [proto_path, model_path]
 
 
 def supported() -> Sequence[str]:
     """Return the IR op types with an emitter."""
-    return [str(k) for k in EMITTERS.keys() if not str(k).startswith(CAFFE_DOMAIN)]
+    return [str(k) for k in EMITTERS.keys() if not str(k).startswith(CAFFE_DOMAIN)]  # noqa: SIM118

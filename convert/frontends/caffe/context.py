@@ -99,8 +99,9 @@ class CaffeContext:
         shapes: Sequence[Sequence[int]],
     ) -> tuple[Value, ...]:
         """Append one node with several outputs (Split) and return them."""
-        outs = self.builder.op_multi(op_type, inputs, attributes, name=layer.name, outputs=len(shapes),
-                                     prov=self.prov(layer))
+        outs = self.builder.op_multi(
+            op_type, inputs, attributes, name=layer.name, outputs=len(shapes), prov=self.prov(layer)
+        )
         for out, shape in zip(outs, shapes, strict=True):
             out.type = TensorType(DataType.FLOAT)
             out.shape = Shape([int(d) for d in shape])

@@ -90,8 +90,9 @@ def load(paths: Sequence[Path], options: Options) -> Model:
     net, proto, weights = _parse(paths)
     gaps = _unsupported(net)
     if gaps:
-        raise UnsupportedOpsError(net.file, gaps, what="layer type",
-                                  hint="Run `convert ops caffe` for the supported list.")
+        raise UnsupportedOpsError(
+            net.file, gaps, what="layer type", hint="Run `convert ops caffe` for the supported list."
+        )
     if weights is None:
         raise UsageError(f"{proto.name}: the caffemodel is missing; pass the .prototxt and the .caffemodel")
     read_caffemodel(weights, net)
@@ -152,11 +153,15 @@ def _add_inputs(net: NetDef, ctx: CaffeContext, options: Options) -> None:
                 shape = shapes[i] if i < len(shapes) else (shapes[0] if shapes else ())
                 declared.append((top, shape))
     if not declared:
-        raise ModelFormatError(f"{net.file}: no inputs declared (input/input_shape/input_dim or an Input layer)")
+        raise ModelFormatError(
+            f"{net.file}: no inputs declared (input/input_shape/input_dim or an Input layer)"
+        )
     for name, shape in declared:
         shape = tuple(options.input_shapes.get(name, shape))
         if not shape:
-            raise UsageError(f"{net.file}: input '{name}' has no shape; give one with --input-shape {name}:1x3x224x224")
+            raise UsageError(
+                f"{net.file}: input '{name}' has no shape; give one with --input-shape {name}:1x3x224x224"
+            )
         dims: list[int | str | None] = list(shape)
         if options.dynamic_batch:
             dims[0] = "N"
@@ -179,10 +184,14 @@ def sniff(path: Path) -> bool:
     if b"\x00" in head:
         return False
     text = head.decode("utf-8", errors="ignore")
-    return ("layer {" in text or "layers {" in text or "layer{" in text) and ("type:" in text or "type :" in text)
+    return ("layer {" in text or "layers {" in text or "layer{" in text) and (
+        "type:" in text or "type :" in text
+    )
 
 
 def ops() -> list[OpSupport]:
     """Return the support table: one row per Caffe layer type."""
-    return [OpSupport(op=str(k), maps_to=NOTES.get(str(k), ("", ""))[0], notes=NOTES.get(str(k), ("", ""))[1])
-            for k in LAYERS.keys()]
+    return [
+        OpSupport(op=str(k), maps_to=NOTES.get(str(k), ("", ""))[0], notes=NOTES.get(str(k), ("", ""))[1])
+        for k in LAYERS.keys()  # noqa: SIM118 (Registry is not iterable)
+    ]

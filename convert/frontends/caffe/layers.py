@@ -84,8 +84,16 @@ def _conv_params(layer: LayerDef) -> dict[str, object]:
     sh, sw = _hw(cp, "stride", 1)
     dil = [int(d) for d in cp.dilation] or [1]
     dh, dw = (dil[0], dil[0]) if len(dil) == 1 else (dil[0], dil[1])
-    return {"k": (kh, kw), "p": (ph, pw), "s": (sh, sw), "d": (dh, dw), "group": int(cp.group),
-            "num_output": int(cp.num_output), "bias": bool(cp.bias_term), "axis": int(cp.axis)}
+    return {
+        "k": (kh, kw),
+        "p": (ph, pw),
+        "s": (sh, sw),
+        "d": (dh, dw),
+        "group": int(cp.group),
+        "num_output": int(cp.num_output),
+        "bias": bool(cp.bias_term),
+        "axis": int(cp.axis),
+    }
 
 
 @LAYERS.register("Convolution")
@@ -108,8 +116,13 @@ def convolution(layer: LayerDef, ctx: CaffeContext) -> None:
         inputs.append(ctx.weight(layer, ctx.blob(layer, 1, (m,), "bias"), "bias"))
     oh = (h + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
     ow = (w + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
-    attrs = {"kernel_shape": [kh, kw], "pads": [ph, pw, ph, pw], "strides": [sh, sw],
-             "dilations": [dh, dw], "group": g}
+    attrs = {
+        "kernel_shape": [kh, kw],
+        "pads": [ph, pw, ph, pw],
+        "strides": [sh, sw],
+        "dilations": [dh, dw],
+        "group": g,
+    }
     ctx.set_top(layer, ctx.op(layer, "Conv", inputs, attrs, (n, m, oh, ow)))
 
 
@@ -134,8 +147,13 @@ def deconvolution(layer: LayerDef, ctx: CaffeContext) -> None:
         inputs.append(ctx.weight(layer, ctx.blob(layer, 1, (m,), "bias"), "bias"))
     oh = sh * (h - 1) + dh * (kh - 1) + 1 - 2 * ph
     ow = sw * (w - 1) + dw * (kw - 1) + 1 - 2 * pw
-    attrs = {"kernel_shape": [kh, kw], "pads": [ph, pw, ph, pw], "strides": [sh, sw],
-             "dilations": [dh, dw], "group": g}
+    attrs = {
+        "kernel_shape": [kh, kw],
+        "pads": [ph, pw, ph, pw],
+        "strides": [sh, sw],
+        "dilations": [dh, dw],
+        "group": g,
+    }
     ctx.set_top(layer, ctx.op(layer, "ConvTranspose", inputs, attrs, (n, m, oh, ow)))
 
 
@@ -205,14 +223,19 @@ def pooling(layer: LayerDef, ctx: CaffeContext) -> None:
         y = ctx.op(layer, "AveragePool", [x], attrs, (n, c, oh, ow))
     else:
         pads = ctx.const([0, 0, ph, pw, 0, 0, ph, pw], np.int64)
-        xp = ctx.op(layer, "Pad", [x, pads], {"mode": "constant"}, (n, c, h + 2 * ph, w + 2 * pw), suffix="_pad")
+        xp = ctx.op(
+            layer, "Pad", [x, pads], {"mode": "constant"}, (n, c, h + 2 * ph, w + 2 * pw), suffix="_pad"
+        )
         attrs = {**base, "pads": [0, 0, eh, ew], "count_include_pad": 0}
         y = ctx.op(layer, "AveragePool", [xp], attrs, (n, c, oh, ow))
     ctx.set_top(layer, y)
 
 
-_note("Pooling", "MaxPool / AveragePool / GlobalMaxPool / GlobalAveragePool",
-      "MAX and AVE; ceil or floor rounding (round_mode or ceil_mode) reproduced exactly")
+_note(
+    "Pooling",
+    "MaxPool / AveragePool / GlobalMaxPool / GlobalAveragePool",
+    "MAX and AVE; ceil or floor rounding (round_mode or ceil_mode) reproduced exactly",
+)
 
 
 # ---- fully connected -------------------------------------------------------------------------------
@@ -273,8 +296,13 @@ LAYERS.register("TanH")(_unary("Tanh"))
 LAYERS.register("AbsVal")(_unary("Abs"))
 LAYERS.register("BNLL")(_unary("Softplus"))
 LAYERS.register("ELU")(_unary("Elu", lambda ly: {"alpha": float(_p(ly, "elu_param").alpha)}))
-for _t, _m in (("Sigmoid", "Sigmoid"), ("TanH", "Tanh"), ("AbsVal", "Abs"), ("BNLL", "Softplus"),
-               ("ELU", "Elu")):
+for _t, _m in (
+    ("Sigmoid", "Sigmoid"),
+    ("TanH", "Tanh"),
+    ("AbsVal", "Abs"),
+    ("BNLL", "Softplus"),
+    ("ELU", "Elu"),
+):
     _note(_t, _m)
 
 

@@ -5,6 +5,8 @@ Registered into ``layers.LAYERS``; see that module for the conventions.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from convert.ir import Value
@@ -32,8 +34,13 @@ def batch_norm(layer: LayerDef, ctx: CaffeContext) -> None:
     var = ctx.blob(layer, 1, (c,), "variance").astype(np.float64)
     factor = float(ctx.blob(layer, 2, (1,), "moving-average factor")[0]) if len(layer.blobs) > 2 else 1.0
     inv = 0.0 if factor == 0.0 else 1.0 / factor
-    inputs = [x, ctx.weight(layer, np.ones(c), "scale"), ctx.weight(layer, np.zeros(c), "bias"),
-              ctx.weight(layer, mean * inv, "mean"), ctx.weight(layer, var * inv, "var")]
+    inputs = [
+        x,
+        ctx.weight(layer, np.ones(c), "scale"),
+        ctx.weight(layer, np.zeros(c), "bias"),
+        ctx.weight(layer, mean * inv, "mean"),
+        ctx.weight(layer, var * inv, "var"),
+    ]
     ctx.set_top(layer, ctx.op(layer, "BatchNormalization", inputs, {"epsilon": eps}, shape))
 
 
@@ -96,8 +103,9 @@ def bias(layer: LayerDef, ctx: CaffeContext) -> None:
         b: Value = y
     else:
         pshape = _param_shape(shape, axis, int(bp.num_axes))
-        b = ctx.weight(layer, ctx.blob(layer, 0, pshape, "bias").reshape(_broadcast(pshape, len(shape), axis)),
-                       "bias")
+        b = ctx.weight(
+            layer, ctx.blob(layer, 0, pshape, "bias").reshape(_broadcast(pshape, len(shape), axis)), "bias"
+        )
     ctx.set_top(layer, ctx.op(layer, "Add", [x, b], None, shape))
 
 
@@ -111,7 +119,12 @@ def lrn(layer: LayerDef, ctx: CaffeContext) -> None:
     if int(lp.norm_region) != 0:
         raise ctx.error(layer, "LRN norm_region WITHIN_CHANNEL is not supported")
     x = ctx.input(layer)
-    attrs = {"size": int(lp.local_size), "alpha": float(lp.alpha), "beta": float(lp.beta), "bias": float(lp.k)}
+    attrs = {
+        "size": int(lp.local_size),
+        "alpha": float(lp.alpha),
+        "beta": float(lp.beta),
+        "bias": float(lp.k),
+    }
     ctx.set_top(layer, ctx.op(layer, "LRN", [x], attrs, ctx.shape(x)))
 
 
@@ -126,8 +139,7 @@ def normalize(layer: LayerDef, ctx: CaffeContext) -> None:
     n, c, h, w = _rank4(layer, ctx, x)
     axes = [1, 2, 3] if np_.across_spatial else [1]
     rshape = (n, 1, 1, 1) if np_.across_spatial else (n, 1, h, w)
-    ss = ctx.op(layer, "ReduceSumSquare", [x], {"axes": axes, "keepdims": 1}, rshape,
-                suffix="_sumsq")
+    ss = ctx.op(layer, "ReduceSumSquare", [x], {"axes": axes, "keepdims": 1}, rshape, suffix="_sumsq")
     ss = ctx.op(layer, "Add", [ss, ctx.const(float(np_.eps))], None, rshape, suffix="_eps")
     norm = ctx.op(layer, "Sqrt", [ss], None, rshape, suffix="_norm")
     y = ctx.op(layer, "Div", [x, norm], None, (n, c, h, w), suffix="_div")
@@ -158,7 +170,9 @@ def eltwise(layer: LayerDef, ctx: CaffeContext) -> None:
             return
         terms = []
         for i, (x, c) in enumerate(zip(xs, coeffs or [1.0] * len(xs), strict=True)):
-            terms.append(x if c == 1.0 else ctx.op(layer, "Mul", [x, ctx.const(c)], None, shape, suffix=f"_c{i}"))
+            terms.append(
+                x if c == 1.0 else ctx.op(layer, "Mul", [x, ctx.const(c)], None, shape, suffix=f"_c{i}")
+            )
         if len(terms) == 2:
             ctx.set_top(layer, ctx.op(layer, "Add", terms, None, shape))
         else:
@@ -210,7 +224,7 @@ def slice_(layer: LayerDef, ctx: CaffeContext) -> None:
         if shape[axis] % n:
             raise ctx.error(layer, f"axis size {shape[axis]} does not split evenly into {n} tops")
         bounds = [shape[axis] // n * i for i in range(n + 1)]
-    sizes = [b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    sizes = [b - a for a, b in itertools.pairwise(bounds)]
     if any(s <= 0 for s in sizes):
         raise ctx.error(layer, f"slice points {points} do not increase within axis size {shape[axis]}")
     shapes = [tuple(s if i == axis else d for i, d in enumerate(shape)) for s in sizes]
@@ -254,7 +268,7 @@ def flatten(layer: LayerDef, ctx: CaffeContext) -> None:
     shape = ctx.shape(x)
     axis = _axis(int(fp.axis), len(shape))
     end = _axis(int(fp.end_axis), len(shape))
-    out = (*shape[:axis], int(np.prod(shape[axis:end + 1], dtype=np.int64)), *shape[end + 1:])
+    out = (*shape[:axis], int(np.prod(shape[axis : end + 1], dtype=np.int64)), *shape[end + 1 :])
     if axis == 1 and end == len(shape) - 1:
         y = ctx.op(layer, "Flatten", [x], {"axis": 1}, out)
     else:
@@ -325,8 +339,13 @@ def crop(layer: LayerDef, ctx: CaffeContext) -> None:
     if any(e > shape[a] for e, a in zip(ends, axes, strict=True)):
         raise ctx.error(layer, f"crop of {list(shape)} to {list(ref)} at offsets {offs} runs past the input")
     out = (*shape[:axis], *ref[axis:])
-    y = ctx.op(layer, "Slice", [x, ctx.const(offs, np.int64), ctx.const(ends, np.int64),
-                                ctx.const(axes, np.int64)], None, out)
+    y = ctx.op(
+        layer,
+        "Slice",
+        [x, ctx.const(offs, np.int64), ctx.const(ends, np.int64), ctx.const(axes, np.int64)],
+        None,
+        out,
+    )
     ctx.set_top(layer, y)
 
 

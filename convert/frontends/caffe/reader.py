@@ -17,20 +17,45 @@ import numpy as np
 
 from convert.ir import ModelFormatError
 
-__all__ = ["LayerDef", "NetDef", "read_caffemodel", "read_prototxt", "layer_lines"]
+__all__ = ["LayerDef", "NetDef", "layer_lines", "read_caffemodel", "read_prototxt"]
 
 logger = logging.getLogger(__name__)
 
 # V1 enum names whose V2 spelling is not simple title case.
 _V1_TYPES = {
-    "ABSVAL": "AbsVal", "ARGMAX": "ArgMax", "BNLL": "BNLL", "CONCAT": "Concat", "CONVOLUTION": "Convolution",
-    "DATA": "Data", "DECONVOLUTION": "Deconvolution", "DROPOUT": "Dropout", "DUMMY_DATA": "DummyData",
-    "ELTWISE": "Eltwise", "EXP": "Exp", "FLATTEN": "Flatten", "HDF5_DATA": "HDF5Data",
-    "IMAGE_DATA": "ImageData", "INNER_PRODUCT": "InnerProduct", "LRN": "LRN", "MEMORY_DATA": "MemoryData",
-    "MVN": "MVN", "POOLING": "Pooling", "POWER": "Power", "RELU": "ReLU", "SIGMOID": "Sigmoid",
-    "SILENCE": "Silence", "SOFTMAX": "Softmax", "SOFTMAX_LOSS": "SoftmaxWithLoss", "SPLIT": "Split",
-    "SLICE": "Slice", "TANH": "TanH", "THRESHOLD": "Threshold", "ACCURACY": "Accuracy",
-    "EUCLIDEAN_LOSS": "EuclideanLoss", "WINDOW_DATA": "WindowData", "IM2COL": "Im2col",
+    "ABSVAL": "AbsVal",
+    "ARGMAX": "ArgMax",
+    "BNLL": "BNLL",
+    "CONCAT": "Concat",
+    "CONVOLUTION": "Convolution",
+    "DATA": "Data",
+    "DECONVOLUTION": "Deconvolution",
+    "DROPOUT": "Dropout",
+    "DUMMY_DATA": "DummyData",
+    "ELTWISE": "Eltwise",
+    "EXP": "Exp",
+    "FLATTEN": "Flatten",
+    "HDF5_DATA": "HDF5Data",
+    "IMAGE_DATA": "ImageData",
+    "INNER_PRODUCT": "InnerProduct",
+    "LRN": "LRN",
+    "MEMORY_DATA": "MemoryData",
+    "MVN": "MVN",
+    "POOLING": "Pooling",
+    "POWER": "Power",
+    "RELU": "ReLU",
+    "SIGMOID": "Sigmoid",
+    "SILENCE": "Silence",
+    "SOFTMAX": "Softmax",
+    "SOFTMAX_LOSS": "SoftmaxWithLoss",
+    "SPLIT": "Split",
+    "SLICE": "Slice",
+    "TANH": "TanH",
+    "THRESHOLD": "Threshold",
+    "ACCURACY": "Accuracy",
+    "EUCLIDEAN_LOSS": "EuclideanLoss",
+    "WINDOW_DATA": "WindowData",
+    "IM2COL": "Im2col",
 }
 
 
@@ -144,22 +169,36 @@ def read_prototxt(path: Path) -> NetDef:
         if " : " in msg[:24]:
             msg = msg.split(" : ", 1)[1]
         where = f"{path.name}:{line}:{col}" if line else path.name
-        raise ModelFormatError(f"{where}: prototxt syntax error: {msg}. Is this a Caffe deploy prototxt?") from exc
+        raise ModelFormatError(
+            f"{where}: prototxt syntax error: {msg}. Is this a Caffe deploy prototxt?"
+        ) from exc
     lines = layer_lines(text)
     layers: list[LayerDef] = []
     if net.layer and net.layers:
         raise ModelFormatError(f"{path.name}: mixes 'layer' and legacy 'layers' blocks; use one form")
     if net.layer:
         for i, lp in enumerate(net.layer):
-            layers.append(LayerDef(lp.name, lp.type, list(lp.bottom), list(lp.top), lp,
-                                   lines[i] if i < len(lines) else None, i))
+            layers.append(
+                LayerDef(
+                    lp.name,
+                    lp.type,
+                    list(lp.bottom),
+                    list(lp.top),
+                    lp,
+                    lines[i] if i < len(lines) else None,
+                    i,
+                )
+            )
     else:
         enum = caffe_pb2.V1LayerParameter.LayerType
         for i, lp in enumerate(net.layers):
             ename = enum.Name(lp.type) if lp.type in enum.values() else str(lp.type)
             vtype = _V1_TYPES.get(ename, ename.title().replace("_", ""))
-            layers.append(LayerDef(lp.name, vtype, list(lp.bottom), list(lp.top), lp,
-                                   lines[i] if i < len(lines) else None, i))
+            layers.append(
+                LayerDef(
+                    lp.name, vtype, list(lp.bottom), list(lp.top), lp, lines[i] if i < len(lines) else None, i
+                )
+            )
     layers = [ly for ly in layers if _in_test_phase(ly.param)]
     inputs = _declared_inputs(net, path)
     return NetDef(net.name or path.stem, path.name, inputs, layers)
@@ -185,7 +224,7 @@ def _declared_inputs(net: object, path: Path) -> list[tuple[str, tuple[int, ...]
             raise ModelFormatError(
                 f"{path.name}: {len(names)} inputs need {4 * len(names)} input_dim values, found {len(dims)}"
             )
-        shapes = [tuple(dims[4 * i:4 * i + 4]) for i in range(len(names))]
+        shapes = [tuple(dims[4 * i : 4 * i + 4]) for i in range(len(names))]
     else:
         shapes = [()] * len(names)
     if len(shapes) == 1 and len(names) > 1:
@@ -229,7 +268,8 @@ def read_caffemodel(path: Path, net: NetDef) -> None:
         weights.ParseFromString(data)
     except (DecodeError, RuntimeError, ValueError) as exc:
         raise ModelFormatError(
-            f"{path.name}: not a valid caffemodel ({len(data):,} bytes; truncated or not binary protobuf): {exc}. "
+            f"{path.name}: not a valid caffemodel ({len(data):,} bytes; truncated or not binary "
+            f"protobuf): {exc}. "
             "Re-download or re-save it; pass the .prototxt first and the .caffemodel second."
         ) from exc
     if not _looks_binary(data[:4096]) and data.lstrip()[:1].isalpha():
@@ -247,7 +287,8 @@ def read_caffemodel(path: Path, net: NetDef) -> None:
             layer.blobs = [_blob_array(b) for b in blobs]
         except ValueError as exc:
             raise ModelFormatError(
-                f"{path.name}: layer '{layer.name}' ({layer.type}): {exc}. Is the caffemodel from this prototxt?"
+                f"{path.name}: layer '{layer.name}' ({layer.type}): {exc}. "
+                "Is the caffemodel from this prototxt?"
             ) from exc
         layer.has_weights = True
     logger.debug("%s: blobs for %d layers", path.name, len(by_name))

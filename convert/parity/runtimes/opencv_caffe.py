@@ -83,8 +83,10 @@ class OpenCVCaffeRuntime:
         layers = list(dict.fromkeys(layer for layer, _ in self._pins))
         results = self._net.forwardAndRetrieve(layers)  # every output of each named layer
         by_layer = dict(zip(layers, results, strict=True))
-        return {name: np.asarray(by_layer[layer][i])
-                for name, (layer, i) in zip(self._outputs, self._pins, strict=True)}
+        return {
+            name: np.asarray(by_layer[layer][i])
+            for name, (layer, i) in zip(self._outputs, self._pins, strict=True)
+        }
 
 
 def open_runtime(paths: Sequence[Path], options: Options) -> Runtime:

@@ -52,7 +52,9 @@ def _model(text: str, weights: dict[str, np.ndarray]) -> onnx.ModelProto:
 HEAD = '<ir_version: 8, opset_import: ["" : 17]>'
 
 CASES: dict[str, tuple[str, dict[str, np.ndarray], str]] = {
-    "conv_bn_pool_gemm": (HEAD + """
+    "conv_bn_pool_gemm": (
+        HEAD
+        + """
     g (float[1, 3, 33, 33] x) => (float[1, 10] y) {
         c1 = Conv <kernel_shape = [3, 3], strides = [2, 2], pads = [0, 0, 1, 1]> (x, w1, b1)
         n1 = BatchNormalization <epsilon = 0.001> (c1, gm, bt, mu, vr)
@@ -64,10 +66,23 @@ CASES: dict[str, tuple[str, dict[str, np.ndarray], str]] = {
         a1 = AveragePool <kernel_shape = [2, 2], strides = [2, 2]> (e1)
         f1 = Flatten (a1)
         y = Gemm <transB = 0, alpha = 0.5> (f1, fw, fb)
-    }""", {"w1": _w(8, 3, 3, 3), "b1": _w(8, scale=0.1), "gm": RNG.uniform(0.5, 1.5, 8).astype(np.float32),
-           "bt": _w(8, scale=0.1), "mu": _w(8, scale=0.1), "vr": RNG.uniform(0.5, 2, 8).astype(np.float32),
-           "dw": _w(8, 1, 3, 3), "fw": _w(128, 10), "fb": _w(10, scale=0.1)}, "bvlc"),
-    "affine_arith": (HEAD + """
+    }""",
+        {
+            "w1": _w(8, 3, 3, 3),
+            "b1": _w(8, scale=0.1),
+            "gm": RNG.uniform(0.5, 1.5, 8).astype(np.float32),
+            "bt": _w(8, scale=0.1),
+            "mu": _w(8, scale=0.1),
+            "vr": RNG.uniform(0.5, 2, 8).astype(np.float32),
+            "dw": _w(8, 1, 3, 3),
+            "fw": _w(128, 10),
+            "fb": _w(10, scale=0.1),
+        },
+        "bvlc",
+    ),
+    "affine_arith": (
+        HEAD
+        + """
     g (float[1, 4, 8, 8] x, float[1, 4, 8, 8] z) => (float[1, 4, 8, 8] y) {
         m = Mul (x, s)
         a = Add (m, t)
@@ -79,32 +94,63 @@ CASES: dict[str, tuple[str, dict[str, np.ndarray], str]] = {
         o = Add (k, one)
         p = PRelu (o, sl)
         y = Sigmoid (p)
-    }""", {"s": RNG.uniform(0.5, 1.5, (4, 1, 1)).astype(np.float32), "t": _w(4, 1, 1, scale=0.3),
-           "half": np.array(0.5, np.float32), "one": np.array([1.0], np.float32),
-           "sl": RNG.uniform(0.1, 0.3, (4, 1, 1)).astype(np.float32)}, "bvlc"),
-    "matmul_softmax": (HEAD + """
+    }""",
+        {
+            "s": RNG.uniform(0.5, 1.5, (4, 1, 1)).astype(np.float32),
+            "t": _w(4, 1, 1, scale=0.3),
+            "half": np.array(0.5, np.float32),
+            "one": np.array([1.0], np.float32),
+            "sl": RNG.uniform(0.1, 0.3, (4, 1, 1)).astype(np.float32),
+        },
+        "bvlc",
+    ),
+    "matmul_softmax": (
+        HEAD
+        + """
     g (float[2, 16] x) => (float[2, 8] y) {
         h = MatMul (x, w)
         hb = Add (h, b)
         t = Tanh (hb)
         y = Softmax <axis = -1> (t)
-    }""", {"w": _w(16, 8), "b": _w(8, scale=0.1)}, "bvlc"),
-    "resize_split_slice": (HEAD + """
+    }""",
+        {"w": _w(16, 8), "b": _w(8, scale=0.1)},
+        "bvlc",
+    ),
+    "resize_split_slice": (
+        HEAD
+        + """
     g (float[1, 4, 6, 6] x) => (float[1, 4, 12, 12] y, float[1, 2, 6, 6] u, float[1, 4, 5, 6] v) {
-        y = Resize <mode = "nearest", coordinate_transformation_mode = "asymmetric", nearest_mode = "floor"> (x, , sc)
+        y = Resize <mode = "nearest", coordinate_transformation_mode = "asymmetric",
+                    nearest_mode = "floor"> (x, , sc)
         p, q = Split <axis = 1> (x, sp)
         u = Abs (q)
         v = Slice (x, st, en, ax)
-    }""", {"sc": np.array([1, 1, 2, 2], np.float32), "sp": np.array([2, 2], np.int64),
-           "st": np.array([1], np.int64), "en": np.array([6], np.int64), "ax": np.array([2], np.int64)}, "bvlc"),
-    "floor_pool_permute_relu6": (HEAD + """
+    }""",
+        {
+            "sc": np.array([1, 1, 2, 2], np.float32),
+            "sp": np.array([2, 2], np.int64),
+            "st": np.array([1], np.int64),
+            "en": np.array([6], np.int64),
+            "ax": np.array([2], np.int64),
+        },
+        "bvlc",
+    ),
+    "floor_pool_permute_relu6": (
+        HEAD
+        + """
     g (float[1, 4, 16, 16] x) => (float[1, 64, 4] y) {
         p = MaxPool <kernel_shape = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1]> (x)
         c = Clip (p, lo, hi)
         t = Transpose <perm = [0, 2, 3, 1]> (c)
         y = Reshape (t, shp)
-    }""", {"lo": np.array(0.0, np.float32), "hi": np.array(6.0, np.float32),
-           "shp": np.array([1, 64, 4], np.int64)}, "ssd"),
+    }""",
+        {
+            "lo": np.array(0.0, np.float32),
+            "hi": np.array(6.0, np.float32),
+            "shp": np.array([1, 64, 4], np.int64),
+        },
+        "ssd",
+    ),
 }
 
 
@@ -153,8 +199,14 @@ def test_onnx_source_matches_in_opencv(case: str, tmp_path: Path) -> None:
 
 def test_flavors_write_their_own_pooling_rounding(tmp_path: Path) -> None:
     text, weights, _ = CASES["floor_pool_permute_relu6"]
-    src = _model(text.replace("c = Clip (p, lo, hi)\n        t = Transpose <perm = [0, 2, 3, 1]> (c)\n"
-                              "        y = Reshape (t, shp)", "y = Reshape (p, shp)"), weights)
+    src = _model(
+        text.replace(
+            "c = Clip (p, lo, hi)\n        t = Transpose <perm = [0, 2, 3, 1]> (c)\n"
+            "        y = Reshape (t, shp)",
+            "y = Reshape (p, shp)",
+        ),
+        weights,
+    )
     bvlc = Path(_export(src, tmp_path / "b", "bvlc")[0]).read_text()
     ssd = Path(_export(src, tmp_path / "s", "ssd")[0]).read_text()
     assert "round_mode: FLOOR" in bvlc and "ceil_mode" not in bvlc
@@ -165,8 +217,14 @@ def test_bvlc_round_mode_reads_back(tmp_path: Path) -> None:
     """BVLC's round_mode (which OpenCV cannot parse) round-trips through our frontend."""
     ort = pytest.importorskip("onnxruntime")
     text, weights, _ = CASES["floor_pool_permute_relu6"]
-    src = _model(text.replace("c = Clip (p, lo, hi)\n        t = Transpose <perm = [0, 2, 3, 1]> (c)\n"
-                              "        y = Reshape (t, shp)", "y = Reshape (p, shp)"), weights)
+    src = _model(
+        text.replace(
+            "c = Clip (p, lo, hi)\n        t = Transpose <perm = [0, 2, 3, 1]> (c)\n"
+            "        y = Reshape (t, shp)",
+            "y = Reshape (p, shp)",
+        ),
+        weights,
+    )
     paths = _export(src, tmp_path / "b", "bvlc")
     back = FRONTEND.load(paths, Options())
     feeds = _feeds(src)
@@ -210,12 +268,17 @@ def test_layer_names_come_from_the_source(tmp_path: Path) -> None:
 
 
 def test_unsupported_ops_listed_at_once_nothing_written(tmp_path: Path) -> None:
-    src = _model(HEAD + """
-    g (float[1, 4, 8, 8] x, float[1, 4, 8, 8] z) => (float[1, 8, 8, 4] y, float[1, 4, 8, 8] e, float[1, 4, 8, 8] q) {
+    src = _model(
+        HEAD
+        + """
+    g (float[1, 4, 8, 8] x, float[1, 4, 8, 8] z)
+        => (float[1, 8, 8, 4] y, float[1, 4, 8, 8] e, float[1, 4, 8, 8] q) {
         y = Transpose <perm = [0, 2, 3, 1]> (x)
         e = Erf (x)
         q = Div (x, z)
-    }""", {})
+    }""",
+        {},
+    )
     model = serde.deserialize_model(src)
     gaps = EXPORTER.check(model, Options())
     assert sorted(g.op for g in gaps) == ["Div", "Erf", "Transpose"]
@@ -254,7 +317,9 @@ def test_output_path_mapping(given: str, tmp_path: Path) -> None:
 def test_unknown_flavor_is_a_usage_error(tmp_path: Path) -> None:
     src = _model(HEAD + "g (float[1, 2, 3, 3] x) => (float[1, 2, 3, 3] y) { y = Relu (x) }", {})
     with pytest.raises(UsageError, match="caffe-flavor 'nvcaffe'"):
-        EXPORTER.save(serde.deserialize_model(src), tmp_path / "n", Options(extra={"caffe_flavor": "nvcaffe"}))
+        EXPORTER.save(
+            serde.deserialize_model(src), tmp_path / "n", Options(extra={"caffe_flavor": "nvcaffe"})
+        )
 
 
 def test_flavor_option_documents_field_13() -> None:

@@ -91,7 +91,9 @@ def _eltwise(b: build_nets.NetBuilder) -> None:
     b.layer("TanH", "t", ["data"], ["t"])
     b.layer("Eltwise", "prod", ["s", "t"], ["prod"], eltwise_param={"operation": 0})
     b.layer("Eltwise", "mx", ["prod", "data"], ["mx"], eltwise_param={"operation": 2})
-    b.layer("Eltwise", "sum", ["mx", "s", "t"], ["sum"], eltwise_param={"operation": 1, "coeff": [1, -0.5, 2]})
+    b.layer(
+        "Eltwise", "sum", ["mx", "s", "t"], ["sum"], eltwise_param={"operation": 1, "coeff": [1, -0.5, 2]}
+    )
 
 
 def _slice(b: build_nets.NetBuilder) -> None:
@@ -106,14 +108,25 @@ def _pool_pad_overhang(b: build_nets.NetBuilder) -> None:
 
 
 def _pool_floor(b: build_nets.NetBuilder) -> None:
-    b.layer("Pooling", "pf", ["data"], ["pf"],
-            pooling_param={"pool": 0, "kernel_size": 3, "stride": 2, "ceil_mode": False})
+    b.layer(
+        "Pooling",
+        "pf",
+        ["data"],
+        ["pf"],
+        pooling_param={"pool": 0, "kernel_size": 3, "stride": 2, "ceil_mode": False},
+    )
 
 
 def _shuffle_norm(b: build_nets.NetBuilder) -> None:
     b.layer("ShuffleChannel", "sh", ["data"], ["sh"], shuffle_channel_param={"group": 2})
-    b.layer("Normalize", "nm", ["sh"], ["nm"], [b.rng.uniform(1, 2, 4)],
-            norm_param={"across_spatial": False, "channel_shared": False})
+    b.layer(
+        "Normalize",
+        "nm",
+        ["sh"],
+        ["nm"],
+        [b.rng.uniform(1, 2, 4)],
+        norm_param={"across_spatial": False, "channel_shared": False},
+    )
     b.layer("ReLU6", "r6", ["nm"], ["r6"])
 
 
@@ -121,14 +134,33 @@ def _scale2(b: build_nets.NetBuilder) -> None:
     b.layer("Pooling", "gp", ["data"], ["gp"], pooling_param={"pool": 1, "global_pooling": True})
     b.layer("Flatten", "gf", ["gp"], ["gf"])
     b.layer("Scale", "sc", ["data", "gf"], ["sc"], scale_param={"axis": 0})
-    b.layer("Deconvolution", "dc", ["sc"], ["dc"], [b.rng.normal(0, 0.5, (4, 2, 3, 3))],
-            convolution_param={"num_output": 4, "kernel_size": [3], "stride": [2], "group": 2,
-                               "bias_term": False, "pad": [1]})
+    b.layer(
+        "Deconvolution",
+        "dc",
+        ["sc"],
+        ["dc"],
+        [b.rng.normal(0, 0.5, (4, 2, 3, 3))],
+        convolution_param={
+            "num_output": 4,
+            "kernel_size": [3],
+            "stride": [2],
+            "group": 2,
+            "bias_term": False,
+            "pad": [1],
+        },
+    )
 
 
-SINGLES = {"prelu": _prelu, "power": _power, "eltwise": _eltwise, "slice_concat_elu": _slice,
-           "pool_pad_overhang": _pool_pad_overhang, "pool_floor": _pool_floor,
-           "shuffle_normalize_relu6": _shuffle_norm, "scale_bottom_deconv_group": _scale2}
+SINGLES = {
+    "prelu": _prelu,
+    "power": _power,
+    "eltwise": _eltwise,
+    "slice_concat_elu": _slice,
+    "pool_pad_overhang": _pool_pad_overhang,
+    "pool_floor": _pool_floor,
+    "shuffle_normalize_relu6": _shuffle_norm,
+    "scale_bottom_deconv_group": _scale2,
+}
 
 
 @pytest.mark.opencv
@@ -183,7 +215,9 @@ def test_unknown_layers_listed_at_once(tmp_path: Path) -> None:
     paths = _single(tmp_path, (1, 2, 3, 3), add)
     gaps = FRONTEND.check_support(paths, Options())
     assert [(g.op, g.count) for g in gaps] == [("MVN", 2), ("ArgMax", 1)]
-    with pytest.raises(UnsupportedOpsError, match=r"2 unsupported layer types: MVN x2 \(first at single\.prototxt:\d+ 'm'\)"):
+    with pytest.raises(
+        UnsupportedOpsError, match=r"2 unsupported layer types: MVN x2 \(first at single\.prototxt:\d+ 'm'\)"
+    ):
         FRONTEND.load(paths, Options())
 
 
@@ -194,7 +228,9 @@ def test_missing_blob_names_layer(tmp_path: Path) -> None:
         if layer.name == "conv2":
             del layer.blobs[:]
     weights.write_bytes(net.SerializeToString())
-    with pytest.raises(ModelFormatError, match=r"layer 'conv2' \(Convolution, lenet\.prototxt:\d+\) has no blobs"):
+    with pytest.raises(
+        ModelFormatError, match=r"layer 'conv2' \(Convolution, lenet\.prototxt:\d+\) has no blobs"
+    ):
         FRONTEND.load([proto, weights], Options())
 
 
@@ -208,7 +244,7 @@ def test_misshaped_blob_names_layer(tmp_path: Path) -> None:
 
 def test_caffemodel_passed_as_prototxt(tmp_path: Path) -> None:
     _, weights = build_nets.build("lenet", tmp_path)
-    with pytest.raises(ModelFormatError, match="not a text prototxt.*caffemodel"):
+    with pytest.raises(ModelFormatError, match=r"not a text prototxt.*caffemodel"):
         FRONTEND.load([weights], Options())
 
 
@@ -216,7 +252,7 @@ def test_truncated_caffemodel(tmp_path: Path) -> None:
     proto, weights = build_nets.build("lenet", tmp_path)
     data = weights.read_bytes()
     weights.write_bytes(data[: len(data) // 2])
-    with pytest.raises(ModelFormatError, match="not a valid caffemodel.*truncated"):
+    with pytest.raises(ModelFormatError, match=r"not a valid caffemodel.*truncated"):
         FRONTEND.load([proto, weights], Options())
 
 
@@ -224,15 +260,42 @@ def test_bad_layer_reference_is_a_conversion_error(tmp_path: Path) -> None:
     def add(b: build_nets.NetBuilder) -> None:
         b.layer("ReLU", "r", ["nowhere"], ["r"])
 
-    with pytest.raises(ConversionError, match="layer 'r' \\(ReLU\\).*'nowhere'"):
+    with pytest.raises(ConversionError, match=r"layer 'r' \(ReLU\).*'nowhere'"):
         FRONTEND.load(_single(tmp_path, (1, 2, 3, 3), add), Options())
+
+
+def test_elementwise_layers_against_numpy(tmp_path: Path) -> None:
+    def add(b: build_nets.NetBuilder) -> None:
+        b.layer("Split", "sp", ["data"], ["d1", "d2"])
+        b.layer("Clip", "cl", ["d1"], ["cl"], clip_param={"min": -0.5, "max": 0.7})
+        b.layer("Swish", "sw", ["d2"], ["sw"], swish_param={"beta": 1.5})
+        b.layer("Exp", "ex", ["d2"], ["ex"], exp_param={"base": 2.0, "scale": 0.5, "shift": 0.1})
+        b.layer("AbsVal", "ab", ["d2"], ["ab"])
+        b.layer("Log", "lg", ["ab"], ["lg"], log_param={"base": 10.0, "shift": 1.0})
+        b.layer("Threshold", "th", ["d2"], ["th"], threshold_param={"threshold": 0.2})
+        b.layer("BNLL", "bn", ["d2"], ["bn"])
+        b.layer("Silence", "si", ["d1"], [])
+
+    paths = _single(tmp_path, (1, 2, 3, 3), add)
+    sess = _ort(FRONTEND.load(paths, Options()))
+    x = np.random.default_rng(4).standard_normal((1, 2, 3, 3)).astype(np.float32)
+    out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"data": x}), strict=True))
+    expect = {
+        "cl": np.clip(x, -0.5, 0.7),
+        "sw": x / (1 + np.exp(-1.5 * x)),
+        "ex": 2.0 ** (0.1 + 0.5 * x),
+        "lg": np.log10(np.abs(x) + 1.0),
+        "th": (x > 0.2).astype(np.float32),
+        "bn": np.log1p(np.exp(x)),
+    }
+    assert set(out) == set(expect)
+    for key, ref in expect.items():
+        np.testing.assert_allclose(out[key], ref, rtol=1e-5, atol=1e-6, err_msg=key)
 
 
 def test_every_layer_type_is_tested() -> None:
     from convert.frontends.caffe.layers import LAYERS
 
     text = Path(__file__).read_text() + Path(build_nets.__file__).read_text()
-    untested = [k for k in LAYERS.keys() if f'"{k}"' not in text and k not in ("Input",)]
-    assert not untested or set(untested) <= {"Silence", "Clip", "Swish", "Exp", "Log", "Threshold", "BNLL",
-                                             "Split", "Reshape", "Crop", "Permute", "Dropout", "Softmax",
-                                             "InnerProduct", "LRN", "BatchNorm", "Scale", "Convolution"}
+    untested = [k for k in LAYERS.keys() if f'"{k}"' not in text]  # noqa: SIM118
+    assert untested == []
