@@ -91,6 +91,12 @@ def save_onnx(model: ir.Model, path: Path, options: ir.Options) -> list[Path]:
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ir.UsageError(f"--opset {opset} is out of range: this onnx supports {MIN_OPSET}..{MAX_OPSET}")
     adapt_opset(model, opset)
+    if any(v.type is None for v in model.graph.outputs):
+        ir.passes.InferShapes()(model)
+        untyped = [v.name for v in model.graph.outputs if v.type is None]
+        if untyped:
+            raise ir.ExportError(f"cannot tell the type of graph output(s) {', '.join(untyped)}; "
+                                 "the frontend must set it")
     if options.dynamic_batch:
         make_batch_dynamic(model, options.diagnostics)
     # IR 4 dropped the rule that initializers must be graph inputs; folding adds initializers.

@@ -1,0 +1,126 @@
+"""Passes: BatchNorm folding (lazy, exact), constant folding, DCE, validation, pass errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from convert import ir
+from convert.exporters.onnx import save_onnx
+
+ATOL_FP32 = 1e-5
+
+
+def _conv_bn_model(tmp_path: Path, rng: np.random.Generator) -> tuple[ir.Model, dict[str, np.ndarray]]:
+    w = (rng.standard_normal((8, 3, 3, 3)) / 5).astype(np.float32)
+    weights = tmp_path / "w.bin"
+    header = b"\x00" * 16  # the slice starts at an offset, as in real weight files
+    weights.write_bytes(header + w.tobytes())
+    b = ir.GraphBuilder("convbn", source="demo.cfg")
+    x = b.input("x", ir.DataType.FLOAT, (1, 3, 16, 16))
+    wv = b.initializer(ir.file_slice(weights, 16, "float32", w.shape, name="conv.weight"))
+    y = b.op("Conv", [x, wv], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, name="conv",
+             prov=ir.Provenance(line=3, kind="convolutional", layer="0"))
+    params = {
+        "gamma": rng.uniform(0.5, 1.5, 8), "beta": rng.standard_normal(8) * 0.1,
+        "mean": rng.standard_normal(8) * 0.1, "var": rng.uniform(0.1, 2.0, 8),
+    }
+    vals = [b.const(params[k].astype(np.float32), k) for k in ("gamma", "beta", "mean", "var")]
+    z = b.op("BatchNormalization", [y, *vals], {"epsilon": 1e-3}, name="bn")
+    b.output(b.op("Relu", [z], name="relu"), "out")
+    return b.build(), {"w": w, **params}
+
+
+def _numpy_ref(x: np.ndarray, p: dict[str, np.ndarray]) -> np.ndarray:
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = sliding_window_view(xp, (3, 3), axis=(2, 3))  # 1,3,16,16,3,3
+    conv = np.einsum("nchwij,ocij->nohw", win, p["w"])
+    s = (p["gamma"] / np.sqrt(p["var"] + 1e-3))[None, :, None, None]
+    bn = (conv - p["mean"][None, :, None, None]) * s + p["beta"][None, :, None, None]
+    return np.maximum(bn, 0)
+
+
+def test_fold_batchnorm_is_lazy_and_exact(tmp_path: Path, rng: np.random.Generator) -> None:
+    model, params = _conv_bn_model(tmp_path, rng)
+    result = ir.passes.PassManager([ir.passes.FoldBatchNorm(), ir.passes.EliminateDeadCode()], validate=True)(model)
+    assert result.modified
+    ops = [n.op_type for n in model.graph]
+    assert ops == ["Conv", "Relu"]
+    conv = next(iter(model.graph))
+    assert isinstance(conv.inputs[1].const_value, ir.LazyTensor)  # computed when written, not now
+    assert ir.get_provenance(conv).line == 3
+    out = save_onnx(model, tmp_path / "o.onnx", ir.Options())[0]
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    ref = _numpy_ref(x.astype(np.float64), params)
+    assert float(np.abs(ref).max()) > 0.1
+    assert float(np.abs(got - ref).max()) / float(np.abs(ref).max()) <= ATOL_FP32
+
+
+def test_fold_batchnorm_reports_why_it_skips(tmp_path: Path, rng: np.random.Generator) -> None:
+    b = ir.GraphBuilder("nofold")
+    x = b.input("x", ir.DataType.FLOAT, (1, 4, 4, 4))
+    vals = [b.const(np.ones(4, np.float32), f"p{i}") for i in range(4)]
+    b.output(b.op("BatchNormalization", [x, *vals]), "y")
+    model = b.build()
+    p = ir.passes.FoldBatchNorm()
+    assert not p(model).modified
+    assert "not produced by a Conv" in p.skipped[0]
+
+
+def test_validator_catches_use_before_definition() -> None:
+    b = ir.GraphBuilder("bad")
+    x = b.input("x", ir.DataType.FLOAT, (2,))
+    y = b.op("Relu", [x], name="first")
+    z = b.op("Neg", [y], name="second")
+    b.output(z, "z")
+    model = b.build()
+    first, second = list(model.graph)
+    model.graph.remove(first)
+    model.graph.append(first)  # now 'second' uses a value defined after it
+    with pytest.raises(ir.ConvertError, match="'second'.*used before it is defined"):
+        ir.passes.ValidateGraph()(model)
+    assert ir.passes.TopologicalSort()(model).modified
+    ir.passes.ValidateGraph()(model)
+
+
+def test_pass_error_names_the_pass_and_the_ones_before() -> None:
+    class Boom(ir.passes.Pass):
+        def call(self, model: ir.Model) -> ir.passes.PassResult:
+            raise RuntimeError("kaput")
+
+    b = ir.GraphBuilder("g")
+    b.output(b.op("Relu", [b.input("x", ir.DataType.FLOAT, (1,))]), "y")
+    with pytest.raises(ir.PassError, match=r"pass 'Boom' failed \(after: TopologicalSort\): RuntimeError: kaput"):
+        ir.passes.PassManager([ir.passes.TopologicalSort(), Boom()])(b.build())
+
+
+def test_fold_constants_and_dce() -> None:
+    b = ir.GraphBuilder("shape")
+    x = b.input("x", ir.DataType.FLOAT, (2, 3, 4))
+    shape = b.op("Shape", [x])
+    two = b.op("Gather", [shape, b.const(np.array([0], np.int64))], {"axis": 0})
+    target = b.op("Concat", [two, b.const(np.array([-1], np.int64))], {"axis": 0})
+    b.op("Neg", [x], name="dead")
+    b.output(b.op("Reshape", [x, target]), "y")
+    model = b.build()
+    ir.passes.standard_pipeline(validate=True)(model)
+    assert [n.op_type for n in model.graph] == ["Reshape"]
+    reshape = next(iter(model.graph))
+    assert reshape.inputs[1].const_value.numpy().tolist() == [2, -1]
+    assert list(model.graph.outputs[0].shape) == [2, 12]
+
+
+def test_builder_names_are_unique_and_provenance_described() -> None:
+    b = ir.GraphBuilder("n", source="net.prototxt")
+    x = b.input("x", ir.DataType.FLOAT, (1,))
+    a = b.op("Relu", [x], name="act", prov=ir.Provenance(layer="relu1", kind="ReLU", line=7))
+    c = b.op("Relu", [a], name="act")
+    assert a.name != c.name
+    node = a.producer()
+    assert ir.describe(node) == "node 'act' (Relu) from net.prototxt:7 [ReLU] 'relu1'"
