@@ -20,6 +20,11 @@ from collections.abc import Callable
 __all__ = ["NETS", "build", "main"]
 
 
+def _legacy() -> bool:
+    """Return True when Paddle writes the legacy ProgramDesc (FLAGS_enable_pir_api=0)."""
+    return os.environ.get("FLAGS_enable_pir_api") == "0"  # noqa: SIM112  (Paddle's spelling)
+
+
 def _ppocr_det() -> object:
     """A small PP-OCR-style DB detection head: backbone, FPN with upsampling, sigmoid maps."""
     import paddle
@@ -73,10 +78,8 @@ def _ppocr_det() -> object:
             p3u = F.interpolate(p3, size=p2.shape[2:], mode="bilinear", align_corners=False)
             y = self.head(paddle.concat([p2, p3u], axis=1))
             logits = self.out(self.up(y))
-            if os.environ.get("FLAGS_enable_pir_api") == "0":  # noqa: SIM112
-                # Paddle 3.3's sigmoid fails under the legacy static graph; same function via tanh.
-                return F.tanh(logits * 0.5) * 0.5 + 0.5
-            return F.sigmoid(logits)
+            # Paddle 3.3 cannot trace sigmoid, tanh, exp, abs, sum or gelu into a legacy program.
+            return F.hardsigmoid(logits) if _legacy() else F.sigmoid(logits)
 
     return Det()
 
@@ -109,6 +112,56 @@ def _ppocr_rec() -> object:
             return F.softmax(y, axis=2)
 
     return Rec()
+
+
+def _op_zoo() -> object:
+    """One small net whose outputs exercise op options the vision nets leave out."""
+    import paddle
+    import paddle.nn.functional as F  # noqa: N812
+    from paddle import nn
+
+    class Zoo(nn.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2D(3, 8, 3, padding=[1, 2, 0, 1])
+            self.ln = nn.LayerNorm(14)
+            self.fc = nn.Linear(14, 6)
+
+        def forward(self, x):  # noqa: ANN001, ANN202
+            y = self.conv(x)  # paddings [top, bottom, left, right]: 15x15 -> 16x14
+            outs = [
+                F.interpolate(y, scale_factor=2, mode="bilinear", align_corners=True),
+                F.interpolate(y, size=[7, 9], mode="bilinear", align_corners=False, align_mode=1),
+                F.interpolate(y, size=[31, 20], mode="nearest"),
+                F.max_pool2d(y, 3, 2, padding=1, ceil_mode=True),
+                F.avg_pool2d(y, 3, 2, padding=1, exclusive=False),
+                F.avg_pool2d(y, 2, 2, ceil_mode=True),
+                F.adaptive_avg_pool2d(y, [4, 5]),
+                F.adaptive_max_pool2d(y, 4),
+            ]
+            a, b, c = paddle.split(y, [2, 3, -1], axis=1)
+            outs.append(paddle.concat([c, a], axis=1) - b[:, :1])
+            outs.append(y[:, 1:6:2, ::3, 2:-1])
+            outs.append(paddle.strided_slice(y, [2, 3], [0, 1], [15, 17], [4, 2]))
+            z = y[:, :, :, :14]
+            # See _ppocr_det for why the legacy program uses other activations.
+            act = F.hardswish if _legacy() else F.gelu
+            outs.append(self.fc(act(self.ln(z))))
+            if _legacy():  # see _ppocr_det
+                outs.append(F.leaky_relu(z, 0.1) + F.silu(z) * F.hardsigmoid(z) - F.relu6(-z))
+            else:
+                outs.append(F.leaky_relu(z, 0.1) + F.silu(z) * F.tanh(z) - paddle.exp(-paddle.abs(z)))
+            outs.append(paddle.clip(z, -0.5, 0.7) * paddle.mean(z, axis=[2, 3], keepdim=True))
+            if not _legacy():  # legacy tracing of paddle.matmul fails too
+                outs.append(paddle.matmul(z, z, transpose_y=True) / 4.0)
+            total = z.mean(axis=1) if _legacy() else z.sum(axis=1)
+            outs.append(paddle.stack([z.max(axis=1), total], axis=1))
+            outs.append(paddle.unsqueeze(paddle.flatten(z, 1, 2), [0, 3]))
+            outs.append(F.log_softmax(paddle.pow(z, 2), axis=1))
+            outs.append(paddle.transpose(paddle.reshape(z, [-1, 8, 4, 56]), [0, 3, 1, 2]))
+            return outs
+
+    return Zoo()
 
 
 def _vision(name: str, **kwargs: object) -> Callable[[], object]:
@@ -144,6 +197,7 @@ NETS: dict[str, tuple[Callable[[], object], tuple[int, ...]]] = {
     "inception_v3": (_vision("inception_v3"), (1, 3, 96, 96)),
     "ppocr_det": (_ppocr_det, (1, 3, 64, 64)),
     "ppocr_rec": (_ppocr_rec, (1, 3, 32, 64)),
+    "op_zoo": (_op_zoo, (1, 3, 15, 15)),
 }
 
 

@@ -51,8 +51,9 @@ _SIGNATURES: dict[str, tuple[list[str], list[str]]] = {
     "full": ([], ["Out"]),
     "full_int_array": ([], ["Out"]),
     "full_like": (["X", "ValueTensor"], ["Out"]),
-    "mean": (["X"], ["Out"]),
-    "sum": (["X"], ["Out"]),
+    "mean": (["X", "axis"], ["Out"]),
+    "sum": (["X", "axis"], ["Out"]),
+    "max_pool2d_with_index": (["X"], ["Out", "Mask"]),
     "max": (["X", "axis"], ["Out"]),
     "clip": (["X", "Min", "Max"], ["Out"]),
     "pow": (["X"], ["Out"]),
@@ -208,7 +209,7 @@ def read_json(path: Path) -> Program:
             fetches[col] = src
             fetch_names[col] = str(attrs.get("name") or src)
             continue
-        in_slots, out_slots = _SIGNATURES.get(op_name, ([], []))
+        in_slots, out_slots = _SIGNATURES.get(op_name, _X)
         inputs: dict[str, list[str]] = {}
         for pos, vid in enumerate(in_ids):
             slot = in_slots[pos] if pos < len(in_slots) else f"In{pos}"

@@ -178,6 +178,23 @@ def _adaptive(op: Op, ctx: PaddleContext, x: Value, out: list[int], kind: str) -
     return y
 
 
+@register("max_pool2d_with_index", maps_to="MaxPool|GlobalMaxPool",
+          notes="adaptive or plain max pooling; the Mask (argmax) output is not produced")
+def max_pool2d_with_index(op: Op, ctx: PaddleContext) -> None:
+    """max_pool2d_with_index (adaptive_max_pool2d) -> max pooling; Mask is left unbound."""
+    _nchw(op)
+    x = ctx.input(op, "X")
+    ksize = [int(v) for v in op.attr("kernel_size", op.attr("ksize", []))]  # type: ignore[union-attr]
+    if op.attr("global_pooling", False) or (op.attr("adaptive", False) and ksize == [1, 1]):
+        ctx.bind(op, "Out", ctx.node("GlobalMaxPool", [x]))
+    elif op.attr("adaptive", False):
+        ctx.bind(op, "Out", _adaptive(op, ctx, x, ksize, "max"))
+    else:
+        attrs = {"kernel_shape": ksize, "strides": [int(s) for s in op.attr("strides", [1, 1])],
+                 "pads": _pads(op, 2), "ceil_mode": int(bool(op.attr("ceil_mode", False)))}
+        ctx.bind(op, "Out", ctx.node("MaxPool", [x], attrs))
+
+
 def _unary(onnx_op: str, attrs_fn=None):
     def convert(op: Op, ctx: PaddleContext) -> None:
         attrs = attrs_fn(op) if attrs_fn else None
