@@ -127,7 +127,7 @@ def _op_zoo() -> object:
             self.ln = nn.LayerNorm(14)
             self.fc = nn.Linear(14, 6)
 
-        def forward(self, x):  # noqa: ANN001, ANN202
+        def forward(self, x):
             y = self.conv(x)  # paddings [top, bottom, left, right]: 15x15 -> 16x14
             outs = [
                 F.interpolate(y, scale_factor=2, mode="bilinear", align_corners=True),
