@@ -30,12 +30,13 @@ class Flavor:
     relu6: bool = False
     clip: bool = True
     upsample: bool = False
+    normalize: bool = False
     interp: bool = False
 
 
 FLAVORS = {
     "bvlc": Flavor("bvlc", "round_mode"),
-    "ssd": Flavor("ssd", "ceil_mode", permute=True, relu6=True, clip=False, upsample=True),
+    "ssd": Flavor("ssd", "ceil_mode", permute=True, relu6=True, clip=False, upsample=True, normalize=True),
     "pspnet": Flavor("pspnet", "round_mode", interp=True),
 }
 

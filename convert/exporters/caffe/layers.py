@@ -171,7 +171,7 @@ def caffe_pool_size(size: int, k: int, s: int, p: int, ceil: bool, any_pad: bool
     return out
 
 
-def _pool(node: Node, ctx: EmitContext, method: int) -> Emitted:
+def _pool(node: Node, ctx: EmitContext, method: int, *, caffe_divisor: bool = False) -> Emitted:
     x = ctx.shape(node.inputs[0])
     y = ctx.shape(node.outputs[0])
     if len(x) != 4:
@@ -198,7 +198,7 @@ def _pool(node: Node, ctx: EmitContext, method: int) -> Emitted:
     )
     if not (ceil_ok or floor_ok):
         raise NotExpressible(f"no Caffe rounding gives the output size {list(want)} with pads ({ph}, {pw})")
-    if method == 1:
+    if method == 1 and not caffe_divisor:
         overhang = any(
             (want[i] - 1) * (sh, sw)[i] + (kh, kw)[i] > x[2 + i] + 2 * (ph, pw)[i] for i in range(2)
         )
@@ -233,6 +233,12 @@ def max_pool(node: Node, ctx: EmitContext) -> Emitted:
     if len(node.outputs) > 1 and node.outputs[1] is not None and node.outputs[1].uses():
         raise NotExpressible("MaxPool indices output is not expressible in Caffe")
     return _pool(node, ctx, 0)
+
+
+@EMITTERS.register(f"{CAFFE_DOMAIN}::AveragePool")
+def caffe_average_pool(node: Node, ctx: EmitContext) -> Emitted:
+    """convert.caffe::AveragePool (Pad + AveragePool, from legalisation) -> Pooling AVE with pad."""
+    return _pool(node, ctx, 1, caffe_divisor=True)
 
 
 @EMITTERS.register("AveragePool")
@@ -393,12 +399,12 @@ def prelu(node: Node, ctx: EmitContext) -> Emitted:
 def clip(node: Node, ctx: EmitContext) -> Emitted:
     """Clip -> ReLU (min 0, no max), ReLU6 (0..6, ssd) or Clip (bvlc)."""
     lo = (
-        float(ctx.small(node.inputs[1], "min"))
+        float(ctx.small(node.inputs[1], "min").reshape(-1)[0])
         if len(node.inputs) > 1 and node.inputs[1] is not None
         else None
     )
     hi = (
-        float(ctx.small(node.inputs[2], "max"))
+        float(ctx.small(node.inputs[2], "max").reshape(-1)[0])
         if len(node.inputs) > 2 and node.inputs[2] is not None
         else None
     )

@@ -84,7 +84,14 @@ _note("Sum", "Eltwise SUM")
 
 @EMITTERS.register(f"{CAFFE_DOMAIN}::Scale")
 def scale(node: Node, ctx: EmitContext) -> Emitted:
-    """convert.caffe::Scale(x, gamma[, beta]) (from legalisation) -> Scale axis 1 [bias_term]."""
+    """convert.caffe::Scale(x, gamma[, beta]) (from legalisation) -> Scale axis 1 [bias_term].
+
+    A computed ``gamma`` (two-bottom form) is the layer's second bottom, applied from ``axis``.
+    """
+    if ctx.const(node.inputs[1]) is None:
+        e = ctx.layer(node, "Scale", [node.inputs[0], node.inputs[1]])
+        e.layer.scale_param.axis = _int(node, "axis", 1)
+        return e
     gamma = _weight(ctx, node, 1, "scale")
     c = int(np.prod(gamma.shape, dtype=np.int64))
     blobs: list[object] = [_Deferred(lambda: np.asarray(gamma.numpy(), np.float32).reshape(-1), (c,))]
@@ -99,6 +106,27 @@ def scale(node: Node, ctx: EmitContext) -> Emitted:
 
 
 _note(f"{CAFFE_DOMAIN}::Scale", "Scale", "produced by legalisation")
+
+
+@EMITTERS.register(f"{CAFFE_DOMAIN}::Normalize")
+def normalize(node: Node, ctx: EmitContext) -> Emitted:
+    """convert.caffe::Normalize (from legalisation) -> Normalize (ssd flavor)."""
+    if not ctx.flavor.normalize:
+        raise NotExpressible(
+            f"L2 normalisation needs Normalize, which {ctx.flavor.name} lacks; use --caffe-flavor ssd"
+        )
+    scale = _weight(ctx, node, 1, "scale")
+    c = int(np.prod(scale.shape, dtype=np.int64))
+    blob = _Deferred(lambda: np.asarray(scale.numpy(), np.float32).reshape(-1), (c,))
+    e = ctx.layer(node, "Normalize", [node.inputs[0]], blobs=[blob])  # type: ignore[list-item]
+    npar = e.layer.norm_param
+    npar.across_spatial = bool(_int(node, "across_spatial", 0))
+    npar.channel_shared = c == 1
+    npar.eps = _float(node, "eps", 1e-10)
+    return e
+
+
+_note(f"{CAFFE_DOMAIN}::Normalize", "Normalize", "ssd flavor; from the L2-normalisation pattern")
 
 
 @EMITTERS.register("BatchNormalization")

@@ -2,6 +2,9 @@
 
 Rules, in order (each preserves the graph's values exactly):
 
+* ``Pad(x, zeros, symmetric spatial p) -> AveragePool(count_include_pad=0, end pads only)`` ->
+  ``convert.caffe::AveragePool(x)`` with pads p: Caffe's AVE divisor counts the pad but not the
+  ceil overhang, which is exactly this pair (the Caffe frontend lowers such pooling to it).
 * ``MatMul(x, W) -> Add(., b)`` with constant 2-D ``W`` and 1-D ``b`` -> ``Gemm(x, W, b)``.
 * ``BatchNormalization(x, gamma, beta, mean, var)`` with gamma != 1 or beta != 0 ->
   ``BatchNormalization(x, 1, 0, mean, var) -> convert.caffe::Scale(., gamma, beta)``
@@ -9,6 +12,10 @@ Rules, in order (each preserves the graph's values exactly):
 * ``Mul/Div/Add/Sub(x, c)`` with ``c`` a constant per-channel vector (shape (C, 1, ..) against
   axis 1 of ``x``) -> ``convert.caffe::Scale(x, gamma[, beta])``; a ``Mul`` followed only by an ``Add``
   of that kind becomes one Scale with a bias.
+* ``Mul(x, y)`` with ``x`` (N, C, H, W) and a computed ``y`` (N, C, 1, 1) (squeeze-excitation) ->
+  ``Flatten(y) -> convert.caffe::Scale(x, ., axis=0)``: Caffe's two-bottom Scale.
+* ``Div(x, Sqrt(Add(ReduceSumSquare(x, axes=[1] or [1, 2, 3]), eps)))`` [``-> Mul(., s)`` with a
+  per-channel or scalar constant ``s``] -> ``convert.caffe::Normalize(x, s)`` (SSD's Normalize).
 
 Preconditions: static shapes on the values involved (the exporter runs shape inference first).
 """
@@ -81,9 +88,10 @@ class LegalizeForCaffe(Pass):
             if node.domain in ("", "ai.onnx"):
                 rule = {
                     "MatMul": self._matmul_add,
+                    "AveragePool": self._pad_avg_pool,
                     "BatchNormalization": self._batch_norm,
                     "Mul": self._scale,
-                    "Div": self._scale,
+                    "Div": self._div,
                     "Add": self._scale,
                     "Sub": self._scale,
                 }.get(node.op_type)
@@ -122,10 +130,10 @@ class LegalizeForCaffe(Pass):
         new_out.type = old_out.type
         graph.insert_before(old, new)
         name = old_out.name
-        convenience.replace_all_uses_with(old_out, new_out)
         for i, out in enumerate(graph.outputs):
             if out is old_out:
                 graph.outputs[i] = new_out
+        convenience.replace_all_uses_with(old_out, new_out)
         graph.remove(old, safe=True)
         new_out.name = name
 
@@ -155,12 +163,52 @@ class LegalizeForCaffe(Pass):
         graph.insert_before(node, gemm)
         gemm.outputs[0].shape, gemm.outputs[0].type = add_out.shape, add_out.type
         name = add_out.name
-        convenience.replace_all_uses_with(add_out, gemm.outputs[0])
         for i, o in enumerate(graph.outputs):
             if o is add_out:
                 graph.outputs[i] = gemm.outputs[0]
+        convenience.replace_all_uses_with(add_out, gemm.outputs[0])
         graph.remove([add, node], safe=True)
         gemm.outputs[0].name = name
+        return True
+
+    def _pad_avg_pool(self, graph: Graph, node: Node) -> bool:
+        pad = node.inputs[0].producer() if node.inputs[0] is not None else None
+        if pad is None or pad.op_type != "Pad" or pad.domain not in ("", "ai.onnx"):
+            return False
+        if node.attributes.get_int("count_include_pad", 0):
+            return False
+        if pad.attributes.get_string("mode", "constant") != "constant":
+            return False
+        mid = pad.outputs[0]
+        if mid.is_graph_output() or len(mid.uses()) != 1 or len(pad.inputs) > 3:
+            return False
+        pads = _const(pad.inputs[1])
+        value = _const(pad.inputs[2]) if len(pad.inputs) > 2 else None
+        if pads is None or pads.size != 8 or (value is not None and np.any(value != 0)):
+            return False
+        p = [int(v) for v in pads]
+        if p[0] or p[1] or p[4] or p[5] or p[2] != p[6] or p[3] != p[7]:
+            return False
+        own = [int(v) for v in node.attributes["pads"].value] if "pads" in node.attributes else [0, 0, 0, 0]
+        if own[0] or own[1]:
+            return False
+        strides = list(node.attributes["strides"].value) if "strides" in node.attributes else [1, 1]
+        attrs = {
+            "kernel_shape": list(node.attributes["kernel_shape"].value),
+            "strides": strides,
+            "pads": [p[2], p[3], p[2] + own[2], p[3] + own[3]],
+        }
+        new = Node(
+            CAFFE_DOMAIN,
+            "AveragePool",
+            [pad.inputs[0]],
+            convenience.convert_attributes(attrs),
+            outputs=[Value(name=self._fresh(node.outputs[0].name or "pool"))],
+            name=node.name,
+        )
+        set_provenance(new, get_provenance(node))
+        self._replace(graph, node, new, node.outputs[0])
+        graph.remove(pad, safe=True)
         return True
 
     def _batch_norm(self, graph: Graph, node: Node) -> bool:
@@ -202,6 +250,8 @@ class LegalizeForCaffe(Pass):
     def _scale(self, graph: Graph, node: Node) -> bool:
         a, b = node.inputs[0], node.inputs[1]
         cb = _const(b)
+        if node.op_type == "Mul" and cb is None and _const(a) is None:
+            return self._two_bottom_scale(graph, node)
         if cb is None or _const(a) is not None:
             if node.op_type in ("Mul", "Add") and _const(a) is not None and cb is None:
                 a, b, cb = b, a, _const(a)
@@ -238,6 +288,102 @@ class LegalizeForCaffe(Pass):
         )
         set_provenance(scale, get_provenance(node))
         self._replace(graph, node, scale, out)
+        return True
+
+    def _div(self, graph: Graph, node: Node) -> bool:
+        return self._normalize(graph, node) or self._scale(graph, node)
+
+    def _normalize(self, graph: Graph, node: Node) -> bool:
+        x, norm = node.inputs[0], node.inputs[1]
+        chain = []
+        value = norm
+        for op in ("Sqrt", "Add", "ReduceSumSquare"):
+            producer = value.producer() if value is not None else None
+            if producer is None or producer.op_type != op or producer.domain not in ("", "ai.onnx"):
+                return False
+            chain.append(producer)
+            value = producer.inputs[0]
+        sqrt, add, rss = chain
+        if rss.inputs[0] is not x or not rss.attributes.get_int("keepdims", 1):
+            return False
+        axes_attr = rss.attributes.get("axes")
+        if axes_attr is not None:
+            axes = [int(a) for a in axes_attr.value]
+        elif len(rss.inputs) > 1 and _const(rss.inputs[1]) is not None:
+            axes = [int(a) for a in _const(rss.inputs[1])]
+        else:
+            return False
+        shape = _static(x)
+        if shape is None or len(shape) != 4:
+            return False
+        axes = sorted(a + 4 if a < 0 else a for a in axes)
+        if axes not in ([1], [1, 2, 3]):
+            return False
+        eps = _const(add.inputs[1])
+        inner = (rss.outputs[0], add.outputs[0], sqrt.outputs[0])
+        if eps is None or eps.size != 1 or any(len(v.uses()) != 1 for v in inner):
+            return False
+        out = node.outputs[0]
+        scale = np.ones(1, np.float32)
+        last = node
+        if not out.is_graph_output() and len(out.uses()) == 1:
+            mul = out.uses()[0].node
+            other = mul.inputs[1] if mul.inputs[0] is out else mul.inputs[0]
+            c = _const(other) if mul.op_type == "Mul" and mul.domain in ("", "ai.onnx") else None
+            if c is not None:
+                vec = _per_channel(out, c)
+                if vec is not None:
+                    scale, last = vec, mul
+                elif c.size == 1:
+                    scale, last = c.reshape(1).astype(np.float32), mul
+        base = node.name or "normalize"
+        attrs = {"across_spatial": int(axes == [1, 2, 3]), "eps": float(eps.reshape(-1)[0])}
+        new = Node(
+            CAFFE_DOMAIN,
+            "Normalize",
+            [x, self._init(graph, f"{base}.scale", scale)],
+            convenience.convert_attributes(attrs),
+            outputs=[Value(name=self._fresh(f"{base}_norm"))],
+            name=last.name or node.name,
+        )
+        set_provenance(new, get_provenance(last))
+        self._replace(graph, last, new, last.outputs[0])
+        for dead in ([node] if last is not node else []) + [sqrt, add, rss]:
+            graph.remove(dead, safe=True)
+        return True
+
+    def _two_bottom_scale(self, graph: Graph, node: Node) -> bool:
+        a, b = node.inputs[0], node.inputs[1]
+        sa, sb = _static(a), _static(b)
+        if sa is None or sb is None or len(sa) != 4 or len(sb) != 4:
+            return False
+        if sa[2:] == (1, 1) and sb[2:] != (1, 1):
+            a, b, sa, sb = b, a, sb, sa
+        if sb != (sa[0], sa[1], 1, 1) or sa[2:] == (1, 1):
+            return False
+        base = node.name or "scale"
+        flat = Node(
+            "",
+            "Flatten",
+            [b],
+            convenience.convert_attributes({"axis": 1}),
+            outputs=[Value(name=self._fresh(f"{base}_factor"))],
+            name=f"{base}_factor",
+        )
+        flat.outputs[0].shape = Shape([sb[0], sb[1]])
+        flat.outputs[0].type = TensorType(DataType.FLOAT)
+        set_provenance(flat, get_provenance(node))
+        graph.insert_before(node, flat)
+        scale = Node(
+            CAFFE_DOMAIN,
+            "Scale",
+            [a, flat.outputs[0]],
+            convenience.convert_attributes({"axis": 0}),
+            outputs=[Value(name=self._fresh(f"{base}_scale"))],
+            name=node.name,
+        )
+        set_provenance(scale, get_provenance(node))
+        self._replace(graph, node, scale, node.outputs[0])
         return True
 
     def _fused(

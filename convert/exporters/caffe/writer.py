@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from convert.ir import (
+    ConversionError,
+    ConvertError,
     ExportError,
     Model,
     Options,
@@ -94,6 +96,10 @@ def build_net(model: Model, flav: Flavor) -> tuple[object, list[Emitted], list[U
         except NotExpressible as exc:
             gaps.setdefault(key, []).append((describe(node), str(exc)))
             continue
+        except ConvertError:
+            raise
+        except Exception as exc:
+            raise ConversionError(describe(node), f"{type(exc).__name__}: {exc}") from exc
         if result is not None:
             emitted.append(result)
     for value in graph.outputs:

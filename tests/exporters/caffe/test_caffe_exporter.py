@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "models" / "caffe"))
 
 import build_nets  # noqa: E402
+from single_layers import SINGLES  # noqa: E402
 
 from convert.frontends.caffe import FRONTEND  # noqa: E402
 
@@ -326,3 +327,45 @@ def test_flavor_option_documents_field_13() -> None:
     (opt,) = EXPORTER.options
     assert opt.flag == "--caffe-flavor" and opt.default == "bvlc"
     assert "round_mode" in opt.help and "ceil_mode" in opt.help and "field 13" in opt.help
+
+
+@pytest.mark.opencv
+@pytest.mark.parametrize("name", NETS, ids=NETS)
+def test_onnx_files_of_the_test_nets_export(name: str, tmp_path: Path) -> None:
+    """The test nets as .onnx files (through the ONNX exporter and frontend) -> Caffe vs ORT."""
+    ort = pytest.importorskip("onnxruntime")
+    from convert.exporters.onnx import EXPORTER as ONNX_EXPORTER
+    from convert.frontends.onnx import FRONTEND as ONNX_FRONTEND
+
+    paths = list(build_nets.build(name, tmp_path / "src"))
+    onnx_path = tmp_path / f"{name}.onnx"
+    ONNX_EXPORTER.save(FRONTEND.load(paths, Options()), onnx_path, Options())
+    model = ONNX_FRONTEND.load([onnx_path], Options())
+    passes.standard_pipeline()(model)
+    flavor = "ssd" if name == "ssd" else "bvlc"
+    out = list(EXPORTER.save(model, tmp_path / "out" / name, Options(extra={"caffe_flavor": flavor})))
+    sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    spec = sess.get_inputs()[0]
+    x = np.random.default_rng(4).standard_normal(spec.shape).astype(np.float32)
+    ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {spec.name: x}), strict=True))
+    ours = _opencv(out).run({spec.name: x})
+    for key, r in ref.items():
+        assert float(r.std()) > 1e-3
+        assert _rel(ours[key], r) <= RTOL, key
+
+
+@pytest.mark.opencv
+@pytest.mark.parametrize("case", list(SINGLES), ids=list(SINGLES))
+def test_single_layer_round_trip(case: str, tmp_path: Path) -> None:
+    """Caffe -> IR -> Caffe (ssd flavor) for the single-layer nets, in OpenCV DNN."""
+    b = build_nets.NetBuilder("single", 0)
+    b.input("data", (1, 4, 10, 10))
+    SINGLES[case](b)
+    paths = list(b.save(tmp_path / "src"))
+    model = FRONTEND.load(paths, Options())
+    passes.standard_pipeline()(model)
+    out = list(EXPORTER.save(model, tmp_path / "out", Options(extra={"caffe_flavor": "ssd"})))
+    x = np.random.default_rng(3).standard_normal((1, 4, 10, 10)).astype(np.float32)
+    ra, rb = _opencv(paths).run({"data": x}), _opencv(out).run({"data": x})
+    for key, r in ra.items():
+        assert _rel(rb[key], r) <= RTOL, key
