@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 from convert.ir import ConversionError, Options, UsageError
 
+from .lower import concretize
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
@@ -123,7 +125,9 @@ def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Te
                          "install torch>=2.5") from exc
     try:
         with _quiet_torch():
-            return TS2EPConverter(script, tuple(example)).convert()
+            program = TS2EPConverter(script, tuple(example)).convert()
+            concretize(program, example)
+            return program
     except Exception as exc:
         raise ConversionError(f"TorchScript model {source}",
                               f"torch could not convert the scripted graph: {_first_line(exc)}. "

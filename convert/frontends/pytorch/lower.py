@@ -39,7 +39,7 @@ from .ops import OPS, LowerContext, OpCall, TensorMeta
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["FOLD_MAX_BYTES", "lower_program", "op_key", "output_names", "unsupported_ops"]
+__all__ = ["FOLD_MAX_BYTES", "concretize", "lower_program", "op_key", "output_names", "unsupported_ops"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,8 @@ def _module_path(node: object) -> str:
     if not stack:
         return ""
     path = str(list(stack.values())[-1][0])
+    if path.startswith("_empty"):  # placeholder stack of torch's TorchScript converter
+        return ""
     path = re.sub(r"^L\['self'\]\.?", "", path)
     path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
     path = re.sub(r"getattr\((.*?), '([^']+)'\)", r"\1.\2", path)
@@ -340,6 +342,50 @@ def _annotate(result: object, meta: object) -> None:
     elif isinstance(result, (list, tuple)) and isinstance(meta, (list, tuple)):
         for r, m in zip(result, meta, strict=False):
             _annotate(r, m)
+
+
+def _is_static(val: object) -> bool:
+    import torch
+
+    if isinstance(val, torch.Tensor):
+        return all(isinstance(d, int) for d in val.shape)
+    if isinstance(val, (list, tuple)):
+        return all(_is_static(v) for v in val)
+    return not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def concretize(program: object, example: Sequence[object]) -> None:
+    """Replace symbolic (unbacked) shapes in ``program``'s metadata by those of a run on ``example``.
+
+    torch's TorchScript converter turns traced size arithmetic into data-dependent symbols; one
+    run of the graph on the example inputs gives every node its actual, static value.
+    """
+    import torch
+    import torch.fx
+
+    nodes = list(program.graph.nodes)  # type: ignore[attr-defined]
+    if all(_is_static(n.meta.get("val")) for n in nodes if n.op in ("placeholder", "call_function")):
+        return
+    lowering_consts: list[object] = []
+    sig = program.graph_signature  # type: ignore[attr-defined]
+    state = program.state_dict  # type: ignore[attr-defined]
+    constants = getattr(program, "constants", {}) or {}
+    users = iter(example)
+    for spec in sig.input_specs:
+        if spec.kind.name == "USER_INPUT":
+            lowering_consts.append(next(users))
+        else:
+            lowering_consts.append(state[spec.target] if spec.target in state else constants[spec.target])
+
+    class _Record(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> object:
+            result = super().run_node(n)
+            if n.op in ("placeholder", "call_function"):
+                n.meta["val"] = result
+            return result
+
+    with torch.no_grad():
+        _Record(program.graph_module).run(*lowering_consts)  # type: ignore[attr-defined]
 
 
 def unsupported_ops(program: object, source: str, options: Options | None = None) -> list[Unsupported]:

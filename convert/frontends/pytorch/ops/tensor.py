@@ -291,3 +291,28 @@ def roll(call: OpCall, ctx: LowerContext) -> Value:
         head = ctx.op("Slice", [x, ctx.ints([0]), ctx.ints([size - s]), ax])
         x = ctx.op("Concat", [tail, head], {"axis": axis})
     return x
+
+
+@lowers("aten.sym_size", "aten.size", to="(a constant)", notes="shapes are static")
+def sym_size(call: OpCall, ctx: LowerContext) -> object:
+    """Return the static size of a dimension (or all of them) as Python ints."""
+    shape = call.meta("self").shape
+    dim = call.args.get("dim")
+    if dim is None:
+        return list(shape)
+    return shape[norm_axis(int(dim), len(shape))]  # type: ignore[call-overload]
+
+
+@lowers("aten.sym_numel", "aten.numel", to="(a constant)", notes="shapes are static")
+def sym_numel(call: OpCall, ctx: LowerContext) -> int:
+    """Return the static element count as a Python int."""
+    count = 1
+    for d in call.meta("self").shape:
+        count *= d
+    return count
+
+
+@lowers("aten.dim", to="(a constant)")
+def dim(call: OpCall, ctx: LowerContext) -> int:
+    """Return the rank as a Python int."""
+    return call.meta("self").rank

@@ -1,0 +1,128 @@
+"""Whole networks: ResNet-, MobileNetV2-, ViT- and YOLO-style, saved as TorchScript,
+ExportedProgram and pickled module, converted to ONNX (ONNX Runtime) and to Caffe (OpenCV DNN),
+compared with PyTorch eager on seeded inputs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from _torch_helpers import REL_TO_SCALE, nets, rel_to_scale, run_onnx, to_onnx
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.torch
+
+SIZE = 64
+NAMES = ("resnet", "mobilenetv2", "vit", "yolo")
+# The Caffe dialect OpenCV reads for each net: 'ssd' has ReLU6 and ceil_mode pooling; 'bvlc'
+# writes nearest upsampling as a Deconvolution, which OpenCV runs (it has no 'Upsample' layer).
+CAFFE = {"resnet": "ssd", "mobilenetv2": "ssd", "yolo": "bvlc"}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, object]]:
+    """Build each net once; save it in the three formats; keep the eager reference output."""
+    out = tmp_path_factory.mktemp("pytorch_nets")
+    x = torch.rand(1, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(1))
+    result: dict[str, dict[str, object]] = {}
+    for name in NAMES:
+        model = nets().build(name, size=SIZE)
+        with torch.no_grad():
+            ref = model(x).numpy()
+        paths = {"pt": out / f"{name}.pt", "pt2": out / f"{name}.pt2", "pth": out / f"{name}.pth"}
+        torch.jit.save(torch.jit.trace(model, (x,)), paths["pt"])
+        torch.export.save(torch.export.export(model, (x,)), paths["pt2"])
+        torch.save(model, paths["pth"])
+        result[name] = {"model": model, "x": x, "ref": ref, **paths}
+    return result
+
+
+def _load(path: Path) -> object:
+    from convert.frontends.pytorch import load
+    from convert.ir import Options
+
+    options = Options(input_shapes={"x": (1, 3, SIZE, SIZE)}, extra={"trust_pickle": True})
+    return load([path], options)
+
+
+@pytest.mark.parametrize("fmt", ["pt", "pt2", "pth"], ids=["torchscript", "exported_program", "pickled"])
+@pytest.mark.parametrize("name", NAMES)
+def test_to_onnx(saved: dict[str, dict[str, object]], name: str, fmt: str, tmp_path: Path) -> None:
+    case = saved[name]
+    model = _load(case[fmt])  # type: ignore[arg-type]
+    onnx_path = to_onnx(model, tmp_path / f"{name}.onnx")
+    (ours,) = run_onnx(onnx_path, {"x": case["x"].numpy()})  # type: ignore[union-attr]
+    assert rel_to_scale(ours, case["ref"]) <= REL_TO_SCALE  # type: ignore[arg-type]
+
+
+def test_high_level_ops_stay_single_nodes(saved: dict[str, dict[str, object]]) -> None:
+    """Conv and BatchNormalization arrive as single nodes (not a cloud of arithmetic)."""
+    from convert.frontends.pytorch import load_module
+
+    case = saved["resnet"]
+    model = load_module(case["model"], (case["x"],))  # type: ignore[arg-type]
+    ops = [n.op_type for n in model.graph]
+    assert ops.count("Conv") == ops.count("BatchNormalization") > 10
+    assert "Gemm" in ops and "GlobalAveragePool" in ops and "MaxPool" in ops
+    vit = load_module(saved["vit"]["model"], (saved["vit"]["x"],))  # type: ignore[arg-type]
+    vit_ops = {n.op_type for n in vit.graph}
+    assert {"LayerNormalization", "Softmax", "MatMul", "Erf"} <= vit_ops
+
+
+def test_provenance_names_module_and_line(saved: dict[str, dict[str, object]]) -> None:
+    from convert.frontends.pytorch import load_module
+    from convert.ir import get_provenance
+
+    case = saved["resnet"]
+    model = load_module(case["model"], (case["x"],))  # type: ignore[arg-type]
+    conv = next(n for n in model.graph if n.op_type == "Conv" and "layers.1" in n.name)
+    prov = get_provenance(conv)
+    assert prov.layer.startswith("layers.1.") and prov.kind == "aten.conv2d"
+    assert prov.file == "nets.py" and prov.line is not None
+
+
+def test_weights_are_not_copied(saved: dict[str, dict[str, object]]) -> None:
+    """Initializers share memory with the module's parameters."""
+    from convert.frontends.pytorch import load_module
+
+    case = saved["resnet"]
+    module = case["model"]
+    model = load_module(module, (case["x"],))  # type: ignore[arg-type]
+    weight = model.graph.initializers["fc.weight"].const_value
+    assert np.shares_memory(weight.numpy(), module.fc.weight.detach().numpy())  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("fmt", ["pt", "pth"], ids=["torchscript", "pickled"])
+@pytest.mark.parametrize("name", sorted(CAFFE))
+def test_to_caffe(saved: dict[str, dict[str, object]], name: str, fmt: str, tmp_path: Path) -> None:
+    pytest.importorskip("cv2")
+    caffe = pytest.importorskip("convert.exporters.caffe")
+    from convert.ir import Options, passes
+    from convert.parity.runtimes.opencv_caffe import open_runtime
+
+    case = saved[name]
+    model = _load(case[fmt])  # type: ignore[arg-type]
+    passes.standard_pipeline(validate=True)(model)  # type: ignore[arg-type]
+    options = Options(extra={"caffe_flavor": CAFFE[name]})
+    paths = caffe.EXPORTER.save(model, tmp_path / f"{name}.prototxt", options)
+    runtime = open_runtime(paths, options)
+    outs = runtime.run({runtime.inputs()[0].name: case["x"].numpy()})  # type: ignore[union-attr]
+    (ours,) = outs.values()
+    assert rel_to_scale(ours, case["ref"]) <= REL_TO_SCALE  # type: ignore[arg-type]
+
+
+def test_vit_to_caffe_names_what_caffe_lacks(saved: dict[str, dict[str, object]]) -> None:
+    """Attention and LayerNorm have no Caffe layer: the export lists them, it does not crash."""
+    caffe = pytest.importorskip("convert.exporters.caffe")
+    from convert.frontends.pytorch import load_module
+    from convert.ir import Options, UnsupportedOpsError, passes
+
+    case = saved["vit"]
+    model = load_module(case["model"], (case["x"],))  # type: ignore[arg-type]
+    passes.standard_pipeline()(model)
+    with pytest.raises(UnsupportedOpsError, match="LayerNormalization"):
+        caffe.EXPORTER.save(model, Path("/nonexistent/never.prototxt"), Options())
