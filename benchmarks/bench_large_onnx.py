@@ -27,7 +27,7 @@ from pathlib import Path
 from _measure import ROOT, gib, measure, mib
 
 sys.path.insert(0, str(ROOT / "models"))
-import large_onnx  # noqa: E402
+import large_onnx
 
 
 def main() -> None:
@@ -97,7 +97,8 @@ def main() -> None:
         if args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
 
-    print(f"\n{'tool':38s} {'time':>8s} {'GB/s':>7s} {'peak RssAnon':>13s} {'/size':>7s} {'peak RSS':>10s} {'/size':>7s}")
+    head = ("tool", "time", "GB/s", "peak RssAnon", "/size", "peak RSS", "/size")
+    print("\n{:38s} {:>8s} {:>7s} {:>13s} {:>7s} {:>10s} {:>7s}".format(*head))
     for name, row in rows.items():
         if "rss_anon" in row:
             print(f"{name:38s} {row['seconds']:8.2f} {row['gbps']:7.2f} {mib(row['rss_anon']):>13s} "

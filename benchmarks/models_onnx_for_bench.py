@@ -8,7 +8,7 @@ from pathlib import Path
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-import models_onnx  # noqa: E402
+import models_onnx
 
 
 def write_small(path: Path) -> None:

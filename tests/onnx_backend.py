@@ -61,7 +61,7 @@ class Tally:
 
 
 def _read_pb(path: str, value_info: onnx.ValueInfoProto | None) -> object:
-    data = open(path, "rb").read()
+    data = Path(path).read_bytes()
     t = value_info.type if value_info is not None else None
     if t is not None and t.HasField("sequence_type"):
         seq = onnx.SequenceProto()
@@ -127,7 +127,7 @@ def _close(expected: object, got: object, rtol: float, atol: float) -> bool:
         expected = numpy_helper.to_array(expected)
     if isinstance(expected, (list, tuple)):
         return isinstance(got, (list, tuple)) and len(expected) == len(got) and all(
-            _close(e, g, rtol, atol) for e, g in zip(expected, got))
+            _close(e, g, rtol, atol) for e, g in zip(expected, got, strict=True))
     if expected is None:
         return got is None
     if isinstance(expected, dict):
@@ -164,7 +164,7 @@ def _run(path: str, model: onnx.ModelProto, inputs: list[object]) -> list[object
     so.log_severity_level = 4
     sess = ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
     names = [i.name for i in sess.get_inputs()]
-    feeds = {n: _feed(v) for n, v in zip(names, inputs)}
+    feeds = {n: _feed(v) for n, v in zip(names, inputs, strict=False)}
     return sess.run(None, feeds)
 
 

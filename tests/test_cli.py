@@ -8,10 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import models_onnx
 import onnx
 import pytest
-
-import models_onnx
 
 PY = shlex.quote(sys.executable)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
+import models_onnx
 import onnx
 import pytest
 
 import convert
-import models_onnx
 
 
 def test_all_names_exist_and_are_documented() -> None:

@@ -10,7 +10,6 @@ from collections import Counter
 import onnx_ir as _ir
 
 from . import passes
-from .io import from_proto, save_model, to_proto
 from .builder import CANONICAL_OPSET, GraphBuilder, NameAuthority
 from .errors import (
     ConversionError,
@@ -22,6 +21,7 @@ from .errors import (
     UnsupportedOpsError,
     UsageError,
 )
+from .io import from_proto, save_model, to_proto
 from .plugins import Diagnostics, ExporterSpec, FrontendSpec, OpSupport, Options, OptionSpec, ProgressFn
 from .provenance import Provenance, describe, get_provenance, set_provenance
 from .registry import Registry

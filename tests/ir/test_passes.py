@@ -80,10 +80,10 @@ def test_validator_catches_use_before_definition() -> None:
     z = b.op("Neg", [y], name="second")
     b.output(z, "z")
     model = b.build()
-    first, second = list(model.graph)
+    first, _second = list(model.graph)
     model.graph.remove(first)
     model.graph.append(first)  # now 'second' uses a value defined after it
-    with pytest.raises(ir.ConvertError, match="'second'.*used before it is defined"):
+    with pytest.raises(ir.ConvertError, match=r"'second'.*used before it is defined"):
         ir.passes.ValidateGraph()(model)
     assert ir.passes.TopologicalSort()(model).modified
     ir.passes.ValidateGraph()(model)

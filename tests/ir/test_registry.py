@@ -32,5 +32,5 @@ def test_register_lookup_and_missing() -> None:
 def test_duplicate_key_is_an_error() -> None:
     reg: Registry = Registry("demo")
     reg.register("Relu")(lambda: None)
-    with pytest.raises(ValueError, match="'Relu' .* registered twice"):
+    with pytest.raises(ValueError, match=r"'Relu' .* registered twice"):
         reg.register("Relu")(lambda: None)

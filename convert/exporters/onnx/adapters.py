@@ -81,7 +81,7 @@ def _axes_adapter(ctx: _Ctx, node: ir.Node) -> None:
         return
     axes_v = node.inputs[1]
     if axes_v.const_value is None:
-        raise _NotExpressible(f"its axes come from a computed tensor, which opset {ctx.target} "
+        raise _NotExpressibleError(f"its axes come from a computed tensor, which opset {ctx.target} "
                               f"cannot take (the attribute form needs constants)")
     node.attributes["axes"] = ir.Attr("axes", ir.AttributeType.INTS,
                                       [int(a) for a in axes_v.const_value.numpy().reshape(-1)])
@@ -100,12 +100,12 @@ def _split(ctx: _Ctx, node: ir.Node) -> None:
         x = node.inputs[0]
         axis = node.attributes.get_int("axis", 0)
         if x is None or x.shape is None or not isinstance(x.shape[axis], int):
-            raise _NotExpressible("it uses num_outputs on an axis of unknown size")
+            raise _NotExpressibleError("it uses num_outputs on an axis of unknown size")
         size, n = int(x.shape[axis]), len(node.outputs)
         chunk = -(-size // n)
         sizes = [chunk] * (size // chunk) + ([size % chunk] if size % chunk else [])
         if len(sizes) != n:
-            raise _NotExpressible(f"num_outputs={n} does not divide an axis of {size}")
+            raise _NotExpressibleError(f"num_outputs={n} does not divide an axis of {size}")
         node.resize_inputs(2)
         node.replace_input_with(1, ctx.const(np.asarray(sizes, np.int64), f"{node.name}_split"))
     src_input, tgt_input = ctx.source >= 13, ctx.target >= 13
@@ -119,7 +119,7 @@ def _split(ctx: _Ctx, node: ir.Node) -> None:
     elif len(node.inputs) > 1 and node.inputs[1] is not None:
         sv = node.inputs[1]
         if sv.const_value is None:
-            raise _NotExpressible("its split sizes are computed at run time")
+            raise _NotExpressibleError("its split sizes are computed at run time")
         node.attributes["split"] = ir.Attr("split", ir.AttributeType.INTS,
                                            [int(v) for v in sv.const_value.numpy().reshape(-1)])
         node.resize_inputs(1)
@@ -131,13 +131,13 @@ def _layer_norm(ctx: _Ctx, node: ir.Node) -> None:
     if ctx.target >= 17:
         return
     if len(node.outputs) > 1 and any(o.uses() or o.is_graph_output() for o in node.outputs[1:]):
-        raise _NotExpressible("its Mean/InvStdDev outputs are used")
+        raise _NotExpressibleError("its Mean/InvStdDev outputs are used")
     x, scale = node.inputs[0], node.inputs[1]
     bias = node.inputs[2] if len(node.inputs) > 2 else None
     axis = node.attributes.get_int("axis", -1)
     eps = node.attributes.get_float("epsilon", 1e-5)
     if x is None or x.shape is None:
-        raise _NotExpressible("its input rank is unknown")
+        raise _NotExpressibleError("its input rank is unknown")
     rank = len(x.shape)
     axes = list(range(axis % rank, rank))
     mean = ctx.node_before(node, "ReduceMean", [x], {"axes": axes, "keepdims": 1})
@@ -164,7 +164,8 @@ def _gelu(ctx: _Ctx, node: ir.Node) -> None:
         c = ctx.const(np.asarray(np.sqrt(2 / np.pi), np.float32), f"{node.name}_c")
         k = ctx.const(np.asarray(0.044715, np.float32), f"{node.name}_k")
         x3 = ctx.node_before(node, "Mul", [ctx.node_before(node, "Mul", [x, x]), x])
-        inner = ctx.node_before(node, "Mul", [c, ctx.node_before(node, "Add", [x, ctx.node_before(node, "Mul", [k, x3])])])
+        kx3 = ctx.node_before(node, "Mul", [k, x3])
+        inner = ctx.node_before(node, "Mul", [c, ctx.node_before(node, "Add", [x, kx3])])
         t = ctx.node_before(node, "Tanh", [inner])
     else:
         r = ctx.const(np.asarray(1 / np.sqrt(2), np.float32), f"{node.name}_rsqrt2")
@@ -186,7 +187,7 @@ def _replace(ctx: _Ctx, node: ir.Node, new: ir.Value) -> None:
     new.name = name
 
 
-class _NotExpressible(Exception):
+class _NotExpressibleError(Exception):
     pass
 
 
@@ -249,8 +250,8 @@ def adapt_opset(model: ir.Model, target: int) -> int:
                 else:
                     why = _generic_check(node, target)
                     if why:
-                        raise _NotExpressible(why)
-            except _NotExpressible as exc:
+                        raise _NotExpressibleError(why)
+            except _NotExpressibleError as exc:
                 counts[node.op_type] += 1
                 problems.setdefault(node.op_type, []).append(str(exc))
                 firsts.setdefault(node.op_type, ir.describe(node))

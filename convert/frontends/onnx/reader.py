@@ -152,7 +152,9 @@ def _unsupported(path: Path, proto: onnx.ModelProto) -> list[ir.Unsupported]:
 def read_onnx(paths: Sequence[Path], options: ir.Options) -> ir.Model:
     """Load the .onnx at ``paths[0]`` into the IR; weights stay in their files until written."""
     if len(paths) != 1:
-        raise ir.UsageError(f"an ONNX model is one .onnx file (its external data is found from it); got {len(paths)} files")
+        raise ir.UsageError(
+            f"an ONNX model is one .onnx file (its external data is found from it); got {len(paths)} files"
+        )
     path = Path(paths[0])
     proto = _load_proto(path)
     _check_external(path, proto)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import models_onnx
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 
 import convert
-import models_onnx
 
 ATOL_FP32 = 1e-5
 OPSETS = list(range(13, 22))
@@ -95,7 +95,8 @@ def test_opset_that_cannot_express_an_op_fails_loudly(tmp_path: Path) -> None:
     """
     src = tmp_path / "g.onnx"
     onnx.save(onnx.parser.parse_model(text), str(src))
-    with pytest.raises(convert.UnsupportedOpsError, match=r"unsupported op at opset 17: GroupNormalization .*producing 'y'.*does not exist before opset 18"):
+    expected = r"unsupported op at opset 17: GroupNormalization .*producing 'y'.*does not exist before opset 18"
+    with pytest.raises(convert.UnsupportedOpsError, match=expected):
         convert.convert(src, to="onnx", out=tmp_path / "o.onnx", opset=17, check=False)
     assert not (tmp_path / "o.onnx").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["g.onnx"]

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import models_onnx
 import numpy as np
 import onnx
 import pytest
 from onnx import external_data_helper
 
 import convert
-import models_onnx
 from convert import ir
 
 
