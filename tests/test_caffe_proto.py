@@ -20,9 +20,7 @@ def test_generated_module_is_up_to_date(tmp_path: Path) -> None:
     def descriptor(text: str) -> str:
         return next(line for line in text.splitlines() if line.startswith("DESCRIPTOR = "))
 
-    assert descriptor(fresh) == descriptor(committed), (
-        "caffe_pb2.py is stale: run `python -m convert._proto.generate`"
-    )
+    assert descriptor(fresh) == descriptor(committed), "caffe_pb2.py is stale: run `python -m convert._proto.generate`"
 
 
 def test_no_runtime_version_guard() -> None:

@@ -31,9 +31,7 @@ def postprocess(source: str) -> str:
     out = _GUARD.sub("", source)
     if _NOTE in out:
         return out
-    return out.replace(
-        '"""Generated protocol buffer code."""\n', _NOTE + '"""Generated protocol buffer code."""\n', 1
-    )
+    return out.replace('"""Generated protocol buffer code."""\n', _NOTE + '"""Generated protocol buffer code."""\n', 1)
 
 
 def generate(out_dir: Path = HERE) -> Path:
@@ -41,9 +39,7 @@ def generate(out_dir: Path = HERE) -> Path:
     from grpc_tools import protoc  # a test/development dependency only
 
     with tempfile.TemporaryDirectory() as tmp:
-        rc = protoc.main(
-            ["protoc", f"-I{HERE.parent.parent}", f"--python_out={tmp}", str(HERE / "caffe.proto")]
-        )
+        rc = protoc.main(["protoc", f"-I{HERE.parent.parent}", f"--python_out={tmp}", str(HERE / "caffe.proto")])
         if rc != 0:
             raise RuntimeError(f"protoc failed with status {rc}")
         text = (Path(tmp) / "convert" / "_proto" / "caffe_pb2.py").read_text()
@@ -54,6 +50,4 @@ def generate(out_dir: Path = HERE) -> Path:
 
 if __name__ == "__main__":
     sys.stdout.write(f"wrote {generate()}\n")
-    subprocess.run(
-        [sys.executable, "-c", "import convert._proto.caffe_pb2"], check=True, cwd=HERE.parent.parent
-    )
+    subprocess.run([sys.executable, "-c", "import convert._proto.caffe_pb2"], check=True, cwd=HERE.parent.parent)

@@ -55,9 +55,7 @@ class NetBuilder:
     ) -> caffe_pb2.LayerParameter:
         if self.v1:
             enum = caffe_pb2.V1LayerParameter.LayerType
-            v1name = {"InnerProduct": "INNER_PRODUCT", "ReLU": "RELU", "TanH": "TANH"}.get(
-                type_, type_.upper()
-            )
+            v1name = {"InnerProduct": "INNER_PRODUCT", "ReLU": "RELU", "TanH": "TANH"}.get(type_, type_.upper())
             layer = self.net.layers.add(name=name, type=enum.Value(v1name), bottom=bottoms, top=tops)
         else:
             layer = self.net.layer.add(name=name, type=type_, bottom=bottoms, top=tops)
@@ -101,9 +99,7 @@ class NetBuilder:
             cp["group"] = group
         if dilation != 1:
             cp["dilation"] = [dilation]
-        self.layer(
-            "Deconvolution" if deconv else "Convolution", name, [bottom], [top], blobs, convolution_param=cp
-        )
+        self.layer("Deconvolution" if deconv else "Convolution", name, [bottom], [top], blobs, convolution_param=cp)
 
     def bn_scale(self, name: str, blob: str, c: int) -> None:
         factor = 7.5  # Caffe's running sums: stats = blob / factor
@@ -270,9 +266,7 @@ def ssd(b: NetBuilder) -> None:
         for kind, n, bucket in (("loc", 4 * anchors, locs), ("conf", classes * anchors, confs)):
             name = f"{feat}_mbox_{kind}"
             b.conv(name, feat, name, c, n, 3, p=1)
-            b.layer(
-                "Permute", f"{name}_perm", [name], [f"{name}_perm"], permute_param={"order": [0, 2, 3, 1]}
-            )
+            b.layer("Permute", f"{name}_perm", [name], [f"{name}_perm"], permute_param={"order": [0, 2, 3, 1]})
             b.layer("Flatten", f"{name}_flat", [f"{name}_perm"], [f"{name}_flat"], flatten_param={"axis": 1})
             bucket.append(f"{name}_flat")
     b.layer("Concat", "mbox_loc", locs, ["mbox_loc"], concat_param={"axis": 1})

@@ -24,9 +24,7 @@ def _eltwise(b: NetBuilder) -> None:
     b.layer("TanH", "t", ["data"], ["t"])
     b.layer("Eltwise", "prod", ["s", "t"], ["prod"], eltwise_param={"operation": 0})
     b.layer("Eltwise", "mx", ["prod", "data"], ["mx"], eltwise_param={"operation": 2})
-    b.layer(
-        "Eltwise", "sum", ["mx", "s", "t"], ["sum"], eltwise_param={"operation": 1, "coeff": [1, -0.5, 2]}
-    )
+    b.layer("Eltwise", "sum", ["mx", "s", "t"], ["sum"], eltwise_param={"operation": 1, "coeff": [1, -0.5, 2]})
 
 
 def _slice(b: NetBuilder) -> None:

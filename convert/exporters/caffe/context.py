@@ -72,6 +72,17 @@ class EmitContext:
             self._blob_names[key] = name
         return self._blob_names[key]
 
+    def rename_internal(self, value: Value) -> None:
+        """Give ``value`` an internal blob name, freeing its own name for an output copy."""
+        if id(value) not in self._blob_names:
+            base = _UNSAFE.sub("_", value.name or "blob") or "blob"
+            self._used_blobs.add(base)
+            name, i = f"{base}_internal", 1
+            while name in self._used_blobs:
+                name, i = f"{base}_internal{i}", i + 1
+            self._used_blobs.add(name)
+            self._blob_names[id(value)] = name
+
     def alias(self, value: Value, source: Value) -> None:
         """Make ``value`` another name for ``source``'s blob (Identity, Dropout)."""
         self._blob_names[id(value)] = self.blob(source)

@@ -62,9 +62,7 @@ def _weight(ctx: EmitContext, node: Node, index: int, what: str) -> object:
     return t
 
 
-def _sym_pads(
-    node: Node, size: tuple[int, int], k_eff: tuple[int, int], s: tuple[int, int]
-) -> tuple[int, int]:
+def _sym_pads(node: Node, size: tuple[int, int], k_eff: tuple[int, int], s: tuple[int, int]) -> tuple[int, int]:
     """Return symmetric Caffe pads equal in effect to the node's (possibly asymmetric) pads."""
     auto = node.attributes.get_string("auto_pad", "NOTSET")
     if auto not in ("NOTSET", "VALID"):
@@ -77,9 +75,7 @@ def _sym_pads(
             full = (size[i] + pb + pe - k_eff[i]) // s[i]
             sym = (size[i] + 2 * pb - k_eff[i]) // s[i]
             if full != sym:
-                raise NotExpressible(
-                    f"asymmetric pads {pads} change the output size; Caffe pads symmetrically"
-                )
+                raise NotExpressible(f"asymmetric pads {pads} change the output size; Caffe pads symmetrically")
         out.append(pb)
     return out[0], out[1]
 
@@ -189,28 +185,22 @@ def _pool(node: Node, ctx: EmitContext, method: int, *, caffe_divisor: bool = Fa
     any_pad = bool(ph or pw)
     want = (y[2], y[3])
     ceil_ok = all(
-        caffe_pool_size(x[2 + i], (kh, kw)[i], (sh, sw)[i], (ph, pw)[i], True, any_pad) == want[i]
-        for i in range(2)
+        caffe_pool_size(x[2 + i], (kh, kw)[i], (sh, sw)[i], (ph, pw)[i], True, any_pad) == want[i] for i in range(2)
     )
     floor_ok = all(
-        caffe_pool_size(x[2 + i], (kh, kw)[i], (sh, sw)[i], (ph, pw)[i], False, any_pad) == want[i]
-        for i in range(2)
+        caffe_pool_size(x[2 + i], (kh, kw)[i], (sh, sw)[i], (ph, pw)[i], False, any_pad) == want[i] for i in range(2)
     )
     if not (ceil_ok or floor_ok):
         raise NotExpressible(f"no Caffe rounding gives the output size {list(want)} with pads ({ph}, {pw})")
     if method == 1 and not caffe_divisor:
-        overhang = any(
-            (want[i] - 1) * (sh, sw)[i] + (kh, kw)[i] > x[2 + i] + 2 * (ph, pw)[i] for i in range(2)
-        )
+        overhang = any((want[i] - 1) * (sh, sw)[i] + (kh, kw)[i] > x[2 + i] + 2 * (ph, pw)[i] for i in range(2))
         include = _int(node, "count_include_pad", 0)
         if any_pad and not include:
             raise NotExpressible("AveragePool with pads and count_include_pad=0: Caffe counts the pads")
         if any_pad and overhang:
             raise NotExpressible("AveragePool whose last window runs past the pads: Caffe's divisor differs")
         if not any_pad and include and overhang:
-            raise NotExpressible(
-                "AveragePool with count_include_pad=1 past the input edge: Caffe's divisor differs"
-            )
+            raise NotExpressible("AveragePool with count_include_pad=1 past the input edge: Caffe's divisor differs")
     e = ctx.layer(node, "Pooling", [node.inputs[0]])
     pp = e.layer.pooling_param
     pp.pool = method

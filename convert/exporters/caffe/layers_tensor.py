@@ -112,9 +112,7 @@ _note(f"{CAFFE_DOMAIN}::Scale", "Scale", "produced by legalisation")
 def normalize(node: Node, ctx: EmitContext) -> Emitted:
     """convert.caffe::Normalize (from legalisation) -> Normalize (ssd flavor)."""
     if not ctx.flavor.normalize:
-        raise NotExpressible(
-            f"L2 normalisation needs Normalize, which {ctx.flavor.name} lacks; use --caffe-flavor ssd"
-        )
+        raise NotExpressible(f"L2 normalisation needs Normalize, which {ctx.flavor.name} lacks; use --caffe-flavor ssd")
     scale = _weight(ctx, node, 1, "scale")
     c = int(np.prod(scale.shape, dtype=np.int64))
     blob = _Deferred(lambda: np.asarray(scale.numpy(), np.float32).reshape(-1), (c,))
@@ -312,9 +310,7 @@ _note("Flatten", "Flatten / Reshape")
 def transpose(node: Node, ctx: EmitContext) -> Emitted:
     """Transpose -> Permute (ssd flavor only; BVLC has no Permute)."""
     if not ctx.flavor.permute:
-        raise NotExpressible(
-            f"Transpose needs Permute, which {ctx.flavor.name} lacks; use --caffe-flavor ssd"
-        )
+        raise NotExpressible(f"Transpose needs Permute, which {ctx.flavor.name} lacks; use --caffe-flavor ssd")
     rank = len(ctx.shape(node.inputs[0]))
     e = ctx.layer(node, "Permute", [node.inputs[0]])
     e.layer.permute_param.order.extend(_ints(node, "perm", list(range(rank))[::-1]))

@@ -283,9 +283,7 @@ class LegalizeForCaffe(Pass):
         inputs = [a, self._init(graph, f"{base}.gamma", gamma)]
         if beta is not None:
             inputs.append(self._init(graph, f"{base}.beta", beta))
-        scale = Node(
-            CAFFE_DOMAIN, "Scale", inputs, outputs=[Value(name=self._fresh(f"{base}_scale"))], name=node.name
-        )
+        scale = Node(CAFFE_DOMAIN, "Scale", inputs, outputs=[Value(name=self._fresh(f"{base}_scale"))], name=node.name)
         set_provenance(scale, get_provenance(node))
         self._replace(graph, node, scale, out)
         return True
@@ -386,9 +384,7 @@ class LegalizeForCaffe(Pass):
         self._replace(graph, node, scale, node.outputs[0])
         return True
 
-    def _fused(
-        self, graph: Graph, mul: Node, add: Node, x: Value, gamma: np.ndarray, beta: np.ndarray
-    ) -> bool:
+    def _fused(self, graph: Graph, mul: Node, add: Node, x: Value, gamma: np.ndarray, beta: np.ndarray) -> bool:
         base = mul.name or "scale"
         g = self._init(graph, f"{base}.gamma", gamma)
         b = self._init(graph, f"{base}.beta", beta)

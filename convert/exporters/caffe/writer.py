@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,6 +55,10 @@ def output_paths(out_path: Path) -> tuple[Path, Path]:
     return base.with_name(base.name + ".prototxt"), base.with_name(base.name + ".caffemodel")
 
 
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_./:\-]", "_", name) or "blob"
+
+
 def _key(node: object) -> str:
     domain = node.domain  # type: ignore[attr-defined]
     op = node.op_type  # type: ignore[attr-defined]
@@ -85,6 +90,11 @@ def build_net(model: Model, flav: Flavor) -> tuple[object, list[Emitted], list[U
         except NotExpressible as exc:
             gaps.setdefault("input", []).append((f"graph input '{value.name}'", str(exc)))
         emitted.append(Emitted(lp))
+    # Caffe's outputs are the tops nothing consumes: a graph output that is also used inside the
+    # graph is computed under an internal name and copied to its own name by a Split at the end.
+    for value in graph.outputs:
+        if value.uses() and not value.is_graph_input():
+            ctx.rename_internal(value)
     for node in graph:
         key = _key(node)
         emit = EMITTERS.lookup(key)
@@ -104,8 +114,8 @@ def build_net(model: Model, flav: Flavor) -> tuple[object, list[Emitted], list[U
             emitted.append(result)
     for value in graph.outputs:
         blob = ctx.blob(value)
-        if value.is_graph_input() or blob != (value.name or blob):
-            lp = pb.LayerParameter(name=f"{value.name}_output", type="Split", bottom=[blob], top=[value.name])
+        if value.is_graph_input() or blob != _safe(value.name or blob):
+            lp = pb.LayerParameter(name=f"{value.name}_output", type="Split", bottom=[blob], top=[_safe(value.name)])
             emitted.append(Emitted(lp))
     for e in emitted:
         net.layer.add().CopyFrom(e.layer)
@@ -174,9 +184,7 @@ def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
             options.progress("caffe weights", done, count)
         data = weights.SerializeToString()
         del weights
-        text = f"# Written by convert-toolkit, Caffe flavor '{flav.name}'.\n" + text_format.MessageToString(
-            net
-        )
+        text = f"# Written by convert-toolkit, Caffe flavor '{flav.name}'.\n" + text_format.MessageToString(net)
         for target, payload in ((model_path, data), (proto_path, text.encode())):
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
             temps.append(tmp)
@@ -189,9 +197,7 @@ def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
         for tmp in temps:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-    logger.info(
-        "wrote %s and %s (%d layers, %.1f MiB)", proto_path, model_path, len(net.layer), total / 2**20
-    )
+    logger.info("wrote %s and %s (%d layers, %.1f MiB)", proto_path, model_path, len(net.layer), total / 2**20)
     return [proto_path, model_path]
 
 

@@ -153,15 +153,11 @@ def _add_inputs(net: NetDef, ctx: CaffeContext, options: Options) -> None:
                 shape = shapes[i] if i < len(shapes) else (shapes[0] if shapes else ())
                 declared.append((top, shape))
     if not declared:
-        raise ModelFormatError(
-            f"{net.file}: no inputs declared (input/input_shape/input_dim or an Input layer)"
-        )
+        raise ModelFormatError(f"{net.file}: no inputs declared (input/input_shape/input_dim or an Input layer)")
     for name, shape in declared:
         shape = tuple(options.input_shapes.get(name, shape))
         if not shape:
-            raise UsageError(
-                f"{net.file}: input '{name}' has no shape; give one with --input-shape {name}:1x3x224x224"
-            )
+            raise UsageError(f"{net.file}: input '{name}' has no shape; give one with --input-shape {name}:1x3x224x224")
         dims: list[int | str | None] = list(shape)
         if options.dynamic_batch:
             dims[0] = "N"
@@ -184,9 +180,7 @@ def sniff(path: Path) -> bool:
     if b"\x00" in head:
         return False
     text = head.decode("utf-8", errors="ignore")
-    return ("layer {" in text or "layers {" in text or "layer{" in text) and (
-        "type:" in text or "type :" in text
-    )
+    return ("layer {" in text or "layers {" in text or "layer{" in text) and ("type:" in text or "type :" in text)
 
 
 def ops() -> list[OpSupport]:

@@ -223,9 +223,7 @@ def pooling(layer: LayerDef, ctx: CaffeContext) -> None:
         y = ctx.op(layer, "AveragePool", [x], attrs, (n, c, oh, ow))
     else:
         pads = ctx.const([0, 0, ph, pw, 0, 0, ph, pw], np.int64)
-        xp = ctx.op(
-            layer, "Pad", [x, pads], {"mode": "constant"}, (n, c, h + 2 * ph, w + 2 * pw), suffix="_pad"
-        )
+        xp = ctx.op(layer, "Pad", [x, pads], {"mode": "constant"}, (n, c, h + 2 * ph, w + 2 * pw), suffix="_pad")
         attrs = {**base, "pads": [0, 0, eh, ew], "count_include_pad": 0}
         y = ctx.op(layer, "AveragePool", [xp], attrs, (n, c, oh, ow))
     ctx.set_top(layer, y)

@@ -103,9 +103,7 @@ def bias(layer: LayerDef, ctx: CaffeContext) -> None:
         b: Value = y
     else:
         pshape = _param_shape(shape, axis, int(bp.num_axes))
-        b = ctx.weight(
-            layer, ctx.blob(layer, 0, pshape, "bias").reshape(_broadcast(pshape, len(shape), axis)), "bias"
-        )
+        b = ctx.weight(layer, ctx.blob(layer, 0, pshape, "bias").reshape(_broadcast(pshape, len(shape), axis)), "bias")
     ctx.set_top(layer, ctx.op(layer, "Add", [x, b], None, shape))
 
 
@@ -143,10 +141,9 @@ def normalize(layer: LayerDef, ctx: CaffeContext) -> None:
     ss = ctx.op(layer, "Add", [ss, ctx.const(float(np_.eps))], None, rshape, suffix="_eps")
     norm = ctx.op(layer, "Sqrt", [ss], None, rshape, suffix="_norm")
     y = ctx.op(layer, "Div", [x, norm], None, (n, c, h, w), suffix="_div")
-    if np_.channel_shared:
-        s = ctx.blob(layer, 0, (1,), "scale")
-    else:
-        s = ctx.blob(layer, 0, (c,), "scale").reshape(c, 1, 1)
+    shared = bool(np_.channel_shared)
+    s = ctx.blob(layer, 0, (1,) if shared else (c,), "scale")
+    s = s if shared else s.reshape(c, 1, 1)
     ctx.set_top(layer, ctx.op(layer, "Mul", [y, ctx.weight(layer, s, "scale")], None, (n, c, h, w)))
 
 
@@ -170,9 +167,7 @@ def eltwise(layer: LayerDef, ctx: CaffeContext) -> None:
             return
         terms = []
         for i, (x, c) in enumerate(zip(xs, coeffs or [1.0] * len(xs), strict=True)):
-            terms.append(
-                x if c == 1.0 else ctx.op(layer, "Mul", [x, ctx.const(c)], None, shape, suffix=f"_c{i}")
-            )
+            terms.append(x if c == 1.0 else ctx.op(layer, "Mul", [x, ctx.const(c)], None, shape, suffix=f"_c{i}"))
         if len(terms) == 2:
             ctx.set_top(layer, ctx.op(layer, "Add", terms, None, shape))
         else:

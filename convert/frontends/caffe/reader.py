@@ -169,9 +169,7 @@ def read_prototxt(path: Path) -> NetDef:
         if " : " in msg[:24]:
             msg = msg.split(" : ", 1)[1]
         where = f"{path.name}:{line}:{col}" if line else path.name
-        raise ModelFormatError(
-            f"{where}: prototxt syntax error: {msg}. Is this a Caffe deploy prototxt?"
-        ) from exc
+        raise ModelFormatError(f"{where}: prototxt syntax error: {msg}. Is this a Caffe deploy prototxt?") from exc
     lines = layer_lines(text)
     layers: list[LayerDef] = []
     if net.layer and net.layers:
@@ -195,9 +193,7 @@ def read_prototxt(path: Path) -> NetDef:
             ename = enum.Name(lp.type) if lp.type in enum.values() else str(lp.type)
             vtype = _V1_TYPES.get(ename, ename.title().replace("_", ""))
             layers.append(
-                LayerDef(
-                    lp.name, vtype, list(lp.bottom), list(lp.top), lp, lines[i] if i < len(lines) else None, i
-                )
+                LayerDef(lp.name, vtype, list(lp.bottom), list(lp.top), lp, lines[i] if i < len(lines) else None, i)
             )
     layers = [ly for ly in layers if _in_test_phase(ly.param)]
     inputs = _declared_inputs(net, path)
@@ -287,8 +283,7 @@ def read_caffemodel(path: Path, net: NetDef) -> None:
             layer.blobs = [_blob_array(b) for b in blobs]
         except ValueError as exc:
             raise ModelFormatError(
-                f"{path.name}: layer '{layer.name}' ({layer.type}): {exc}. "
-                "Is the caffemodel from this prototxt?"
+                f"{path.name}: layer '{layer.name}' ({layer.type}): {exc}. Is the caffemodel from this prototxt?"
             ) from exc
         layer.has_weights = True
     logger.debug("%s: blobs for %d layers", path.name, len(by_name))

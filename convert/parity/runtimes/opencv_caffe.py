@@ -25,9 +25,7 @@ class OpenCVCaffeRuntime:
         try:
             import cv2
         except ImportError as exc:
-            raise UsageError(
-                "the Caffe runtime needs OpenCV: pip install 'opencv-python-headless>=4.8,<5'"
-            ) from exc
+            raise UsageError("the Caffe runtime needs OpenCV: pip install 'opencv-python-headless>=4.8,<5'") from exc
         if not hasattr(cv2, "dnn") or not hasattr(cv2.dnn, "readNetFromCaffe"):
             raise UsageError("this OpenCV has no readNetFromCaffe (OpenCV 5 removed it): install opencv<5")
         from convert.frontends.caffe.reader import read_prototxt
@@ -37,6 +35,9 @@ class OpenCVCaffeRuntime:
             self._net = cv2.dnn.readNetFromCaffe(str(prototxt), str(caffemodel))
         except cv2.error as exc:
             raise UsageError(f"OpenCV could not load {Path(prototxt).name}: {str(exc).strip()}") from exc
+        # Layer fusion is an optimisation with known wrong results on some chains (OpenCV 4.14
+        # fuses an Eltwise PROD fed by Power/Exp chains incorrectly); the reference runs unfused.
+        self._net.enableFusion(False)
         self._net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
         self._net.setPreferableTarget(cv2.dnn.DNN_TARGET_CPU)
         self.name = f"OpenCV DNN {cv2.__version__}"
@@ -84,8 +85,7 @@ class OpenCVCaffeRuntime:
         results = self._net.forwardAndRetrieve(layers)  # every output of each named layer
         by_layer = dict(zip(layers, results, strict=True))
         return {
-            name: np.asarray(by_layer[layer][i])
-            for name, (layer, i) in zip(self._outputs, self._pins, strict=True)
+            name: np.asarray(by_layer[layer][i]) for name, (layer, i) in zip(self._outputs, self._pins, strict=True)
         }
 
 

@@ -152,6 +152,40 @@ CASES: dict[str, tuple[str, dict[str, np.ndarray], str]] = {
         },
         "ssd",
     ),
+    "unary_misc": (
+        HEAD
+        + """
+    g (float[1, 4, 6, 6] x) => (float[1, 4, 6, 6] a, float[1, 4] m, float[1, 3] mm, float[1, 4, 1, 1, 6] u, float[1, 4, 6, 6] e) {
+        l = LeakyRelu <alpha = 0.2> (x)
+        sp = Softplus (l)
+        n = Neg (sp)
+        e = Exp (n)
+        ab = Abs (x)
+        sq = Sqrt (ab)
+        p1 = Add (sq, one)
+        r = Reciprocal (p1)
+        i = Identity (r)
+        a = Mul (i, e)
+        gm = GlobalMaxPool (x)
+        sqz = Squeeze (gm, ax23)
+        t = Add (sqz, ten)
+        m = Log (t)
+        mm = MatMul (sqz, w)
+        sl = Slice (x, st, en, ax2)
+        u = Unsqueeze (sl, ax2b)
+    }""",
+        {
+            "one": np.array(1.0, np.float32),
+            "ten": np.array(10.0, np.float32),
+            "w": _w(4, 3),
+            "ax23": np.array([2, 3], np.int64),
+            "st": np.array([2], np.int64),
+            "en": np.array([3], np.int64),
+            "ax2": np.array([2], np.int64),
+            "ax2b": np.array([2], np.int64),
+        },
+        "bvlc",
+    ),
 }
 
 
@@ -202,8 +236,7 @@ def test_flavors_write_their_own_pooling_rounding(tmp_path: Path) -> None:
     text, weights, _ = CASES["floor_pool_permute_relu6"]
     src = _model(
         text.replace(
-            "c = Clip (p, lo, hi)\n        t = Transpose <perm = [0, 2, 3, 1]> (c)\n"
-            "        y = Reshape (t, shp)",
+            "c = Clip (p, lo, hi)\n        t = Transpose <perm = [0, 2, 3, 1]> (c)\n        y = Reshape (t, shp)",
             "y = Reshape (p, shp)",
         ),
         weights,
@@ -220,8 +253,7 @@ def test_bvlc_round_mode_reads_back(tmp_path: Path) -> None:
     text, weights, _ = CASES["floor_pool_permute_relu6"]
     src = _model(
         text.replace(
-            "c = Clip (p, lo, hi)\n        t = Transpose <perm = [0, 2, 3, 1]> (c)\n"
-            "        y = Reshape (t, shp)",
+            "c = Clip (p, lo, hi)\n        t = Transpose <perm = [0, 2, 3, 1]> (c)\n        y = Reshape (t, shp)",
             "y = Reshape (p, shp)",
         ),
         weights,
@@ -318,9 +350,7 @@ def test_output_path_mapping(given: str, tmp_path: Path) -> None:
 def test_unknown_flavor_is_a_usage_error(tmp_path: Path) -> None:
     src = _model(HEAD + "g (float[1, 2, 3, 3] x) => (float[1, 2, 3, 3] y) { y = Relu (x) }", {})
     with pytest.raises(UsageError, match="caffe-flavor 'nvcaffe'"):
-        EXPORTER.save(
-            serde.deserialize_model(src), tmp_path / "n", Options(extra={"caffe_flavor": "nvcaffe"})
-        )
+        EXPORTER.save(serde.deserialize_model(src), tmp_path / "n", Options(extra={"caffe_flavor": "nvcaffe"}))
 
 
 def test_flavor_option_documents_field_13() -> None:

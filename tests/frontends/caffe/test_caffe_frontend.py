@@ -143,9 +143,7 @@ def test_missing_blob_names_layer(tmp_path: Path) -> None:
         if layer.name == "conv2":
             del layer.blobs[:]
     weights.write_bytes(net.SerializeToString())
-    with pytest.raises(
-        ModelFormatError, match=r"layer 'conv2' \(Convolution, lenet\.prototxt:\d+\) has no blobs"
-    ):
+    with pytest.raises(ModelFormatError, match=r"layer 'conv2' \(Convolution, lenet\.prototxt:\d+\) has no blobs"):
         FRONTEND.load([proto, weights], Options())
 
 
