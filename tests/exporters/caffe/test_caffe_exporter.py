@@ -155,7 +155,8 @@ CASES: dict[str, tuple[str, dict[str, np.ndarray], str]] = {
     "unary_misc": (
         HEAD
         + """
-    g (float[1, 4, 6, 6] x) => (float[1, 4, 6, 6] a, float[1, 4] m, float[1, 3] mm, float[1, 4, 1, 1, 6] u, float[1, 4, 6, 6] e) {
+    g (float[1, 4, 6, 6] x)
+        => (float[1, 4, 6, 6] a, float[1, 4] m, float[1, 3] mm, float[1, 4, 1, 1, 6] u, float[1, 4, 6, 6] e) {
         l = LeakyRelu <alpha = 0.2> (x)
         sp = Softplus (l)
         n = Neg (sp)
