@@ -231,7 +231,7 @@ def _shortcut_term(sec: Section, ctx: DarknetContext, src: LayerOut, out: LayerO
     if sample > 1:
         # ... and adds it at (k, j*sample, i*sample): interleave zeros.
         x = ctx.reshape(sec, x, [minc, minh, 1, minw, 1], suffix=f"from{i}_spread")
-        pads = np.array([0, 0, 0, 0, 0, 0, 0, 0, sample - 1, 0, sample - 1], dtype=np.int64)
+        pads = np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, sample - 1, 0, sample - 1], dtype=np.int64)
         x = b.op("Pad", [x, b.const(pads)], name=f"{ctx.name(sec)}_from{i}_zeros", prov=prov)
         x = ctx.reshape(sec, x, [minc, minh * sample, minw * sample], suffix=f"from{i}_interleave")
     cur_h = minh * sample
