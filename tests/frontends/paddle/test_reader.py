@@ -1,0 +1,165 @@
+"""Reading Paddle files without Paddle: locating files, params records, provenance, bad input."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from paddle_helpers import SynthOp, record, write_params, write_program
+
+from convert.frontends.paddle import FRONTEND
+from convert.frontends.paddle.loader import resolve
+from convert.ir import (
+    ConversionError,
+    ModelFormatError,
+    Options,
+    UnsupportedOpsError,
+    UsageError,
+    get_provenance,
+    is_file_slice,
+)
+
+R = np.random.default_rng(1)
+W = R.standard_normal((4, 3, 3, 3)).astype(np.float32)
+B = R.standard_normal(4).astype(np.float32)
+
+
+def _conv_model(folder: Path, stem: str = "inference", extra_ops: list[SynthOp] | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    ops = [SynthOp("conv2d", {"Input": ["x"], "Filter": ["conv.w_0"]}, {"Output": ["conv.tmp_0"]},
+                   {"strides": [1, 1], "paddings": [1, 1]}),
+           SynthOp("elementwise_add", {"X": ["conv.tmp_0"], "Y": ["conv.b_0"]}, {"Out": ["conv.tmp_1"]}, {"axis": 1}),
+           SynthOp("relu", {"X": ["conv.tmp_1"]}, {"Out": ["relu.tmp_0"]}), *(extra_ops or [])]
+    shapes = {n: ([-1, 4, 8, 8], "float32") for n in ("conv.tmp_0", "conv.tmp_1", "relu.tmp_0")}
+    params = {"conv.w_0": W, "conv.b_0": B}
+    path = write_program(folder / f"{stem}.pdmodel", feeds={"x": ([-1, 3, 8, 8], "float32")}, ops=ops,
+                         fetches=[(extra_ops[-1].outputs["Out"][0] if extra_ops else "relu.tmp_0")],
+                         params=params, shapes=shapes)
+    write_params(folder / f"{stem}.pdiparams", params)
+    return path
+
+
+def test_folder_prefix_and_files_resolve_alike(tmp_path: Path) -> None:
+    path = _conv_model(tmp_path / "m")
+    want = resolve([path])
+    assert resolve([tmp_path / "m"]) == want
+    assert resolve([tmp_path / "m" / "inference"]) == want
+    assert resolve([path, path.with_suffix(".pdiparams")]) == want
+    with pytest.raises(UsageError, match="no such file, folder, or prefix"):
+        resolve([tmp_path / "m" / "nothing"])
+
+
+def test_weights_are_file_slices_with_provenance(tmp_path: Path) -> None:
+    model = FRONTEND.load([_conv_model(tmp_path / "m")], Options())
+    inits = model.graph.initializers
+    w = inits["conv.w_0"].const_value
+    assert is_file_slice(w) and w.shape == (4, 3, 3, 3)
+    np.testing.assert_array_equal(w.numpy(), W)
+    np.testing.assert_array_equal(inits["conv.b_0"].const_value.numpy(), B)
+    conv = next(n for n in model.graph if n.op_type == "Conv")
+    prov = get_provenance(conv)
+    assert prov.kind == "conv2d" and prov.layer == "conv.tmp_0" and prov.file == "inference.pdmodel"
+    assert [o.name for o in model.graph.outputs] == ["relu.tmp_0"]
+    assert str(model.graph.inputs[0].shape[0]) == "N"
+
+
+def test_separate_parameter_files(tmp_path: Path) -> None:
+    path = _conv_model(tmp_path / "m")
+    path.with_suffix(".pdiparams").unlink()
+    for name, arr in {"conv.w_0": W, "conv.b_0": B}.items():
+        (tmp_path / "m" / name).write_bytes(record(arr))
+    model = FRONTEND.load([path], Options())
+    np.testing.assert_array_equal(model.graph.initializers["conv.w_0"].const_value.numpy(), W)
+
+
+def test_unsupported_ops_are_listed_at_once(tmp_path: Path) -> None:
+    extra = [SynthOp("roi_align", {"X": ["relu.tmp_0"]}, {"Out": ["roi.tmp_0"]}),
+             SynthOp("yolo_box", {"X": ["roi.tmp_0"]}, {"Out": ["yolo.tmp_0"]}),
+             SynthOp("roi_align", {"X": ["yolo.tmp_0"]}, {"Out": ["roi.tmp_1"]})]
+    path = _conv_model(tmp_path / "m", extra_ops=extra)
+    gaps = FRONTEND.check_support([path], Options())
+    assert [(g.op, g.count) for g in gaps] == [("roi_align", 2), ("yolo_box", 1)]
+    with pytest.raises(UnsupportedOpsError) as err:
+        FRONTEND.load([path], Options())
+    text = str(err.value)
+    assert "roi_align x2" in text and "yolo_box" in text and "'roi.tmp_0'" in text and "'yolo.tmp_0'" in text
+
+
+def test_converter_failure_names_the_op(tmp_path: Path) -> None:
+    extra = [SynthOp("pool2d", {"X": ["relu.tmp_0"]}, {"Out": ["pool.tmp_0"]},
+                     {"pooling_type": "lp", "ksize": [2, 2]})]
+    with pytest.raises(ConversionError, match=r"'pool2d' -> 'pool.tmp_0'.*pooling_type 'lp'"):
+        FRONTEND.load([_conv_model(tmp_path / "m", extra_ops=extra)], Options())
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    (b"\x08\x96\x01garbage that is not a program\xff\xff", ["inference.pdmodel", "not a Paddle program"]),
+    (b"", ["inference.pdmodel", "not a Paddle program"]),
+], ids=["garbage", "empty"])
+def test_pdmodel_that_is_not_a_program(tmp_path: Path, content: bytes, words: list[str]) -> None:
+    path = tmp_path / "inference.pdmodel"
+    path.write_bytes(content)
+    with pytest.raises(ModelFormatError) as err:
+        FRONTEND.load([path], Options())
+    for word in words:
+        assert word in str(err.value)
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    ("{not json", ["inference.json", "invalid JSON"]),
+    (json.dumps({"name": "some other json"}), ["inference.json", "not a Paddle PIR program"]),
+], ids=["not-json", "other-json"])
+def test_json_that_is_not_a_program(tmp_path: Path, content: str, words: list[str]) -> None:
+    path = tmp_path / "inference.json"
+    path.write_text(content)
+    with pytest.raises(ModelFormatError) as err:
+        FRONTEND.load([path], Options())
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_params_from_another_model(tmp_path: Path) -> None:
+    path = _conv_model(tmp_path / "m")
+    other = {"a": np.zeros(4, np.float32), "b": np.zeros((8, 3, 3, 3), np.float32)}
+    write_params(path.with_suffix(".pdiparams"), other)
+    with pytest.raises(ModelFormatError) as err:
+        FRONTEND.load([path], Options())
+    text = str(err.value)
+    assert "parameter 'conv.w_0'" in text and "[8, 3, 3, 3]" in text and "same model" in text
+
+
+def test_truncated_params(tmp_path: Path) -> None:
+    path = _conv_model(tmp_path / "m")
+    params = path.with_suffix(".pdiparams")
+    params.write_bytes(params.read_bytes()[:-10])
+    with pytest.raises(ModelFormatError) as err:
+        FRONTEND.load([path], Options())
+    assert "truncated" in str(err.value) and "parameter 'conv.w_0'" in str(err.value)
+
+
+def test_missing_and_extra_params(tmp_path: Path) -> None:
+    path = _conv_model(tmp_path / "m")
+    params = path.with_suffix(".pdiparams")
+    params.write_bytes(record(B))
+    with pytest.raises(ModelFormatError, match=r"ends after 1 of 2 parameters; missing 'conv.w_0'"):
+        FRONTEND.load([path], Options())
+    params.write_bytes(record(B) + record(W) + record(B))
+    with pytest.raises(ModelFormatError, match=r"bytes left over .* after the last parameter 'conv.w_0'"):
+        FRONTEND.load([path], Options())
+
+
+def test_cli_bad_params_is_one_line_exit_2(tmp_path: Path) -> None:
+    path = _conv_model(tmp_path / "m")
+    params = path.with_suffix(".pdiparams")
+    params.write_bytes(params.read_bytes()[:100])
+    cmd = f"{shlex.quote(sys.executable)} -m convert paddle:onnx {shlex.quote(str(tmp_path / 'm'))} -o o.onnx"
+    r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "truncated" in lines[0] and "Traceback" not in r.stderr
+    assert not (tmp_path / "o.onnx").exists()
