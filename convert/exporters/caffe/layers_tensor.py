@@ -320,7 +320,7 @@ def transpose(node: Node, ctx: EmitContext) -> Emitted:
 _note("Transpose", "Permute", "ssd flavor")
 
 
-@EMITTERS.register("Resize", "Upsample")
+@EMITTERS.register("Resize")
 def resize(node: Node, ctx: EmitContext) -> Emitted:
     """Resize nearest (integer scale) -> Deconvolution or Upsample (ssd); bilinear align_corners -> Interp."""
     x = ctx.shape(node.inputs[0])
