@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from . import formats, ir
-from .parity import DEFAULT_ATOL, DEFAULT_RTOL, ParityReport, run_parity
+from .parity import DEFAULT_ATOL, DEFAULT_RTOL, ParityReport, open_runtime, resolve_inputs, run_parity
 
 __all__ = ["ConversionResult", "convert", "load", "routes", "save", "supported_ops", "verify"]
 
@@ -35,12 +35,16 @@ class ConversionResult:
     weight_bytes: int
     seconds: float
     report: ParityReport | None = None
+    #: Why the parity check asked for could not run (its runtime is missing, or failed).
+    parity_error: str = ""
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        """True when converted and the parity check passed or was not run."""
+        """True when converted and the parity check passed or was not asked for."""
+        if self.parity_error:
+            return False
         return self.report is None or self.report.passed
 
 
@@ -223,6 +227,24 @@ def convert(
         model = _load(fe, paths, opts)
     if on_loaded is not None:
         on_loaded(model)
+    # Open the reference runtime and settle the parity inputs before writing anything, so that a bad
+    # --inputs file is an error with nothing written; a missing runtime only skips the check.
+    src_runtime = None
+    feeds = None
+    parity_error = ""
+    if check:
+        try:
+            if module_src:
+                from .parity.runtimes.torch import module_runtime  # lazily: imports torch
+
+                src_runtime = module_runtime(src, example_inputs, opts)
+            else:
+                src_runtime = open_runtime(fmt, paths, opts)
+        except ir.ConvertError as exc:
+            parity_error = f"the {fmt} reference runtime is unavailable: {exc}"
+        if src_runtime is not None:
+            feeds = resolve_inputs(src_runtime, Path(inputs) if isinstance(inputs, (str, Path)) else inputs,
+                                   opts, seed=seed)
     target = default_output(paths, ex, out) if paths else Path(out or ("model" + ex.suffix))
     ir.passes.standard_pipeline(fold_batchnorm=fold_batchnorm, validate=validate)(model)
     _check_export(ex, model, opts)
@@ -233,15 +255,13 @@ def convert(
         params=int(stats["params"]), weight_bytes=int(stats["bytes"]),  # type: ignore[call-overload]
         seconds=0.0, notes=list(opts.diagnostics.notes), warnings=list(opts.diagnostics.warnings),
     )
-    if check:
-        src_runtime = None
-        if module_src:
-            from .parity.runtimes.torch import module_runtime  # lazily: imports torch
-
-            src_runtime = module_runtime(src, example_inputs, opts)
-        feeds = Path(inputs) if isinstance(inputs, (str, Path)) else inputs
-        result.report = run_parity(fmt, paths, ex.name, written, options=opts, atol=atol, rtol=rtol,
-                                   inputs=feeds, seed=seed, source_runtime=src_runtime)
+    result.parity_error = parity_error
+    if src_runtime is not None:
+        try:
+            result.report = run_parity(fmt, paths, ex.name, written, options=opts, atol=atol, rtol=rtol,
+                                       inputs=feeds, seed=seed, source_runtime=src_runtime)
+        except ir.ConvertError as exc:
+            result.parity_error = f"the parity check failed to run: {exc}"
     result.seconds = time.perf_counter() - start
     result.notes = list(opts.diagnostics.notes)
     result.warnings = list(opts.diagnostics.warnings)

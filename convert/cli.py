@@ -5,8 +5,8 @@
     convert check 'onnx->caffe' model.onnx --against model.prototxt --against model.caffemodel
     convert inspect model.onnx        convert formats        convert ops darknet
 
-Exit status: 0 converted (and parity passed), 1 converted but parity failed, 2 could not
-convert (usage, malformed or unsupported model), 130 interrupted. Only this module prints.
+Exit status: 0 converted (and parity passed), 1 converted but parity failed or could not run,
+2 could not convert (usage, malformed or unsupported model), 130 interrupted. Only this module prints.
 """
 
 from __future__ import annotations
@@ -52,8 +52,10 @@ Other commands:
   convert random-weights darknet CFG -o OUT     seeded test weights for a Darknet cfg
 
 \b
-Exit status: 0 converted and parity passed; 1 converted but parity failed;
-2 could not convert (usage, malformed or unsupported model; one line per problem).
+Exit status: 0 converted and parity passed (or --no-check); 1 converted but parity
+failed or could not run (e.g. the source framework is not installed); 2 could not
+convert (usage, malformed or unsupported model; one line per problem); 130 interrupted.
+Nothing is left at the output path when it could not convert.
 """
 
 logger = logging.getLogger("convert")
@@ -331,8 +333,13 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
         click.echo(result.report.table())
         if report_path:
             Path(str(report_path)).write_text(result.report.to_json() + "\n")
-    verdict = ("parity not checked" if result.report is None else
-               f"parity {'PASS' if result.report.passed else 'FAIL'} ({result.report.dest_device})")
+    if result.parity_error:
+        click.echo(f"convert: parity NOT CHECKED: {result.parity_error} (--no-check skips it)", err=True)
+        verdict = "parity NOT CHECKED"
+    elif result.report is None:
+        verdict = "parity not checked (--no-check)"
+    else:
+        verdict = f"parity {'PASS' if result.report.passed else 'FAIL'} ({result.report.dest_device})"
     status = "OK" if result.ok else "FAIL"
     main_out = result.outputs[0] if result.outputs else "-"
     click.echo(f"{status} {result.route} | {result.nodes} nodes | {_human(result.params)} params | "

@@ -72,6 +72,20 @@ def test_report_json(model: Path, tmp_path: Path) -> None:
     assert out["max_abs"] < 1e-4 and out["cosine"] > 0.99999
 
 
+def test_user_inputs_npz(model: Path, tmp_path: Path) -> None:
+    import numpy as np
+
+    np.savez(tmp_path / "in.npz", x=np.ones((1, 3, 32, 32), np.float32))
+    r = sh("convert onnx:onnx m.onnx -o o.onnx --inputs in.npz --report rep.json", tmp_path)
+    assert r.returncode == 0, r.stderr
+    report = json.loads((tmp_path / "rep.json").read_text())
+    assert report["seed"] is None and report["inputs"] == {"x": [1, 3, 32, 32]}
+    np.savez(tmp_path / "bad.npz", a=np.ones(3), b=np.ones(3))
+    r = sh("convert onnx:onnx m.onnx -o o2.onnx --inputs bad.npz", tmp_path)
+    assert r.returncode == 2 and "has 2 arrays, the model takes 1" in r.stderr
+    assert not (tmp_path / "o2.onnx").exists()
+
+
 def test_parity_failure_exits_1(model: Path, tmp_path: Path) -> None:
     # a "converted" model that computes something else: same graph, other weights
     onnx.save(models_onnx.conv_net(seed=1), str(tmp_path / "wrong.onnx"))

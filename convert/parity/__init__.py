@@ -29,6 +29,7 @@ __all__ = [
     "load_inputs",
     "make_inputs",
     "open_runtime",
+    "resolve_inputs",
     "run_parity",
 ]
 
@@ -105,6 +106,21 @@ def load_inputs(path: Path, specs: Sequence[TensorSpec]) -> dict[str, np.ndarray
     return {s.name: a.astype(s.dtype, copy=False) for s, a in zip(specs, arrays, strict=True)}
 
 
+def resolve_inputs(src: Runtime, inputs: Path | Mapping[str, np.ndarray] | None, options: Options, *,
+                   seed: int = 0) -> dict[str, np.ndarray]:
+    """Return the parity inputs for ``src``: the user's (checked against its inputs) or seeded random ones."""
+    specs = list(src.inputs())
+    if inputs is None:
+        return make_inputs(specs, options, seed=seed)
+    if isinstance(inputs, Path):
+        return load_inputs(inputs, specs)
+    feeds = dict(inputs)
+    missing = [s.name for s in specs if s.name not in feeds]
+    if missing:
+        raise UsageError(f"parity inputs lack {', '.join(missing)}")
+    return feeds
+
+
 def _rename_feeds(feeds: Mapping[str, np.ndarray], source: Sequence[TensorSpec],
                   dest: Sequence[TensorSpec]) -> dict[str, np.ndarray]:
     src_names = [s.name for s in source]
@@ -132,14 +148,9 @@ def run_parity(
     """Run both models on the same inputs and compare every output."""
     options = options or Options()
     src = source_runtime or open_runtime(source_format, source_paths, options)
+    feeds = resolve_inputs(src, inputs, options, seed=seed)
     dst = open_runtime(dest_format, dest_paths, options)
     src_specs = list(src.inputs())
-    if inputs is None:
-        feeds = make_inputs(src_specs, options, seed=seed)
-    elif isinstance(inputs, Path):
-        feeds = load_inputs(inputs, src_specs)
-    else:
-        feeds = dict(inputs)
     ref = src.run(feeds)
     got = dst.run(_rename_feeds(feeds, src_specs, list(dst.inputs())))
     report = ParityReport(

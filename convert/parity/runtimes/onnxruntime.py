@@ -35,6 +35,7 @@ class OnnxRuntime:
     def __init__(self, path: Path, *, device: str = "auto") -> None:
         import onnxruntime as ort
 
+        _warn_if_both_installed()
         available = ort.get_available_providers()
         want_cuda = device in ("auto", "cuda") and "CUDAExecutionProvider" in available
         if device == "cuda" and not want_cuda:
@@ -65,6 +66,23 @@ class OnnxRuntime:
         names = self.outputs()
         results = self.session.run(names, dict(feeds))
         return dict(zip(names, (np.asarray(r) for r in results), strict=True))
+
+
+def _warn_if_both_installed() -> None:
+    from importlib import metadata
+
+    names = []
+    for dist in ("onnxruntime", "onnxruntime-gpu"):
+        try:
+            metadata.version(dist)
+            names.append(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    if len(names) == 2:
+        logger.warning(
+            "both onnxruntime and onnxruntime-gpu are installed; they share one module and the CUDA "
+            "provider may be missing. Fix: pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime-gpu"
+        )
 
 
 def open_runtime(paths: Sequence[Path], options: Options) -> OnnxRuntime:
