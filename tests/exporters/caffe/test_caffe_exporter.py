@@ -428,3 +428,38 @@ def test_every_emitter_is_tested() -> None:
         if not str(k).startswith(CAFFE_DOMAIN) and f"{k} (" not in text and f"{k} <" not in text
     ]
     assert untested == []
+
+
+DIALECT_ONLY = {
+    # Layers OpenCV cannot load: checked by reading the export back with our frontend.
+    "interp_pspnet": (
+        'y = Resize <mode = "linear", coordinate_transformation_mode = "align_corners"> (x, , , sz)',
+        "pspnet",
+        "Interp",
+    ),
+    "upsample_ssd": ('y = Resize <mode = "nearest"> (x, , sc)', "ssd", "Upsample"),
+    "clip_bvlc": ("y = Clip (x, lo, hi)", "bvlc", "Clip"),
+}
+
+
+@pytest.mark.parametrize("case", list(DIALECT_ONLY), ids=list(DIALECT_ONLY))
+def test_dialect_layers_read_back(case: str, tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    body, flavor, layer = DIALECT_ONLY[case]
+    out_shape = "[1, 2, 6, 6]" if "Resize" in body else "[1, 2, 3, 3]"
+    src = _model(
+        HEAD + f"g (float[1, 2, 3, 3] x) => (float{out_shape} y) {{ {body} }}",
+        {
+            "sz": np.array([1, 2, 6, 6], np.int64),
+            "sc": np.array([1, 1, 2, 2], np.float32),
+            "lo": np.array(-0.5, np.float32),
+            "hi": np.array(0.8, np.float32),
+        },
+    )
+    paths = _export(src, tmp_path / case, flavor)
+    assert f'type: "{layer}"' in paths[0].read_text()
+    back = FRONTEND.load(paths, Options())
+    feeds = _feeds(src)
+    ref = ort.InferenceSession(src.SerializeToString()).run(None, feeds)[0]
+    ours = ort.InferenceSession(serde.serialize_model(back).SerializeToString()).run(None, feeds)[0]
+    assert _rel(ours, ref) <= RTOL
