@@ -106,32 +106,38 @@ class FileWeights:
         self.allow_trailing = allow_trailing
         self.cfg_name = cfg_name
         self.trailing = 0
+        self.short_at: str | None = None
 
     def take(self, req: ParamRequest) -> TensorProtocol:
         """Return the next ``req.shape`` float32 region as a file slice.
 
-        Raises:
-            ModelFormatError: the file ends before the region does.
+        Past the end of the file a placeholder is returned and the shortfall recorded, so that
+        ``finish`` can say where the file ran out and how many bytes the whole cfg still needed.
         """
         count = int(np.prod(req.shape, dtype=np.int64))
         nbytes = count * _F32
         if self.offset + nbytes > self.file_size:
-            missing = self.offset + nbytes - self.file_size
-            raise ModelFormatError(
-                f"{self.path.name}: truncated at byte {self.file_size:,} while reading layer {req.layer} "
-                f"{req.where} ('{req.name}'): expected {missing:,} more bytes. "
-                "Are the .cfg and .weights from the same model?"
-            )
-        tensor = file_slice(self.path, self.offset, "float32", req.shape, name=req.name)
+            if self.short_at is None:
+                self.short_at = f"layer {req.layer} {req.where} ('{req.name}')"
+            tensor: TensorProtocol = lazy(lambda: np.zeros(req.shape, np.float32), "float32", req.shape,
+                                          name=req.name)
+        else:
+            tensor = file_slice(self.path, self.offset, "float32", req.shape, name=req.name)
         self.offset += nbytes
         return tensor
 
     def finish(self) -> None:
-        """Raise when bytes are left over (unless allowed).
+        """Raise when the file is short, or has bytes left over (unless allowed).
 
         Raises:
-            ModelFormatError: the file is longer than the cfg needs.
+            ModelFormatError: the file does not hold exactly what the cfg needs.
         """
+        if self.short_at is not None:
+            missing = self.offset - self.file_size
+            raise ModelFormatError(
+                f"{self.path.name}: truncated at byte {self.file_size:,} while reading {self.short_at}: "
+                f"expected {missing:,} more bytes. Are the .cfg and .weights from the same model?"
+            )
         extra = self.file_size - self.offset
         self.trailing = extra
         if extra > 0 and not self.allow_trailing:
