@@ -190,6 +190,7 @@ class _Lowering:
             else:
                 raise ModelFormatError(f"{source}: inputs of kind {spec.kind.name} ('{node.name}') are not supported")
         self.foldable = self._find_foldable()
+        self.seen: Counter[str] = Counter()  # ATen ops met, converted or folded
 
     # -- analysis ---------------------------------------------------------------------
     def _find_foldable(self) -> set[object]:
@@ -297,6 +298,7 @@ class _Lowering:
 
     def run_node(self, node: object) -> None:
         key = op_key(node.target)  # type: ignore[attr-defined]
+        self.seen[key] += 1
         if node in self.foldable:
             self._fold(node)
             return
@@ -439,7 +441,9 @@ def lower_program(program: object, *, source: str, options: Options,
     if out_node is None:
         raise ModelFormatError(f"{source}: the program has no output")
     _outputs(program, lowering, out_node, builder, source)
-    return builder.build(doc=f"converted from {os.path.basename(source)} by convert (pytorch frontend)")
+    model = builder.build(doc=f"converted from {os.path.basename(source)} by convert (pytorch frontend)")
+    model.meta["convert:aten_ops"] = dict(lowering.seen)
+    return model
 
 
 def _get_attr(program: object, target: str) -> object:

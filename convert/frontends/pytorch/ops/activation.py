@@ -31,7 +31,7 @@ for _key, _op in {
     "aten.hardswish": "HardSwish", "aten.exp": "Exp", "aten.log": "Log", "aten.sqrt": "Sqrt",
     "aten.abs": "Abs", "aten.neg": "Neg", "aten.erf": "Erf", "aten.reciprocal": "Reciprocal",
     "aten.sin": "Sin", "aten.cos": "Cos", "aten.floor": "Floor", "aten.ceil": "Ceil",
-    "aten.round": "Round", "aten.sign": "Sign", "aten.logical_not": "Not",
+    "aten.round": "Round", "aten.sign": "Sign", "aten.logical_not": "Not", "aten.bitwise_not": "Not",
 }.items():
     lowers(_key, to=_op)(_unary(_op))  # type: ignore[arg-type]
 

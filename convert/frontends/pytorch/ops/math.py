@@ -60,11 +60,24 @@ for _keys, _op in {
     ("aten.add", "aten.add_"): "Add", ("aten.sub", "aten.sub_"): "Sub", ("aten.mul", "aten.mul_"): "Mul",
     ("aten.maximum",): "Max", ("aten.minimum",): "Min", ("aten.eq",): "Equal", ("aten.lt",): "Less",
     ("aten.gt",): "Greater", ("aten.le",): "LessOrEqual", ("aten.ge",): "GreaterOrEqual",
-    ("aten.logical_and",): "And", ("aten.logical_or",): "Or", ("aten.remainder",): "Mod",
+    ("aten.logical_and", "aten.__and__", "aten.bitwise_and"): "And",
+    ("aten.logical_or", "aten.__or__", "aten.bitwise_or"): "Or",
 }.items():
     lowers(*_keys, to=_op)(_binary(_op))  # type: ignore[arg-type]
 lowers("aten.rsub", to="Sub")(_binary("Sub", reverse=True))  # type: ignore[arg-type]
 
+
+
+@lowers("aten.remainder", to="Div+Floor+Mul+Sub / Mod", notes="Python semantics (sign of the divisor)")
+def remainder(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower remainder: x - floor(x / y) * y for floats (ONNX Mod needs fmod=1 there), Mod for ints."""
+    like = call.out_meta
+    a = _cast(ctx, _operand(call, ctx, "self", like), call.metas.get("self"), like)
+    b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), like)
+    if like.dtype.is_floating_point():
+        q = ctx.op("Floor", [ctx.op("Div", [a, b])])
+        return ctx.op("Sub", [a, ctx.op("Mul", [q, b])])
+    return ctx.op("Mod", [a, b], {"fmod": 0})
 
 
 @lowers("aten.div", "aten.div_", to="Div", notes="rounding_mode 'floor'/'trunc' add Floor/Cast")

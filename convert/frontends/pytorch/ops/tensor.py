@@ -39,10 +39,9 @@ def getitem(call: OpCall, ctx: LowerContext) -> object:
     """Pick one result of a multi-output op."""
     seq = call.args["self"]
     index = call.args["index"]
-    item = operator.getitem(seq, index)  # type: ignore[call-overload]
-    if item is None:
-        raise call.unsupported(f"output {index} of a multi-output op is not supported (only its values)")
-    return item
+    # An unsupported secondary output (pooling indices, batch-norm statistics) is None here; a
+    # converter that receives it as a tensor argument reports it.
+    return operator.getitem(seq, index)  # type: ignore[call-overload]
 
 
 def _target_shape(call: OpCall) -> list[int]:
@@ -194,6 +193,18 @@ def slice_(call: OpCall, ctx: LowerContext) -> Value:
         return call.tensor("self")
     return ctx.op("Slice", [call.tensor("self"), ctx.ints([start]), ctx.ints([end_i]), ctx.ints([axis]),
                             ctx.ints([step])])
+
+
+@lowers("aten.narrow", to="Slice")
+def narrow(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower narrow(dim, start, length) to Slice."""
+    meta = call.meta("self")
+    axis = norm_axis(int(call["dim"]), meta.rank)  # type: ignore[call-overload]
+    start = int(call["start"])  # type: ignore[call-overload]
+    if start < 0:
+        start += meta.shape[axis]
+    end = start + int(call["length"])  # type: ignore[call-overload]
+    return ctx.op("Slice", [call.tensor("self"), ctx.ints([start]), ctx.ints([end]), ctx.ints([axis])])
 
 
 @lowers("aten.expand", "aten.expand_copy", "aten.broadcast_to", to="Expand")

@@ -1,0 +1,245 @@
+"""One small module per op family: torch.export -> IR -> ONNX -> ONNX Runtime vs PyTorch eager.
+
+The last test checks that every key of the op table is exercised here (or is listed, with the
+reason, in ``UNTESTED``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from _torch_helpers import REL_TO_SCALE, rel_to_scale, run_onnx, to_onnx
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+F = torch.nn.functional
+
+pytestmark = pytest.mark.torch
+
+
+class Fn(nn.Module):
+    """Wrap a function of the inputs (and optionally owned layers) as a module."""
+
+    def __init__(self, fn: Callable[..., object], **layers: nn.Module) -> None:
+        super().__init__()
+        self.fn = fn
+        for name, layer in layers.items():
+            self.add_module(name, layer)
+
+    def forward(self, *xs: object) -> object:
+        return self.fn(self, *xs)
+
+
+def _bn(c: int) -> nn.BatchNorm2d:
+    bn = nn.BatchNorm2d(c)
+    with torch.no_grad():
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.2, 0.2)
+    return bn
+
+
+S4 = [(1, 4, 8, 8)]
+CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
+    "conv1d": (lambda: nn.Conv1d(4, 6, 3, padding=1), [(1, 4, 16)]),
+    "conv2d_grouped_dilated": (lambda: nn.Conv2d(4, 8, 3, stride=2, padding=2, dilation=2, groups=2), S4),
+    "conv2d_same": (lambda: nn.Conv2d(4, 4, 4, padding="same", bias=False), S4),
+    "conv3d": (lambda: nn.Conv3d(2, 3, 3, padding=1), [(1, 2, 4, 6, 6)]),
+    "conv_transpose2d": (lambda: nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1), S4),
+    "batch_norm": (lambda: Fn(lambda m, x: m.bn(x), bn=_bn(4)), S4),
+    "batch_norm_no_affine": (lambda: nn.BatchNorm2d(4, affine=False).eval(), S4),
+    "layer_norm": (lambda: nn.LayerNorm([8]), [(2, 5, 8)]),
+    "group_norm": (lambda: nn.GroupNorm(2, 4), S4),
+    "relu_relu6_hardtanh": (lambda: Fn(lambda m, x: F.relu(x) + F.relu6(x * 8) + F.hardtanh(x, -0.5, 0.5)), S4),
+    "silu_sigmoid_tanh": (lambda: Fn(lambda m, x: F.silu(x) + torch.sigmoid(x) * torch.tanh(x)), S4),
+    "gelu": (lambda: Fn(lambda m, x: F.gelu(x) + F.gelu(x, approximate="tanh")), S4),
+    "leaky_elu_softplus_mish": (lambda: Fn(lambda m, x: F.leaky_relu(x, 0.2) + F.elu(x) + F.softplus(x)
+                                           + F.mish(x)), S4),
+    "hardswish_hardsigmoid": (lambda: Fn(lambda m, x: F.hardswish(x * 4) + F.hardsigmoid(x * 4)), S4),
+    "prelu": (lambda: nn.PReLU(4, 0.1), S4),
+    "clamp": (lambda: Fn(lambda m, x: x.clamp(-0.3, 0.4) + x.clamp(min=0.1) + x.clamp(max=0.2)), S4),
+    "softmax_log_softmax": (lambda: Fn(lambda m, x: x.softmax(1) + x.log_softmax(-1)), S4),
+    "unary_math": (lambda: Fn(lambda m, x: torch.exp(x) + torch.log(x.abs() + 1) + torch.sqrt(x.abs())
+                              + torch.rsqrt(x.abs() + 1) + torch.erf(x) + torch.reciprocal(x.abs() + 1)
+                              - torch.neg(x) + torch.sin(x) * torch.cos(x) + torch.floor(x) + torch.ceil(x)
+                              + torch.round(x * 3) + torch.sign(x)), S4),
+    "binary_math": (lambda: Fn(lambda m, x, y: (x + y, x - 2 * y, x * y, x / (y.abs() + 1), 1 - x,
+                                                torch.maximum(x, y), torch.minimum(x, y), x ** 2,
+                                                x.abs() ** 0.5, x.abs() ** 1.5,
+                                                torch.div(x * 4, y.abs() + 1, rounding_mode="floor"),
+                                                torch.div(x * 4, y.abs() + 1, rounding_mode="trunc"),
+                                                torch.remainder(x.abs() * 4, 1.5))), S4 + S4),
+    "compare_where": (lambda: Fn(lambda m, x, y: torch.where((x > y) & (x >= 0) | (x < -0.5)
+                                                             | ~(x <= 0.1) | (x == y), x, y)
+                                 + x.masked_fill(x.eq(0.0) | x.lt(0), 0.5)), S4 + S4),
+    "reductions": (lambda: Fn(lambda m, x: (x.mean([2, 3]), x.mean([2, 3], keepdim=True), x.mean(1),
+                                            x.sum(1), x.sum([1, 2], keepdim=True), x.amax(1), x.amin(-1))), S4),
+    "linear_2d_3d": (lambda: Fn(lambda m, x: m.fc(x.flatten(1)).sum() + m.fc2(x.flatten(2)),
+                                fc=nn.Linear(256, 6), fc2=nn.Linear(64, 5)), S4),
+    "matmul_bmm_baddbmm": (lambda: Fn(lambda m, x, y: (x @ y.transpose(-1, -2), torch.bmm(x[0], y[0]),
+                                                       torch.baddbmm(x[0], x[0], y[0], beta=0.5, alpha=2.0),
+                                                       torch.mm(x[0, 0], y[0, 0]),
+                                                       torch.addmm(x[0, 0, 0], x[0, 0], y[0, 0]))), S4 + S4),
+    "max_avg_pool": (lambda: Fn(lambda m, x: (F.max_pool2d(x, 3, 2, 1), F.max_pool2d(x, 2, ceil_mode=True),
+                                              F.avg_pool2d(x, 2), F.avg_pool2d(x, 3, 1, 1, count_include_pad=False),
+                                              F.max_pool1d(x[0], 2), F.avg_pool1d(x[0], 2),
+                                              F.max_pool2d(x, 2, return_indices=True)[0])), S4),
+    "adaptive_pool": (lambda: Fn(lambda m, x: (F.adaptive_avg_pool2d(x, 1), F.adaptive_avg_pool2d(x, 4),
+                                               F.adaptive_max_pool2d(x, 1), F.adaptive_avg_pool1d(x[0], 2))),
+                      S4),
+    "pool3d": (lambda: Fn(lambda m, x: (F.max_pool3d(x, 2), F.avg_pool3d(x, 2),
+                                        F.adaptive_avg_pool3d(x, 1))), [(1, 2, 4, 4, 4)]),
+    "upsample_nearest": (lambda: Fn(lambda m, x: (F.interpolate(x, scale_factor=2.0),
+                                                  F.interpolate(x, size=(12, 20)),
+                                                  F.interpolate(x[0], scale_factor=2.0))), S4),
+    "upsample_linear": (lambda: Fn(lambda m, x: (F.interpolate(x, scale_factor=2.0, mode="bilinear"),
+                                                 F.interpolate(x, size=(13, 11), mode="bilinear",
+                                                               align_corners=True),
+                                                 F.interpolate(x, scale_factor=2.0, mode="bicubic"),
+                                                 F.interpolate(x[0], scale_factor=2.0, mode="linear"))), S4),
+    "upsample_3d": (lambda: Fn(lambda m, x: (F.interpolate(x, scale_factor=2.0),
+                                             F.interpolate(x, scale_factor=2.0, mode="trilinear"),
+                                             F.interpolate(x[0], scale_factor=2.0))), [(1, 2, 3, 4, 4)]),
+    "attention": (lambda: Fn(lambda m, q, k, v: (F.scaled_dot_product_attention(q, k, v),
+                                                 F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                                                 F.scaled_dot_product_attention(q, k, v, attn_mask=q[0, 0] @ k[0, 0].T > 0,
+                                                                                scale=0.3))),
+                  [(1, 2, 6, 8)] * 3),
+    "reshape_flatten_permute": (lambda: Fn(lambda m, x: (x.view(1, 4, 64), x.reshape(-1, 16).t(),
+                                                         x.flatten(), x.flatten(1), x.flatten(0, 1),
+                                                         x.permute(0, 2, 3, 1), x.transpose(1, 3),
+                                                         x.contiguous().clone())), S4),
+    "squeeze_unsqueeze": (lambda: Fn(lambda m, x: (x.unsqueeze(0).unsqueeze(-1), x[:, :1].squeeze(1),
+                                                   x[:, :1].squeeze(), x[:, :1, :1].squeeze((1, 2)))), S4),
+    "cat_stack_split": (lambda: Fn(lambda m, x: (torch.cat(x.chunk(2, 1)[::-1], 1),
+                                                 torch.stack(x.split([1, 3], 1)[::-1][0:1] * 2, 0),
+                                                 *x.split(3, 2), *x.unbind(1), *x.tensor_split(2, 3))), S4),
+    "select_slice_index": (lambda: Fn(lambda m, x: (x[:, 1], x[:, -1], x[:, :, 2:7:2], x[..., 1:],
+                                                    x.narrow(1, 1, 2))), S4),
+    "expand_repeat": (lambda: Fn(lambda m, x: (x[:, :1].expand(-1, 4, -1, -1), x.repeat(1, 2, 1, 1),
+                                               x[0, 0].repeat(2, 1, 1), x[:, :1].broadcast_to(2, 4, 8, 8))), S4),
+    "pad": (lambda: Fn(lambda m, x: (F.pad(x, (1, 2, 0, 1)), F.pad(x, (1, 1, 2, 2), value=0.5),
+                                     F.pad(x, (2, 2, 1, 1), mode="reflect"),
+                                     F.pad(x, (1, 1, 1, 1), mode="replicate"))), S4),
+    "cast_to": (lambda: Fn(lambda m, x: (x.to(torch.float16).to(torch.float32), (x > 0).float(),
+                                         x.type_as(x), (x * 10).long() + 1)), S4),
+    "embedding": (lambda: Fn(lambda m, x: m.emb((x.abs() * 9).long().clamp(0, 9)[:, 0]), emb=nn.Embedding(10, 3)),
+                  S4),
+    "pixel_shuffle_roll": (lambda: Fn(lambda m, x: (F.pixel_shuffle(x, 2), torch.roll(x, (2, -3), (2, 3)))), S4),
+    "dropout_eval": (lambda: nn.Sequential(nn.Dropout(0.5), nn.Dropout2d(0.5), nn.AlphaDropout(0.1)).eval(), S4),
+    "inplace": (lambda: Fn(lambda m, x: _inplace(x.clone())), S4),
+    "logical": (lambda: Fn(lambda m, x, y: torch.logical_or(torch.logical_and(x > 0, y > 0), torch.logical_not(x > y))
+                           .float() + torch.nn.functional.relu(x, inplace=False)), S4 + S4),
+    "constants": (lambda: Fn(lambda m, x: x + torch.arange(8.0) + torch.ones(8) * m.scale.sum() + m.pos[0],
+                             ), S4),
+}
+
+
+def _inplace(y: torch.Tensor) -> torch.Tensor:
+    y.add_(0.1).mul_(2.0).sub_(0.5).div_(1.5)
+    a = F.relu(y.clone(), inplace=True) + F.silu(y.clone(), inplace=True) + F.hardtanh(y.clone(), inplace=True)
+    b = F.leaky_relu(y.clone(), inplace=True) + F.elu(y.clone(), inplace=True) + F.mish(y.clone(), inplace=True)
+    c = F.hardsigmoid(y.clone(), inplace=True) + y.clamp_min(0.1) + y.clamp_max(0.2)
+    return a + b + c
+
+
+def _constants_module() -> nn.Module:
+    module = CASES["constants"][0]()
+    module.register_buffer("scale", torch.tensor([0.5, 1.5]))
+    module.register_parameter("pos", nn.Parameter(torch.linspace(0, 1, 8).reshape(1, 8)))
+    return module
+
+
+def _build(case: str) -> tuple[nn.Module, tuple[object, ...]]:
+    torch.manual_seed(0)
+    factory, shapes = CASES[case]
+    module = _constants_module() if case == "constants" else factory()
+    module.eval()
+    gen = torch.Generator().manual_seed(1)
+    xs = tuple(torch.randn(s, generator=gen) for s in shapes)
+    return module, xs
+
+
+SEEN: set[str] = set()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_op(case: str, tmp_path: Path) -> None:
+    from convert.frontends.pytorch import load_module
+    from convert.ir import Options
+
+    module, xs = _build(case)
+    with torch.no_grad():
+        refs = module(*xs)
+    refs = list(refs) if isinstance(refs, (tuple, list)) else [refs]
+    model = load_module(module, xs, Options())
+    SEEN.update(model.meta["convert:aten_ops"])
+    path = to_onnx(model, tmp_path / f"{case}.onnx")
+    outs = run_onnx(path, {v.name: x.numpy() for v, x in zip(model.graph.inputs, xs, strict=True)})
+    assert len(outs) == len(refs)
+    for ours, ref in zip(outs, refs, strict=True):
+        ref = ref.numpy()
+        if ref.dtype.kind in "biu":
+            assert (ours == ref).all()
+        else:
+            assert rel_to_scale(ours, ref) <= REL_TO_SCALE
+
+
+# Cases lowered again after torch's core-ATen decomposition (the form a user's .pt2 may hold).
+CORE_ATEN = ["batch_norm", "layer_norm", "softmax_log_softmax", "linear_2d_3d", "cast_to",
+             "adaptive_pool", "conv_transpose2d", "reshape_flatten_permute", "dropout_eval",
+             "prelu", "max_avg_pool", "cat_stack_split", "expand_repeat", "gelu"]
+# Not in CORE_ATEN: reflect/replicate pad, upsampling and attention decompose into
+# aten.index / aten.any there;
+# such programs are refused with the list of those ops (save the program undecomposed).
+
+
+@pytest.mark.parametrize("case", CORE_ATEN)
+def test_op_core_aten(case: str, tmp_path: Path) -> None:
+    from convert.frontends.pytorch.lower import lower_program
+    from convert.ir import Options
+
+    module, xs = _build(case)
+    with torch.no_grad():
+        refs = module(*xs)
+        program = torch.export.export(module, xs).run_decompositions()
+    refs = list(refs) if isinstance(refs, (tuple, list)) else [refs]
+    model = lower_program(program, source=case, options=Options())
+    SEEN.update(model.meta["convert:aten_ops"])
+    path = to_onnx(model, tmp_path / f"{case}.onnx")
+    outs = run_onnx(path, {v.name: x.numpy() for v, x in zip(model.graph.inputs, xs, strict=True)})
+    for ours, ref in zip(outs, refs, strict=True):
+        assert rel_to_scale(ours, ref.numpy()) <= REL_TO_SCALE
+
+
+# Keys with no test of their own here, and why.
+_ALIAS = "an alias or variant torch.export 2.13 does not emit here; same converter as its tested sibling"
+_NOOP = "a no-op or assertion dropped by the same converter as clone/_assert_tensor_metadata"
+_SHAPE = "static-shape query; exercised by the TorchScript ViT network test (sym_size)"
+UNTESTED = {
+    **{k: _ALIAS for k in (
+        "aten._convolution", "aten.conv_transpose1d", "aten.conv_transpose3d", "aten._native_batch_norm_legit",
+        "aten.native_batch_norm", "aten._prelu_kernel", "aten._to_dtype", "aten._unsafe_view", "aten.view_copy",
+        "aten.expand_copy", "aten.bitwise_and", "aten.bitwise_or", "aten.concat", "aten.concatenate",
+        "aten.constant_pad_nd", "aten.dropout_", "aten.gelu_", "aten.max_pool3d_with_indices",
+        "aten.unsafe_split", "aten.native_dropout")},
+    **{k: _NOOP for k in (
+        "aten._assert_async", "aten._assert_scalar", "aten.sym_constrain_range",
+        "aten.sym_constrain_range_for_size", "aten.alias", "aten.contiguous", "aten.detach", "aten.lift_fresh",
+        "aten.lift_fresh_copy")},
+    **{k: _SHAPE for k in ("aten.dim", "aten.numel", "aten.size", "aten.sym_numel", "aten.sym_size")},
+}
+
+
+def test_every_converter_is_exercised() -> None:
+    """Every op-table key is produced by some case above (run in this session) or is listed."""
+    from convert.frontends.pytorch.ops import OPS
+
+    if len(SEEN) < 10:
+        pytest.skip("run together with test_op to collect the exercised ops")
+    missing = sorted(str(k) for k in OPS.keys() if k not in SEEN and k not in UNTESTED)
+    assert not missing, f"op-table keys without a test: {missing}"
