@@ -1,0 +1,190 @@
+"""What users hand us that we refuse or handle specially, and the errors they get."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from _torch_helpers import REL_TO_SCALE, ROOT, nets, rel_to_scale, run_onnx, to_onnx
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+pytestmark = pytest.mark.torch
+
+from convert.frontends.pytorch import load, load_module  # noqa: E402
+from convert.ir import (  # noqa: E402
+    ConversionError,
+    ModelFormatError,
+    Options,
+    UnsupportedOpsError,
+    UsageError,
+)
+
+SHAPE = (1, 3, 32, 32)
+
+
+def _small() -> nn.Module:
+    torch.manual_seed(0)
+    return nets().build("branchy", size=32)
+
+
+def test_import_does_not_import_torch() -> None:
+    code = "import sys, convert.frontends.pytorch as p; p.supported_ops(); assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_pickled_module_is_refused_without_trust(tmp_path: Path) -> None:
+    path = tmp_path / "whole.pth"
+    torch.save(nets().build("mobilenetv2", size=32), path)
+    with pytest.raises(UsageError, match="--trust-pickle") as info:
+        load([path], Options(input_shapes={"x": SHAPE}))
+    assert "runs code from the file" in str(info.value)
+
+
+def test_pickled_module_with_missing_class_names_it(tmp_path: Path) -> None:
+    pkg = tmp_path / "gone_models.py"
+    pkg.write_text(textwrap.dedent("""
+        import torch
+        class GoneNet(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = torch.nn.Conv2d(3, 4, 3)
+            def forward(self, x):
+                return self.conv(x)
+    """))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import gone_models
+
+        torch.save(gone_models.GoneNet(), tmp_path / "gone.pth")
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("gone_models", None)
+    pkg.unlink()
+    with pytest.raises(ModelFormatError, match="gone_models"):
+        load([tmp_path / "gone.pth"], Options(input_shapes={"x": SHAPE}, extra={"trust_pickle": True}))
+
+
+def test_state_dict_points_to_model_factory(tmp_path: Path) -> None:
+    path = tmp_path / "weights.pth"
+    torch.save(nets().build("mobilenetv2", size=32).state_dict(), path)
+    with pytest.raises(UsageError, match=r"--model package\.module:factory") as info:
+        load([path], Options(input_shapes={"x": SHAPE}))
+    assert "weights only" in str(info.value)
+
+
+def test_state_dict_with_factory_converts(tmp_path: Path) -> None:
+    module = nets().build("mobilenetv2", size=32)
+    path = tmp_path / "weights.pth"
+    torch.save(module.state_dict(), path)
+    x = torch.rand(SHAPE)
+    options = Options(input_shapes={"input0": SHAPE}, extra={"torch_factory": "pytorch_test_nets:MobileNetV2"})
+    model = load([path], options)
+    (ours,) = run_onnx(to_onnx(model, tmp_path / "m.onnx"), {"x": x.numpy()})
+    with torch.no_grad():
+        assert rel_to_scale(ours, module(x).numpy()) <= REL_TO_SCALE
+
+
+def test_factory_errors_are_usage_errors(tmp_path: Path) -> None:
+    path = tmp_path / "weights.pth"
+    torch.save(nn.Linear(2, 2).state_dict(), path)
+    for spec, words in [("nocolon", "package.module:factory"), ("no_such_pkg_xyz:f", "cannot import"),
+                        ("pytorch_test_nets:Nope", "no attribute")]:
+        with pytest.raises(UsageError, match=words):
+            load([path], Options(input_shapes={"x": (1, 2)}, extra={"torch_factory": spec}))
+
+
+def test_missing_input_shape_says_which_flag(tmp_path: Path) -> None:
+    path = tmp_path / "m.pt"
+    module = _small()
+    torch.jit.save(torch.jit.trace(module, (torch.rand(SHAPE),)), path)
+    with pytest.raises(UsageError, match=r"--input-shape x=1,3,224,224"):
+        load([path], Options())
+    with pytest.raises(UsageError, match="'y'"):
+        load([path], Options(input_shapes={"x": SHAPE, "y": SHAPE}))
+
+
+def test_not_a_torch_file(tmp_path: Path) -> None:
+    path = tmp_path / "junk.pt"
+    path.write_bytes(b"not a model")
+    with pytest.raises(UsageError, match="not a PyTorch file"):
+        load([path], Options())
+
+
+class _Head(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cumsum(x, 1) + torch.flip(x, [1])
+
+
+class _Unsupported(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+        self.head = _Head()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.logcumsumexp(self.backbone(x), 2))
+
+
+def test_unsupported_ops_listed_at_once_with_module_paths() -> None:
+    with pytest.raises(UnsupportedOpsError) as info:
+        load_module(_Unsupported(), (torch.rand(SHAPE),))
+    text = str(info.value)
+    for op in ("aten.cumsum", "aten.flip", "aten.logcumsumexp"):
+        assert op in text
+    assert "'head'" in text and "test_pytorch_errors.py:" in text
+    assert "convert ops pytorch" in text
+
+
+class _Adaptive(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x)
+
+
+def test_conversion_error_names_op_and_module() -> None:
+    with pytest.raises(ConversionError, match=r"aten\.adaptive_avg_pool2d in 'pool'.*not divisible"):
+        load_module(_Adaptive(), (torch.rand(1, 3, 7, 7),))
+
+
+def test_data_dependent_guard_falls_back_to_tracing(tmp_path: Path) -> None:
+    module = _small()
+    x = torch.rand(SHAPE)
+    options = Options()
+    model = load_module(module, (x,), options)
+    assert any("fell back to a traced TorchScript graph" in n for n in options.diagnostics.notes)
+    (ours,) = run_onnx(to_onnx(model, tmp_path / "b.onnx"), {"x": x.numpy()})
+    with torch.no_grad():
+        assert rel_to_scale(ours, module(x).numpy()) <= REL_TO_SCALE
+
+
+def test_non_contiguous_weight_is_copied_with_a_note() -> None:
+    module = nn.Linear(4, 3)
+    with torch.no_grad():
+        module.weight = nn.Parameter(torch.randn(4, 3).t())  # a transposed view: not contiguous
+    options = Options()
+    model = load_module(module, (torch.rand(2, 4),), options)
+    weight = model.graph.initializers["weight"].const_value
+    np.testing.assert_array_equal(weight.numpy(), module.weight.detach().numpy())
+    assert any("not contiguous" in n for n in options.diagnostics.notes)
+
+
+def test_torch_runtime_names_match_the_converted_graph(tmp_path: Path) -> None:
+    from convert.parity.runtimes.torch import open_runtime
+
+    module = nets().build("yolo", size=32)
+    path = tmp_path / "y.pt2"
+    torch.export.save(torch.export.export(module, (torch.rand(SHAPE),)), path)
+    runtime = open_runtime([path], Options())
+    model = load([path], Options())
+    assert [s.name for s in runtime.inputs()] == [v.name for v in model.graph.inputs]
+    assert list(runtime.outputs()) == [v.name for v in model.graph.outputs]
