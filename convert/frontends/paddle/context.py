@@ -111,7 +111,9 @@ class PaddleContext:
         """Append an ONNX node for the current Paddle op; returns its outputs."""
         op = self.op
         assert op is not None, "emit() outside a converter"
-        base = (op.output_names() or [op.type])[0]
+        # Node names live beside value names: "<first output>/<OpType>" keeps the Paddle
+        # variable name free for the value that binds it.
+        base = f"{(op.output_names() or [op.type])[0]}/{op_type}"
         return self.builder.op_multi(op_type, inputs, attrs, name=base, outputs=outputs, domain=domain,
                                      prov=self._prov(op))
 

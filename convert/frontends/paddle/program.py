@@ -15,6 +15,8 @@ import numpy as np
 
 __all__ = ["Op", "Program", "Var"]
 
+_MAIN_SLOTS = ("Out", "Y", "Output")
+
 
 @dataclass(slots=True)
 class Var:
@@ -37,8 +39,10 @@ class Op:
     index: int = 0
 
     def output_names(self) -> list[str]:
-        """Return every output var name, in slot order."""
-        return [n for names in self.outputs.values() for n in names]
+        """Return every output var name, the main result (Out/Y/Output) first."""
+        main = [s for s in _MAIN_SLOTS if s in self.outputs]
+        slots = main + [s for s in self.outputs if s not in _MAIN_SLOTS]
+        return [n for s in slots for n in self.outputs[s]]
 
     def where(self) -> str:
         """Return ``op #12 'conv2d' -> 'conv2d_0.tmp_0'`` for messages."""

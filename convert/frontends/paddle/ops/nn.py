@@ -303,10 +303,9 @@ def _interp_mode(op: Op) -> dict[str, object]:
                     "nearest_mode": "round_prefer_ceil"}
         return {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
     if method == "bilinear":
+        ctm = "half_pixel" if int(op.attr("align_mode", 1)) == 0 else "asymmetric"
         if align:
             ctm = "align_corners"
-        else:
-            ctm = "half_pixel" if int(op.attr("align_mode", 1)) == 0 else "asymmetric"
         return {"mode": "linear", "coordinate_transformation_mode": ctm}
     raise ValueError(f"interp_method '{method}' is not supported (nearest, bilinear)")
 
