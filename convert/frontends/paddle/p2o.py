@@ -1,23 +1,28 @@
 """``--via paddle2onnx``: convert with paddle2onnx, then import its ONNX.
 
 paddle2onnx (and the PaddlePaddle it needs) live in their own environment: paddle2onnx pins
-``onnx<=1.17.0``. Two of its habits are handled here:
+``onnx<=1.17.0``. Three of its habits are handled here:
 
 * Its ``export`` sets ``POLYGRAPHY_AUTOINSTALL_DEPS=1`` before using Polygraphy for constant
   folding (``optimize_tool="polygraphy"``, the default), which pip-installs onnx_graphsurgeon
   at conversion time. We pass ``optimize_tool="None"`` so Polygraphy is never imported, and
-  hold ``POLYGRAPHY_AUTOINSTALL_DEPS=0`` for the call anyway; our own passes fold constants.
-* It catches conversion errors, prints them, and carries on. We capture its output and turn a
-  missing or empty result into a ``ConversionError`` that quotes its error lines.
+  run it with ``POLYGRAPHY_AUTOINSTALL_DEPS=0`` anyway; our own passes fold constants.
+* Its Python layer catches conversion errors, prints them and carries on; its C++ layer calls
+  ``exit()`` on an unsupported op, which would end our process. So it runs in a child
+  process, and a non-zero exit or a missing result becomes a ``ConversionError`` quoting its
+  error lines.
+* It prints to stdout; the child's output is captured, never shown.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
+import importlib.util
 import os
+import re
+import subprocess
+import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from convert.ir import ConversionError, Model, Options, UsageError
@@ -29,36 +34,27 @@ INSTALL_HINT = ("--via paddle2onnx needs paddle2onnx, which is not installed her
                 "pip install convert-toolkit[paddle2onnx] paddlepaddle")
 
 
-@contextlib.contextmanager
-def _env(**values: str) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _import_paddle2onnx() -> object:
-    try:
-        with _env(POLYGRAPHY_AUTOINSTALL_DEPS="0"):
-            import paddle2onnx
-    except ImportError as exc:
-        raise UsageError(f"{INSTALL_HINT} ({exc})") from exc
-    return paddle2onnx
+_CHILD = """
+import sys
+import paddle2onnx
+paddle2onnx.export(sys.argv[1], sys.argv[2], save_file=sys.argv[3], opset_version=int(sys.argv[4]),
+                   auto_upgrade_opset=True, enable_onnx_checker=True, optimize_tool="None", verbose=False)
+"""
 
 
 def _error_lines(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if "error" in ln.lower() or "failed" in ln.lower()]
-    return "; ".join(lines[-3:]) if lines else (text.strip().splitlines() or ["no output"])[-1]
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    lines = [ln.strip() for ln in text.splitlines()
+             if ("error" in ln.lower() or "failed" in ln.lower() or "not support" in ln.lower())
+             and "UserWarning" not in ln]
+    if lines:
+        return "; ".join(dict.fromkeys(lines[-3:]))
+    rest = [ln.strip() for ln in text.splitlines() if ln.strip() and "warn" not in ln.lower()]
+    return rest[-1] if rest else "no output"
 
 
 def load_via_paddle2onnx(paths: Sequence[Path], options: Options) -> Model:
-    """Convert with paddle2onnx into a temporary .onnx and read it with the ONNX frontend.
+    """Convert with paddle2onnx (in a child process) and read the result with the ONNX frontend.
 
     Raises:
         UsageError: paddle2onnx is not installed, or the files are missing.
@@ -69,25 +65,26 @@ def load_via_paddle2onnx(paths: Sequence[Path], options: Options) -> Model:
     files = resolve(paths)
     if files.params is None:
         raise UsageError(f"{files.program.name}: --via paddle2onnx needs a combined .pdiparams file")
-    p2o = _import_paddle2onnx()
+    if importlib.util.find_spec("paddle2onnx") is None:
+        raise UsageError(INSTALL_HINT)
     from convert.formats import frontend
 
     with tempfile.TemporaryDirectory(prefix="convert-p2o-") as tmp:
         out = Path(tmp) / (files.program.stem + ".onnx")
-        captured = io.StringIO()
+        env = dict(os.environ, POLYGRAPHY_AUTOINSTALL_DEPS="0")
+        cmd = [sys.executable, "-c", _CHILD, str(files.program), str(files.params), str(out),
+               str(int(options.opset))]
         try:
-            with _env(POLYGRAPHY_AUTOINSTALL_DEPS="0"), contextlib.redirect_stdout(captured):
-                p2o.export(  # type: ignore[attr-defined]
-                    str(files.program), str(files.params), save_file=str(out),
-                    opset_version=int(options.opset), auto_upgrade_opset=True,
-                    enable_onnx_checker=True, optimize_tool="None", verbose=False,
-                )
-        except Exception as exc:  # paddle2onnx raises whatever its internals raise
-            detail = _error_lines(captured.getvalue())
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace")
+        except OSError as exc:
+            raise ConversionError(f"{files.program.name} (paddle2onnx)", f"cannot start: {exc}") from exc
+        said = _error_lines(proc.stdout + "\n" + proc.stderr)
+        if "No module named 'paddle" in proc.stderr:
+            raise UsageError(f"{INSTALL_HINT} ({said})")
+        if proc.returncode != 0:
             raise ConversionError(f"{files.program.name} (paddle2onnx)",
-                                  f"{type(exc).__name__}: {exc}; paddle2onnx said: {detail}") from exc
+                                  f"paddle2onnx exited with status {proc.returncode}: {said}")
         if not out.is_file() or out.stat().st_size == 0:
-            said = _error_lines(captured.getvalue())
             raise ConversionError(f"{files.program.name} (paddle2onnx)",
                                   f"no ONNX model was written; paddle2onnx said: {said}")
         model = frontend("onnx").load([out], options)
