@@ -1,0 +1,159 @@
+"""Benchmark pytorch->onnx: ours beside torch.onnx.export, on a ResNet-50-sized net and a >2 GiB net.
+
+Each conversion runs in a fresh process that first builds the model (seeded, identical across
+processes), then converts it; the table gives the conversion's wall time, the process's peak
+resident set (VmHWM, the model included) and the anonymous memory the conversion added on top
+of the built model, the ONNX node count, and ONNX Runtime's median CPU latency.
+
+    python benchmarks/bench_pytorch.py [--models resnet50,big] [--runs 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = ("resnet50", "big")
+TOOLS = ("ours", "torch.onnx (TorchScript)", "torch.onnx (dynamo)")
+
+
+def _status(key: str) -> int:
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _build(name: str) -> tuple[object, tuple[object, ...]]:
+    import torch
+
+    if name == "resnet50":
+        sys.path.insert(0, str(ROOT / "models" / "pytorch"))
+        import nets
+
+        return nets.build("resnet50", size=224), (torch.rand(1, 3, 224, 224),)
+    torch.manual_seed(0)
+    dims = [16384, 12288, 16384, 12288]
+    model = torch.nn.Sequential(*[torch.nn.Linear(a, b, bias=False) for a, b in zip(dims, dims[1:])]).eval()
+    return model, (torch.rand(1, dims[0]),)
+
+
+def child(tool: str, name: str, out: str) -> None:
+    """Build model ``name``, convert it with ``tool`` to ``out``, print a JSON measurement."""
+    import torch
+
+    model, example = _build(name)
+    base_anon = _status("RssAnon")
+    peak = [base_anon]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _status("RssAnon"))
+            time.sleep(0.005)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    t0 = time.perf_counter()
+    error = ""
+    try:
+        if tool == "ours":
+            from convert.exporters.onnx import EXPORTER
+            from convert.frontends.pytorch import load_module
+            from convert.ir import Options, passes
+
+            options = Options()
+            ir_model = load_module(model, example, options)  # type: ignore[arg-type]
+            passes.standard_pipeline()(ir_model)
+            EXPORTER.save(ir_model, Path(out), options)
+        else:
+            with torch.no_grad():
+                torch.onnx.export(model, example, out, opset_version=17, input_names=["x"],
+                                  output_names=["output"], dynamo=tool.endswith("(dynamo)"))
+    except Exception as exc:  # reported in the table
+        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:120] if str(exc).strip() else ''}"
+    seconds = time.perf_counter() - t0
+    stop.set()
+    thread.join()
+    print("@@" + json.dumps({"seconds": seconds, "hwm": _status("VmHWM"), "extra_anon": peak[0] - base_anon,
+                             "error": error}))
+
+
+def _node_count(path: Path) -> int:
+    import onnx
+
+    return len(onnx.load(str(path), load_external_data=False).graph.node)
+
+
+def _latency(path: Path, name: str, runs: int) -> float:
+    import numpy as np
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    session = ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+    shape = (1, 3, 224, 224) if name == "resnet50" else (1, 16384)
+    feed = {session.get_inputs()[0].name: np.random.default_rng(0).random(shape, dtype=np.float32)}
+    for _ in range(3):
+        session.run(None, feed)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        session.run(None, feed)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> None:
+    """Run every (model, tool) pair and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--child", nargs=3, metavar=("TOOL", "MODEL", "OUT"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(*args.child)
+        return
+    import torch
+
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; latency: ONNX Runtime CPU, median of {args.runs}")
+    header = f"{'model':9} {'exporter':26} {'time s':>7} {'peak RSS':>10} {'+anon':>9} {'nodes':>6} {'ORT ms':>8}"
+    rows = [header, "-" * len(header)]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            for tool in TOOLS:
+                out = Path(tmp) / f"{name}_{tool.split()[0].replace('.', '_')}_{len(rows)}.onnx"
+                env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+                r = subprocess.run([sys.executable, __file__, "--child", tool, name, str(out)],
+                                   capture_output=True, text=True, env=env, timeout=3600)
+                lines = [ln for ln in r.stdout.splitlines() if ln.startswith("@@")]
+                if not lines:
+                    tail = (r.stderr.strip().splitlines() or ["failed"])[-1][:100]
+                    rows.append(f"{name:9} {tool:26} failed: {tail}")
+                    continue
+                m = json.loads(lines[-1][2:])
+                if m["error"]:
+                    rows.append(f"{name:9} {tool:26} failed: {m['error']}")
+                    continue
+                nodes = _node_count(out)
+                lat = _latency(out, name, args.runs if name == "resnet50" else max(3, args.runs // 4))
+                rows.append(f"{name:9} {tool:26} {m['seconds']:7.2f} {m['hwm'] / 2**30:8.2f} G "
+                            f"{m['extra_anon'] / 2**20:7.0f} M {nodes:6d} {lat * 1e3:8.2f}")
+                print(rows[-1], flush=True)
+                for f in Path(tmp).iterdir():
+                    f.unlink()
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()
