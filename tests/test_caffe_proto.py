@@ -20,6 +20,7 @@ def test_generated_module_is_up_to_date(tmp_path: Path) -> None:
     def descriptor(text: str) -> str:
         return next(line for line in text.splitlines() if line.startswith("DESCRIPTOR = "))
 
+    assert (tmp_path / "caffe_pb2.pyi").read_text() == (HERE / "caffe_pb2.pyi").read_text()
     assert descriptor(fresh) == descriptor(committed), "caffe_pb2.py is stale: run `python -m convert._proto.generate`"
 
 

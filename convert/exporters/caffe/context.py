@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -21,15 +22,28 @@ class NotExpressible(Exception):  # noqa: N818 (internal signal, never escapes)
     """Raised by an emitter when Caffe cannot express this node; the message says why."""
 
 
-# A blob source: a tensor (file slice, lazy, wrapped) or an array computed by the emitter.
-Blob = TensorProtocol | np.ndarray
+if TYPE_CHECKING:
+    from convert._proto import caffe_pb2
+
+
+class BlobSource(Protocol):
+    """Anything that can become a blob: IR tensors and deferred arrays."""
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def numpy(self) -> np.ndarray: ...
+
+
+# A blob source: a tensor (file slice, lazy, wrapped), a deferred array or an array.
+Blob = BlobSource | TensorProtocol | np.ndarray
 
 
 @dataclass(slots=True)
 class Emitted:
     """One Caffe layer: its prototxt message and its blobs (materialised only when written)."""
 
-    layer: object  # caffe_pb2.LayerParameter
+    layer: caffe_pb2.LayerParameter
     blobs: list[Blob] = field(default_factory=list)
 
 
@@ -133,13 +147,16 @@ class EmitContext:
         self,
         node: Node,
         type_: str,
-        bottoms: Sequence[Value],
+        bottoms: Sequence[Value | None],
         tops: Sequence[Value] | None = None,
         blobs: Sequence[Blob] = (),
     ) -> Emitted:
         """Return a new layer for ``node`` with blob names for bottoms and tops."""
         lp = self.pb.LayerParameter(name=self.layer_name(node), type=type_)
-        lp.bottom.extend(self.blob(v) for v in bottoms)
+        for v in bottoms:
+            if v is None:
+                raise NotExpressible("an optional input is missing where Caffe needs a blob")
+            lp.bottom.append(self.blob(v))
         outs = list(node.outputs) if tops is None else list(tops)
         lp.top.extend(self.blob(v) for v in outs)
         self.produced.extend(outs)

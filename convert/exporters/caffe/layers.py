@@ -12,9 +12,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from convert.ir import Node, Registry
+from convert.ir import Node, Registry, TensorProtocol, Value
 
-from .context import EmitContext, Emitted, NotExpressible
+from .context import Blob, EmitContext, Emitted, NotExpressible
 
 __all__ = ["CAFFE_DOMAIN", "EMITTERS", "NOTES", "caffe_pool_size"]
 
@@ -55,7 +55,12 @@ def _hw(msg: object, name: str, vals: tuple[int, int], *, repeated: bool) -> Non
         setattr(msg, f"{name}_w", w)
 
 
-def _weight(ctx: EmitContext, node: Node, index: int, what: str) -> object:
+def _dims(tensor: TensorProtocol) -> tuple[int, ...]:
+    """Return a constant's (always static) shape as ints."""
+    return tuple(d if isinstance(d, int) else -1 for d in tensor.shape)
+
+
+def _weight(ctx: EmitContext, node: Node, index: int, what: str) -> TensorProtocol:
     t = ctx.const(node.inputs[index] if len(node.inputs) > index else None)
     if t is None:
         raise NotExpressible(f"its {what} is not a constant; Caffe layers hold weights as blobs")
@@ -85,14 +90,14 @@ def _sym_pads(node: Node, size: tuple[int, int], k_eff: tuple[int, int], s: tupl
 def conv(node: Node, ctx: EmitContext) -> Emitted:
     """Conv(+bias) -> Convolution (group, dilation; asymmetric pads when they do not change the size)."""
     w = _weight(ctx, node, 1, "weight")
-    if len(w.shape) != 4:
+    if len(_dims(w)) != 4:
         raise NotExpressible("only 2-D convolution is supported")
     x = ctx.shape(node.inputs[0])
-    m, _, kh, kw = (int(d) for d in w.shape)
+    m, _, kh, kw = (int(d) for d in _dims(w))
     dh, dw = _ints(node, "dilations", [1, 1])
     sh, sw = _ints(node, "strides", [1, 1])
     ph, pw = _sym_pads(node, (x[2], x[3]), (dh * (kh - 1) + 1, dw * (kw - 1) + 1), (sh, sw))
-    blobs = [w]
+    blobs: list[Blob] = [w]
     b = node.inputs[2] if len(node.inputs) > 2 else None
     if b is not None:
         blobs.append(_weight(ctx, node, 2, "bias"))
@@ -121,7 +126,7 @@ _note("Conv", "Convolution", "2-D; asymmetric pads only when the output size all
 def conv_transpose(node: Node, ctx: EmitContext) -> Emitted:
     """ConvTranspose -> Deconvolution (symmetric pads, no output_padding)."""
     w = _weight(ctx, node, 1, "weight")
-    if len(w.shape) != 4:
+    if len(_dims(w)) != 4:
         raise NotExpressible("only 2-D deconvolution is supported")
     if any(_ints(node, "output_padding", [0, 0])):
         raise NotExpressible("output_padding is not expressible in Caffe's Deconvolution")
@@ -129,8 +134,8 @@ def conv_transpose(node: Node, ctx: EmitContext) -> Emitted:
     if pads[:2] != pads[2:] or node.attributes.get_string("auto_pad", "NOTSET") != "NOTSET":
         raise NotExpressible(f"asymmetric or automatic pads {pads} are not expressible in Deconvolution")
     g = _int(node, "group", 1)
-    _, m_g, kh, kw = (int(d) for d in w.shape)
-    blobs = [w]
+    _, m_g, kh, kw = (int(d) for d in _dims(w))
+    blobs: list[Blob] = [w]
     b = node.inputs[2] if len(node.inputs) > 2 else None
     if b is not None:
         blobs.append(_weight(ctx, node, 2, "bias"))
@@ -203,7 +208,7 @@ def _pool(node: Node, ctx: EmitContext, method: int, *, caffe_divisor: bool = Fa
             raise NotExpressible("AveragePool with count_include_pad=1 past the input edge: Caffe's divisor differs")
     e = ctx.layer(node, "Pooling", [node.inputs[0]])
     pp = e.layer.pooling_param
-    pp.pool = method
+    pp.pool = method  # type: ignore[assignment]
     _hw(pp, "kernel", (kh, kw), repeated=False)
     if (sh, sw) != (1, 1):
         _hw(pp, "stride", (sh, sw), repeated=False)
@@ -242,7 +247,7 @@ def _global(method: int) -> Emitter:
         if len(ctx.shape(node.inputs[0])) != 4:
             raise NotExpressible("only 2-D global pooling is supported")
         e = ctx.layer(node, "Pooling", [node.inputs[0]])
-        e.layer.pooling_param.pool = method
+        e.layer.pooling_param.pool = method  # type: ignore[assignment]
         e.layer.pooling_param.global_pooling = True
         return e
 
@@ -268,26 +273,26 @@ def gemm(node: Node, ctx: EmitContext) -> Emitted:
     b = _weight(ctx, node, 1, "weight (B)")
     alpha, beta = _float(node, "alpha", 1.0), _float(node, "beta", 1.0)
     trans_b = _int(node, "transB", 0)
-    n = int(b.shape[0] if trans_b else b.shape[1])
+    n = int(_dims(b)[0] if trans_b else _dims(b)[1])
 
     def weight() -> np.ndarray:
         w = np.asarray(b.numpy(), dtype=np.float32)
         w = w if trans_b else w.T
         return w * np.float32(alpha) if alpha != 1.0 else w
 
-    blobs: list[object] = [_Deferred(weight, (n, int(b.shape[1] if trans_b else b.shape[0])))]
+    blobs: list[Blob] = [_Deferred(weight, (n, int(_dims(b)[1] if trans_b else _dims(b)[0])))]
     c = node.inputs[2] if len(node.inputs) > 2 else None
     if c is not None:
         ct = _weight(ctx, node, 2, "bias (C)")
-        if int(np.prod(ct.shape)) not in (n, 1) or (len(ct.shape) == 2 and int(ct.shape[0]) != 1):
-            raise NotExpressible(f"bias of shape {list(ct.shape)} is not a per-output vector")
+        if int(np.prod(_dims(ct))) not in (n, 1) or (len(_dims(ct)) == 2 and int(_dims(ct)[0]) != 1):
+            raise NotExpressible(f"bias of shape {list(_dims(ct))} is not a per-output vector")
         blobs.append(
             _Deferred(
                 lambda: np.broadcast_to(np.asarray(ct.numpy(), np.float32).reshape(-1) * beta, (n,)).copy(),
                 (n,),
             )
         )
-    e = ctx.layer(node, "InnerProduct", [node.inputs[0]], blobs=blobs)  # type: ignore[arg-type]
+    e = ctx.layer(node, "InnerProduct", [node.inputs[0]], blobs=blobs)
     e.layer.inner_product_param.num_output = n
     e.layer.inner_product_param.bias_term = c is not None
     return e
@@ -299,11 +304,11 @@ def matmul(node: Node, ctx: EmitContext) -> Emitted:
     if len(ctx.shape(node.inputs[0])) != 2:
         raise NotExpressible("InnerProduct input must be 2-D")
     b = _weight(ctx, node, 1, "weight")
-    if len(b.shape) != 2:
+    if len(_dims(b)) != 2:
         raise NotExpressible("the weight must be a 2-D matrix")
-    n, k = int(b.shape[1]), int(b.shape[0])
+    n, k = int(_dims(b)[1]), int(_dims(b)[0])
     blob = _Deferred(lambda: np.asarray(b.numpy(), np.float32).T.copy(), (n, k))
-    e = ctx.layer(node, "InnerProduct", [node.inputs[0]], blobs=[blob])  # type: ignore[list-item]
+    e = ctx.layer(node, "InnerProduct", [node.inputs[0]], blobs=[blob])
     e.layer.inner_product_param.num_output = n
     e.layer.inner_product_param.bias_term = False
     return e
@@ -368,8 +373,8 @@ def prelu(node: Node, ctx: EmitContext) -> Emitted:
     """PRelu with a constant per-channel (or single) slope -> PReLU."""
     slope = _weight(ctx, node, 1, "slope")
     x = ctx.shape(node.inputs[0])
-    count = int(np.prod(slope.shape, dtype=np.int64)) if slope.shape else 1
-    dims = [int(d) for d in slope.shape]
+    count = int(np.prod(_dims(slope), dtype=np.int64)) if _dims(slope) else 1
+    dims = [int(d) for d in _dims(slope)]
     non1 = [i for i, d in enumerate(dims) if d != 1]
     shared = count == 1
     if not shared and (len(x) < 2 or count != x[1] or len(non1) != 1 or len(dims) - non1[0] != len(x) - 1):
@@ -411,9 +416,9 @@ def clip(node: Node, ctx: EmitContext) -> Emitted:
 
 
 def _power(
-    node: Node, ctx: EmitContext, power: float = 1.0, scale: float = 1.0, shift: float = 0.0, x: object = None
+    node: Node, ctx: EmitContext, power: float = 1.0, scale: float = 1.0, shift: float = 0.0, x: Value | None = None
 ) -> Emitted:
-    e = ctx.layer(node, "Power", [x if x is not None else node.inputs[0]])  # type: ignore[list-item]
+    e = ctx.layer(node, "Power", [x if x is not None else node.inputs[0]])
     pp = e.layer.power_param
     if power != 1.0:
         pp.power = power

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from convert.ir import Node, Value
 
-from .context import EmitContext, Emitted, NotExpressible
-from .layers import CAFFE_DOMAIN, EMITTERS, _Deferred, _float, _int, _ints, _note, _power, _weight
+from .context import Blob, EmitContext, Emitted, NotExpressible
+from .layers import CAFFE_DOMAIN, EMITTERS, _Deferred, _dims, _float, _int, _ints, _note, _power, _weight
 
 __all__: list[str] = []
 
@@ -15,9 +17,17 @@ __all__: list[str] = []
 # ---- element-wise -----------------------------------------------------------------------------------
 def _scalar(ctx: EmitContext, value: Value | None) -> float | None:
     t = ctx.const(value)
-    if t is None or int(np.prod(t.shape, dtype=np.int64)) != 1:
+    if t is None or int(np.prod(_dims(t), dtype=np.int64)) != 1:
         return None
     return float(np.asarray(t.numpy()).reshape(-1)[0])
+
+
+def _binary_emitter(op: str) -> Callable[[Node, EmitContext], Emitted]:
+    def emit(node: Node, ctx: EmitContext) -> Emitted:
+        return _binary(node, ctx, op)
+
+    emit.__doc__ = f"{op} -> Eltwise, Power or Scale (see ``_binary``)."
+    return emit
 
 
 def _binary(node: Node, ctx: EmitContext, op: str) -> Emitted:
@@ -62,7 +72,7 @@ def _binary(node: Node, ctx: EmitContext, op: str) -> Emitted:
 
 
 for _op in ("Add", "Sub", "Mul", "Div", "Max"):
-    EMITTERS.register(_op)(lambda node, ctx, _o=_op: _binary(node, ctx, _o))
+    EMITTERS.register(_op)(_binary_emitter(_op))
 _note("Add", "Eltwise SUM / Power shift / Scale bias", "equal shapes, scalar or per-channel constant")
 _note("Sub", "Eltwise SUM coeff 1,-1 / Power / Scale")
 _note("Mul", "Eltwise PROD / Power scale / Scale", "equal shapes, scalar or per-channel constant")
@@ -76,7 +86,7 @@ def sum_(node: Node, ctx: EmitContext) -> Emitted:
     shapes = {ctx.shape(v) for v in node.inputs}
     if len(shapes) != 1 or any(ctx.const(v) is not None for v in node.inputs):
         raise NotExpressible("Sum needs equal-shaped, non-constant inputs")
-    return ctx.layer(node, "Eltwise", list(node.inputs))  # type: ignore[arg-type]
+    return ctx.layer(node, "Eltwise", list(node.inputs))
 
 
 _note("Sum", "Eltwise SUM")
@@ -93,13 +103,13 @@ def scale(node: Node, ctx: EmitContext) -> Emitted:
         e.layer.scale_param.axis = _int(node, "axis", 1)
         return e
     gamma = _weight(ctx, node, 1, "scale")
-    c = int(np.prod(gamma.shape, dtype=np.int64))
-    blobs: list[object] = [_Deferred(lambda: np.asarray(gamma.numpy(), np.float32).reshape(-1), (c,))]
+    c = int(np.prod(_dims(gamma), dtype=np.int64))
+    blobs: list[Blob] = [_Deferred(lambda: np.asarray(gamma.numpy(), np.float32).reshape(-1), (c,))]
     has_bias = len(node.inputs) > 2 and node.inputs[2] is not None
     if has_bias:
         beta = _weight(ctx, node, 2, "bias")
         blobs.append(_Deferred(lambda: np.asarray(beta.numpy(), np.float32).reshape(-1), (c,)))
-    e = ctx.layer(node, "Scale", [node.inputs[0]], blobs=blobs)  # type: ignore[arg-type]
+    e = ctx.layer(node, "Scale", [node.inputs[0]], blobs=blobs)
     if has_bias:
         e.layer.scale_param.bias_term = True
     return e
@@ -114,9 +124,9 @@ def normalize(node: Node, ctx: EmitContext) -> Emitted:
     if not ctx.flavor.normalize:
         raise NotExpressible(f"L2 normalisation needs Normalize, which {ctx.flavor.name} lacks; use --caffe-flavor ssd")
     scale = _weight(ctx, node, 1, "scale")
-    c = int(np.prod(scale.shape, dtype=np.int64))
+    c = int(np.prod(_dims(scale), dtype=np.int64))
     blob = _Deferred(lambda: np.asarray(scale.numpy(), np.float32).reshape(-1), (c,))
-    e = ctx.layer(node, "Normalize", [node.inputs[0]], blobs=[blob])  # type: ignore[list-item]
+    e = ctx.layer(node, "Normalize", [node.inputs[0]], blobs=[blob])
     npar = e.layer.norm_param
     npar.across_spatial = bool(_int(node, "across_spatial", 0))
     npar.channel_shared = c == 1
@@ -134,13 +144,13 @@ def batch_norm(node: Node, ctx: EmitContext) -> Emitted:
         raise NotExpressible("training-mode BatchNormalization is not supported")
     mean = _weight(ctx, node, 3, "mean")
     var = _weight(ctx, node, 4, "variance")
-    c = int(np.prod(mean.shape, dtype=np.int64))
-    blobs = [
+    c = int(np.prod(_dims(mean), dtype=np.int64))
+    blobs: list[Blob] = [
         _Deferred(lambda: np.asarray(mean.numpy(), np.float32).reshape(-1), (c,)),
         _Deferred(lambda: np.asarray(var.numpy(), np.float32).reshape(-1), (c,)),
         np.ones(1, np.float32),
     ]
-    e = ctx.layer(node, "BatchNorm", [node.inputs[0]], blobs=blobs)  # type: ignore[arg-type]
+    e = ctx.layer(node, "BatchNorm", [node.inputs[0]], blobs=blobs)
     eps = _float(node, "epsilon", 1e-5)
     if abs(eps - 1e-5) > 1e-12:
         e.layer.batch_norm_param.eps = eps
@@ -182,7 +192,10 @@ _note("Softmax", "Softmax")
 @EMITTERS.register("Identity", "Dropout")
 def identity(node: Node, ctx: EmitContext) -> None:
     """Identity / Dropout -> no layer (the output is another name for the input)."""
-    ctx.alias(node.outputs[0], node.inputs[0])
+    src = node.inputs[0]
+    if src is None:
+        raise NotExpressible("its input is missing")
+    ctx.alias(node.outputs[0], src)
 
 
 _note("Identity", "(no layer)")
@@ -196,7 +209,7 @@ def concat(node: Node, ctx: EmitContext) -> Emitted:
         raise NotExpressible("a constant input has no Caffe blob")
     rank = len(ctx.shape(node.inputs[0]))
     axis = _int(node, "axis", 1)
-    e = ctx.layer(node, "Concat", list(node.inputs))  # type: ignore[arg-type]
+    e = ctx.layer(node, "Concat", list(node.inputs))
     axis = axis + rank if axis < 0 else axis
     if axis != 1:
         e.layer.concat_param.axis = axis

@@ -57,7 +57,7 @@ def _const(value: Value | None) -> np.ndarray | None:
 def _static(value: Value | None) -> tuple[int, ...] | None:
     if value is None or value.shape is None or not all(isinstance(d, int) for d in value.shape):
         return None
-    return tuple(int(d) for d in value.shape)
+    return tuple(d for d in value.shape if isinstance(d, int))
 
 
 def _per_channel(x: Value, c: np.ndarray) -> np.ndarray | None:
@@ -143,7 +143,7 @@ class LegalizeForCaffe(Pass):
         out = node.outputs[0]
         if w is None or w.ndim != 2 or out.is_graph_output() or len(out.uses()) != 1:
             return False
-        add = out.uses()[0].node
+        add = next(iter(out.uses())).node
         if add.op_type != "Add" or add.domain not in ("", "ai.onnx"):
             return False
         other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
@@ -257,6 +257,8 @@ class LegalizeForCaffe(Pass):
                 a, b, cb = b, a, _const(a)
             else:
                 return False
+        if a is None or cb is None:
+            return False
         vec = _per_channel(a, cb)
         if vec is None:
             return False
@@ -272,7 +274,7 @@ class LegalizeForCaffe(Pass):
             beta = -vec
         out = node.outputs[0]
         if beta is None and not out.is_graph_output() and len(out.uses()) == 1:
-            nxt = out.uses()[0].node
+            nxt = next(iter(out.uses())).node
             if nxt.op_type in ("Add", "Sub") and nxt.domain in ("", "ai.onnx") and nxt.inputs[0] is out:
                 cn = _const(nxt.inputs[1])
                 vn = _per_channel(out, cn) if cn is not None else None
@@ -307,10 +309,11 @@ class LegalizeForCaffe(Pass):
         axes_attr = rss.attributes.get("axes")
         if axes_attr is not None:
             axes = [int(a) for a in axes_attr.value]
-        elif len(rss.inputs) > 1 and _const(rss.inputs[1]) is not None:
-            axes = [int(a) for a in _const(rss.inputs[1])]
         else:
-            return False
+            given = _const(rss.inputs[1]) if len(rss.inputs) > 1 else None
+            if given is None:
+                return False
+            axes = [int(a) for a in given]
         shape = _static(x)
         if shape is None or len(shape) != 4:
             return False
@@ -325,7 +328,7 @@ class LegalizeForCaffe(Pass):
         scale = np.ones(1, np.float32)
         last = node
         if not out.is_graph_output() and len(out.uses()) == 1:
-            mul = out.uses()[0].node
+            mul = next(iter(out.uses())).node
             other = mul.inputs[1] if mul.inputs[0] is out else mul.inputs[0]
             c = _const(other) if mul.op_type == "Mul" and mul.domain in ("", "ai.onnx") else None
             if c is not None:

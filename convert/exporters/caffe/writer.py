@@ -16,6 +16,7 @@ import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +37,9 @@ from .context import EmitContext, Emitted, NotExpressible
 from .flavor import Flavor, flavor
 from .layers import CAFFE_DOMAIN, EMITTERS
 from .legalize import LegalizeForCaffe
+
+if TYPE_CHECKING:
+    from convert._proto import caffe_pb2
 
 __all__ = ["MAX_CAFFEMODEL_BYTES", "build_net", "check", "output_paths", "save_caffe"]
 
@@ -72,7 +76,7 @@ def _prepare(model: Model) -> None:
     LegalizeForCaffe()(model)
 
 
-def build_net(model: Model, flav: Flavor) -> tuple[object, list[Emitted], list[Unsupported]]:
+def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[Emitted], list[Unsupported]]:
     """Emit every node; return ``(NetParameter without blobs, layers, gaps)``."""
     _prepare(model)
     graph = model.graph
@@ -114,8 +118,9 @@ def build_net(model: Model, flav: Flavor) -> tuple[object, list[Emitted], list[U
             emitted.append(result)
     for value in graph.outputs:
         blob = ctx.blob(value)
-        if value.is_graph_input() or blob != _safe(value.name or blob):
-            lp = pb.LayerParameter(name=f"{value.name}_output", type="Split", bottom=[blob], top=[_safe(value.name)])
+        name = _safe(value.name or blob)
+        if value.is_graph_input() or blob != name:
+            lp = pb.LayerParameter(name=f"{name}_output", type="Split", bottom=[blob], top=[name])
             emitted.append(Emitted(lp))
     for e in emitted:
         net.layer.add().CopyFrom(e.layer)
@@ -166,7 +171,9 @@ def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
     proto_path.parent.mkdir(parents=True, exist_ok=True)
     temps: list[str] = []
     try:
-        weights = type(net)(name=net.name)
+        from convert._proto import caffe_pb2 as pb
+
+        weights = pb.NetParameter(name=net.name)
         done = 0
         count = sum(1 for e in emitted if e.blobs)
         for e in emitted:

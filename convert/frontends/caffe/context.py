@@ -67,7 +67,12 @@ class CaffeContext:
         """Return the static shape of ``value``."""
         if value.shape is None:
             raise ValueError(f"value '{value.name}' has no known shape")
-        return tuple(int(d) for d in value.shape)
+        dims = []
+        for d in value.shape:
+            if not isinstance(d, int):
+                raise ValueError(f"value '{value.name}' has a symbolic dimension")
+            dims.append(d)
+        return tuple(dims)
 
     # -- emission ---------------------------------------------------------------------------
     def prov(self, layer: LayerDef) -> Provenance:

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from convert.ir import (
-    ConversionError,
     ConvertError,
     DataType,
     GraphBuilder,
@@ -148,27 +147,19 @@ def _add_inputs(net: NetDef, ctx: CaffeContext, options: Options) -> None:
     declared = list(net.inputs)
     for layer in net.layers:
         if layer.type == "Input":
-            shapes = [tuple(int(d) for d in s.dim) for s in layer.param.input_param.shape]  # type: ignore[attr-defined]
+            shapes = [tuple(int(d) for d in s.dim) for s in layer.param.input_param.shape]
             for i, top in enumerate(layer.tops):
                 shape = shapes[i] if i < len(shapes) else (shapes[0] if shapes else ())
                 declared.append((top, shape))
     if not declared:
         raise ModelFormatError(f"{net.file}: no inputs declared (input/input_shape/input_dim or an Input layer)")
+    if options.dynamic_batch:
+        ctx.diagnostics.note("Caffe nets have a static batch size: --dynamic-batch ignored by the Caffe frontend")
     for name, shape in declared:
         shape = tuple(options.input_shapes.get(name, shape))
         if not shape:
-            raise UsageError(f"{net.file}: input '{name}' has no shape; give one with --input-shape {name}:1x3x224x224")
-        dims: list[int | str | None] = list(shape)
-        if options.dynamic_batch:
-            dims[0] = "N"
-        value = ctx.builder.input(name, DataType.FLOAT, dims)
-        if options.dynamic_batch:
-            # Converters compute static shapes; keep the batch of the prototxt for that.
-            from convert.ir import Shape
-
-            value.shape = Shape([*dims])
-        ctx.blobs[name] = value
-    _ = ConversionError  # re-exported for callers catching conversion failures
+            raise UsageError(f"{net.file}: input '{name}' has no shape; give one with --input-shape {name}=1,3,224,224")
+        ctx.blobs[name] = ctx.builder.input(name, DataType.FLOAT, [int(d) for d in shape])
 
 
 def sniff(path: Path) -> bool:

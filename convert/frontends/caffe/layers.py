@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from convert.ir import DataType, Registry, TensorType
+from convert.ir import DataType, Registry, TensorType, Value
 
 from .context import CaffeContext
 from .reader import LayerDef
@@ -30,13 +32,13 @@ def _note(layer_type: str, maps_to: str, limits: str = "") -> None:
     NOTES[layer_type] = (maps_to, limits)
 
 
-def _p(layer: LayerDef, field: str) -> object:
+def _p(layer: LayerDef, field: str) -> Any:
     return getattr(layer.param, field)
 
 
-def _has(msg: object, field: str) -> bool:
+def _has(msg: Any, field: str) -> bool:
     try:
-        return bool(msg.HasField(field))  # type: ignore[attr-defined]
+        return bool(msg.HasField(field))
     except ValueError:
         return False
 
@@ -45,7 +47,7 @@ def _axis(axis: int, rank: int) -> int:
     return axis + rank if axis < 0 else axis
 
 
-def _hw(msg: object, name: str, default: int) -> tuple[int, int]:
+def _hw(msg: Any, name: str, default: int) -> tuple[int, int]:
     """Read a conv/pool size given as ``name_h``/``name_w``, repeated ``name`` or scalar ``name``."""
     if _has(msg, f"{name}_h") or _has(msg, f"{name}_w"):
         return int(getattr(msg, f"{name}_h")), int(getattr(msg, f"{name}_w"))
@@ -77,23 +79,33 @@ _note("Silence", "(dropped)")
 
 
 # ---- convolution ----------------------------------------------------------------------------------
-def _conv_params(layer: LayerDef) -> dict[str, object]:
+@dataclass(frozen=True, slots=True)
+class _Conv:
+    """convolution_param, normalised to (h, w) pairs."""
+
+    k: tuple[int, int]
+    p: tuple[int, int]
+    s: tuple[int, int]
+    d: tuple[int, int]
+    group: int
+    num_output: int
+    bias: bool
+    axis: int
+
+
+def _conv_params(layer: LayerDef) -> _Conv:
     cp = _p(layer, "convolution_param")
-    kh, kw = _hw(cp, "kernel", -1)
-    ph, pw = _hw(cp, "pad", 0)
-    sh, sw = _hw(cp, "stride", 1)
     dil = [int(d) for d in cp.dilation] or [1]
-    dh, dw = (dil[0], dil[0]) if len(dil) == 1 else (dil[0], dil[1])
-    return {
-        "k": (kh, kw),
-        "p": (ph, pw),
-        "s": (sh, sw),
-        "d": (dh, dw),
-        "group": int(cp.group),
-        "num_output": int(cp.num_output),
-        "bias": bool(cp.bias_term),
-        "axis": int(cp.axis),
-    }
+    return _Conv(
+        k=_hw(cp, "kernel", -1),
+        p=_hw(cp, "pad", 0),
+        s=_hw(cp, "stride", 1),
+        d=(dil[0], dil[0]) if len(dil) == 1 else (dil[0], dil[1]),
+        group=int(cp.group),
+        num_output=int(cp.num_output),
+        bias=bool(cp.bias_term),
+        axis=int(cp.axis),
+    )
 
 
 @LAYERS.register("Convolution")
@@ -102,17 +114,17 @@ def convolution(layer: LayerDef, ctx: CaffeContext) -> None:
     x = ctx.input(layer)
     n, c, h, w = _rank4(layer, ctx, x)
     cp = _conv_params(layer)
-    if cp["axis"] != 1:
+    if cp.axis != 1:
         raise ctx.error(layer, "convolution_param.axis other than 1 is not supported")
-    (kh, kw), (ph, pw), (sh, sw), (dh, dw) = cp["k"], cp["p"], cp["s"], cp["d"]
-    g, m = cp["group"], cp["num_output"]
+    (kh, kw), (ph, pw), (sh, sw), (dh, dw) = cp.k, cp.p, cp.s, cp.d
+    g, m = cp.group, cp.num_output
     if kh <= 0 or kw <= 0:
         raise ctx.error(layer, "kernel_size is missing")
     if c % g or m % g:
         raise ctx.error(layer, f"group {g} does not divide channels {c} / num_output {m}")
     wt = ctx.weight(layer, ctx.blob(layer, 0, (m, c // g, kh, kw), "weight"), "weight")
     inputs = [x, wt]
-    if cp["bias"]:
+    if cp.bias:
         inputs.append(ctx.weight(layer, ctx.blob(layer, 1, (m,), "bias"), "bias"))
     oh = (h + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
     ow = (w + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
@@ -135,15 +147,15 @@ def deconvolution(layer: LayerDef, ctx: CaffeContext) -> None:
     x = ctx.input(layer)
     n, c, h, w = _rank4(layer, ctx, x)
     cp = _conv_params(layer)
-    (kh, kw), (ph, pw), (sh, sw), (dh, dw) = cp["k"], cp["p"], cp["s"], cp["d"]
-    g, m = cp["group"], cp["num_output"]
+    (kh, kw), (ph, pw), (sh, sw), (dh, dw) = cp.k, cp.p, cp.s, cp.d
+    g, m = cp.group, cp.num_output
     if kh <= 0 or kw <= 0:
         raise ctx.error(layer, "kernel_size is missing")
     if c % g or m % g:
         raise ctx.error(layer, f"group {g} does not divide channels {c} / num_output {m}")
     wt = ctx.weight(layer, ctx.blob(layer, 0, (c, m // g, kh, kw), "weight"), "weight")
     inputs = [x, wt]
-    if cp["bias"]:
+    if cp.bias:
         inputs.append(ctx.weight(layer, ctx.blob(layer, 1, (m,), "bias"), "bias"))
     oh = sh * (h - 1) + dh * (kh - 1) + 1 - 2 * ph
     ow = sw * (w - 1) + dw * (kw - 1) + 1 - 2 * pw
@@ -160,8 +172,8 @@ def deconvolution(layer: LayerDef, ctx: CaffeContext) -> None:
 _note("Deconvolution", "ConvTranspose", "2-D")
 
 
-def _rank4(layer: LayerDef, ctx: CaffeContext, x: object) -> tuple[int, int, int, int]:
-    shape = ctx.shape(x)  # type: ignore[arg-type]
+def _rank4(layer: LayerDef, ctx: CaffeContext, x: Value) -> tuple[int, int, int, int]:
+    shape = ctx.shape(x)
     if len(shape) != 4:
         raise ctx.error(layer, f"expects a 4-D (N, C, H, W) input, got shape {list(shape)}")
     return shape[0], shape[1], shape[2], shape[3]
@@ -356,8 +368,8 @@ def prelu(layer: LayerDef, ctx: CaffeContext) -> None:
 _note("PReLU", "PRelu", "channel_shared")
 
 
-def _affine(layer: LayerDef, ctx: CaffeContext, x: object, scale: float, shift: float, tag: str) -> object:
-    shape = ctx.shape(x)  # type: ignore[arg-type]
+def _affine(layer: LayerDef, ctx: CaffeContext, x: Value, scale: float, shift: float, tag: str) -> Value:
+    shape = ctx.shape(x)
     if scale != 1.0:
         x = ctx.op(layer, "Mul", [x, ctx.const(scale)], None, shape, suffix=f"_{tag}scale")
     if shift != 0.0:
@@ -376,7 +388,7 @@ def power(layer: LayerDef, ctx: CaffeContext) -> None:
         y = ctx.op(layer, "Pow", [y, ctx.const(float(pp.power))], None, shape)
     elif y is x:
         y = ctx.op(layer, "Identity", [x], None, shape)
-    ctx.set_top(layer, y)  # type: ignore[arg-type]
+    ctx.set_top(layer, y)
 
 
 _note("Power", "Mul / Add / Pow")

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,8 @@ class LayerDef:
     type: str
     bottoms: list[str]
     tops: list[str]
-    param: object  # caffe_pb2.LayerParameter or V1LayerParameter
+    # caffe_pb2.LayerParameter or V1LayerParameter: the converters read fields both declare.
+    param: Any
     line: int | None = None
     index: int = 0
     blobs: list[np.ndarray] = field(default_factory=list)
@@ -200,7 +202,7 @@ def read_prototxt(path: Path) -> NetDef:
     return NetDef(net.name or path.stem, path.name, inputs, layers)
 
 
-def _in_test_phase(param: object) -> bool:
+def _in_test_phase(param: Any) -> bool:
     include = list(getattr(param, "include", ()))
     exclude = list(getattr(param, "exclude", ()))
     if include:
@@ -208,14 +210,14 @@ def _in_test_phase(param: object) -> bool:
     return not any(r.HasField("phase") and r.phase == 1 for r in exclude)
 
 
-def _declared_inputs(net: object, path: Path) -> list[tuple[str, tuple[int, ...]]]:
-    names = list(net.input)  # type: ignore[attr-defined]
+def _declared_inputs(net: Any, path: Path) -> list[tuple[str, tuple[int, ...]]]:
+    names = list(net.input)
     if not names:
         return []
-    if net.input_shape:  # type: ignore[attr-defined]
-        shapes = [tuple(int(d) for d in s.dim) for s in net.input_shape]  # type: ignore[attr-defined]
-    elif net.input_dim:  # type: ignore[attr-defined]
-        dims = [int(d) for d in net.input_dim]  # type: ignore[attr-defined]
+    if net.input_shape:
+        shapes = [tuple(int(d) for d in s.dim) for s in net.input_shape]
+    elif net.input_dim:
+        dims = [int(d) for d in net.input_dim]
         if len(dims) != 4 * len(names):
             raise ModelFormatError(
                 f"{path.name}: {len(names)} inputs need {4 * len(names)} input_dim values, found {len(dims)}"
@@ -230,19 +232,19 @@ def _declared_inputs(net: object, path: Path) -> list[tuple[str, tuple[int, ...]
     return list(zip(names, shapes, strict=True))
 
 
-def _blob_array(blob: object) -> np.ndarray:
-    if blob.HasField("shape"):  # type: ignore[attr-defined]
-        shape = tuple(int(d) for d in blob.shape.dim)  # type: ignore[attr-defined]
+def _blob_array(blob: Any) -> np.ndarray:
+    if blob.HasField("shape"):
+        shape = tuple(int(d) for d in blob.shape.dim)
     else:
-        legacy = (blob.num, blob.channels, blob.height, blob.width)  # type: ignore[attr-defined]
+        legacy = (blob.num, blob.channels, blob.height, blob.width)
         shape = tuple(int(d) for d in legacy)
-    if len(blob.data):  # type: ignore[attr-defined]
-        arr = np.asarray(blob.data, dtype=np.float32)  # type: ignore[attr-defined]
+    if len(blob.data):
+        arr = np.asarray(blob.data, dtype=np.float32)
     else:
-        arr = np.asarray(blob.double_data, dtype=np.float64).astype(np.float32)  # type: ignore[attr-defined]
+        arr = np.asarray(blob.double_data, dtype=np.float64).astype(np.float32)
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
     if arr.size != count:
-        if not blob.HasField("shape") and arr.size and not any(shape):  # type: ignore[attr-defined]
+        if not blob.HasField("shape") and arr.size and not any(shape):
             return arr  # no shape recorded at all: keep it flat
         raise ValueError(f"blob shape {list(shape)} holds {count} values but {arr.size} are stored")
     return arr.reshape(shape)

@@ -47,7 +47,7 @@ class OpenCVCaffeRuntime:
             self._inputs.append(TensorSpec(name, np.dtype(np.float32), tuple(shape)))
         for layer in netdef.layers:
             if layer.type == "Input":
-                shapes = [tuple(int(d) for d in s.dim) for s in layer.param.input_param.shape]  # type: ignore[attr-defined]
+                shapes = [tuple(int(d) for d in s.dim) for s in layer.param.input_param.shape]
                 for i, top in enumerate(layer.tops):
                     shape = shapes[i] if i < len(shapes) else (shapes[0] if shapes else ())
                     self._inputs.append(TensorSpec(top, np.dtype(np.float32), shape))
