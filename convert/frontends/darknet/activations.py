@@ -42,6 +42,11 @@ EmitFn = Callable[[GraphBuilder, Value, str, Provenance], Value]
 ACTIVATIONS: Registry[EmitFn] = Registry("darknet activations")
 
 
+def _f(b: GraphBuilder, value: float) -> Value:
+    """A float32 scalar constant."""
+    return b.const(np.array(value, np.float32))
+
+
 def emit_activation(b: GraphBuilder, x: Value, activation: str, name: str, prov: Provenance) -> Value:
     """Append ``activation`` applied to ``x``; the caller has checked the name is supported."""
     fn = ACTIVATIONS.lookup(activation)
@@ -78,20 +83,20 @@ def relu(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
 def ramp(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """Relu(x) + 0.1 x."""
     r = b.op("Relu", [x], name=f"{name}_ramp_relu", prov=prov)
-    s = b.op("Mul", [x, b.const(np.float32(0.1))], name=f"{name}_ramp_scale", prov=prov)
+    s = b.op("Mul", [x, _f(b, 0.1)], name=f"{name}_ramp_scale", prov=prov)
     return b.op("Add", [r, s], name=f"{name}_ramp", prov=prov)
 
 
 @ACTIVATIONS.register("relu6")
 def relu6(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """Clip(0, 6)."""
-    return b.op("Clip", [x, b.const(np.float32(0)), b.const(np.float32(6))], name=f"{name}_relu6", prov=prov)
+    return b.op("Clip", [x, _f(b, 0), _f(b, 6)], name=f"{name}_relu6", prov=prov)
 
 
 @ACTIVATIONS.register("hardtan")
 def hardtan(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """Clip(-1, 1)."""
-    return b.op("Clip", [x, b.const(np.float32(-1)), b.const(np.float32(1))], name=f"{name}_hardtan", prov=prov)
+    return b.op("Clip", [x, _f(b, -1), _f(b, 1)], name=f"{name}_hardtan", prov=prov)
 
 
 @ACTIVATIONS.register("logistic")
@@ -104,8 +109,8 @@ def logistic(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
 def loggy(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """2 Sigmoid(x) - 1."""
     s = b.op("Sigmoid", [x], name=f"{name}_loggy_sigmoid", prov=prov)
-    m = b.op("Mul", [s, b.const(np.float32(2))], name=f"{name}_loggy_scale", prov=prov)
-    return b.op("Sub", [m, b.const(np.float32(1))], name=f"{name}_loggy", prov=prov)
+    m = b.op("Mul", [s, _f(b, 2)], name=f"{name}_loggy_scale", prov=prov)
+    return b.op("Sub", [m, _f(b, 1)], name=f"{name}_loggy", prov=prov)
 
 
 @ACTIVATIONS.register("tanh")
@@ -144,9 +149,9 @@ def mish(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
 @ACTIVATIONS.register("hard_mish")
 def hard_mish(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """x * Clip(x/2 + 1, 0, 1)."""
-    h = b.op("Mul", [x, b.const(np.float32(0.5))], name=f"{name}_hard_mish_half", prov=prov)
-    h = b.op("Add", [h, b.const(np.float32(1))], name=f"{name}_hard_mish_shift", prov=prov)
-    h = b.op("Clip", [h, b.const(np.float32(0)), b.const(np.float32(1))], name=f"{name}_hard_mish_clip", prov=prov)
+    h = b.op("Mul", [x, _f(b, 0.5)], name=f"{name}_hard_mish_half", prov=prov)
+    h = b.op("Add", [h, _f(b, 1)], name=f"{name}_hard_mish_shift", prov=prov)
+    h = b.op("Clip", [h, _f(b, 0), _f(b, 1)], name=f"{name}_hard_mish_clip", prov=prov)
     return b.op("Mul", [x, h], name=f"{name}_hard_mish", prov=prov)
 
 
@@ -160,16 +165,16 @@ def hardswish(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
 def gelu(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """0.5 x (1 + tanh(0.797885 x + 0.035677 x^3))."""
     x3 = b.op("Mul", [b.op("Mul", [x, x], name=f"{name}_gelu_sq", prov=prov), x], name=f"{name}_gelu_cube", prov=prov)
-    a = b.op("Mul", [x, b.const(np.float32(0.797885))], name=f"{name}_gelu_lin", prov=prov)
-    c = b.op("Mul", [x3, b.const(np.float32(0.035677))], name=f"{name}_gelu_cub", prov=prov)
+    a = b.op("Mul", [x, _f(b, 0.797885)], name=f"{name}_gelu_lin", prov=prov)
+    c = b.op("Mul", [x3, _f(b, 0.035677)], name=f"{name}_gelu_cub", prov=prov)
     t = b.op("Tanh", [b.op("Add", [a, c], name=f"{name}_gelu_arg", prov=prov)], name=f"{name}_gelu_tanh", prov=prov)
-    t = b.op("Add", [t, b.const(np.float32(1))], name=f"{name}_gelu_one", prov=prov)
-    h = b.op("Mul", [x, b.const(np.float32(0.5))], name=f"{name}_gelu_half", prov=prov)
+    t = b.op("Add", [t, _f(b, 1)], name=f"{name}_gelu_one", prov=prov)
+    h = b.op("Mul", [x, _f(b, 0.5)], name=f"{name}_gelu_half", prov=prov)
     return b.op("Mul", [h, t], name=f"{name}_gelu", prov=prov)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+    return np.asarray(1.0 / (1.0 + np.exp(-x)))
 
 
 # Reference formulas in numpy: used to estimate activation statistics for random weights and

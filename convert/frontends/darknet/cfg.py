@@ -31,6 +31,10 @@ def _atof(text: str) -> float | None:
     return float(m.group(0)) if m else None
 
 
+_Int = int
+_Float = float
+
+
 @dataclass(slots=True)
 class Section:
     """One ``[type]`` block of a cfg: its options, line numbers and which options were read."""
@@ -76,7 +80,7 @@ class Section:
             raise self._bad(key, "an integer")
         return value
 
-    def float(self, key: str, default: float | None = None) -> float:
+    def float(self, key: str, default: _Float | None = None) -> _Float:
         """Return a float option (C ``atof`` rules) or ``default``."""
         raw = self.get(key)
         if raw is None:
@@ -88,7 +92,7 @@ class Section:
             raise self._bad(key, "a number")
         return value
 
-    def ints(self, key: str, default: Sequence[int] | None = None) -> list[int]:
+    def ints(self, key: str, default: Sequence[_Int] | None = None) -> list[_Int]:
         """Return a comma-separated list of integers (empty items skipped)."""
         raw = self.get(key)
         if raw is None:
@@ -105,7 +109,7 @@ class Section:
             out.append(value)
         return out
 
-    def floats(self, key: str, default: Sequence[float] | None = None) -> list[float]:
+    def floats(self, key: str, default: Sequence[_Float] | None = None) -> list[_Float]:
         """Return a comma-separated list of floats (empty items skipped)."""
         raw = self.get(key)
         if raw is None:

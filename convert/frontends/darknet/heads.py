@@ -57,8 +57,8 @@ def yolo(sec: Section, ctx: DarknetContext) -> LayerOut:
         xy = b.op("Sigmoid", [xy], name=f"{name}_xy_logistic", prov=prov)
         rest = b.op("Sigmoid", [rest], name=f"{name}_scores_logistic", prov=prov)
     if scale_xy != 1.0:
-        xy = b.op("Mul", [xy, b.const(np.float32(scale_xy))], name=f"{name}_xy_scale", prov=prov)
-        xy = b.op("Add", [xy, b.const(np.float32(-0.5 * (scale_xy - 1)))], name=f"{name}_xy_shift", prov=prov)
+        xy = b.op("Mul", [xy, b.const(np.array(scale_xy, np.float32))], name=f"{name}_xy_scale", prov=prov)
+        xy = b.op("Add", [xy, b.const(np.array(-0.5 * (scale_xy - 1), np.float32))], name=f"{name}_xy_shift", prov=prov)
     y = b.op("Concat", [xy, wh, rest], {"axis": 2}, name=f"{name}_join", prov=prov)
     y = ctx.reshape(sec, y, [prev.c, prev.h, prev.w], suffix="out")
     out = LayerOut(y, prev.c, prev.h, prev.w, 0.3, sec.type)
@@ -146,7 +146,7 @@ def _decode_one(ctx: DarknetContext, index: int, sec: Section, head: LayerOut) -
     wh = part(2, 4, "wh")
     if sec.type == "yolo" and sec.int("new_coords", 0):
         wh = b.op("Mul", [wh, wh], name=f"{base}_wh_sq", prov=prov)
-        wh = b.op("Mul", [wh, b.const(np.float32(4))], name=f"{base}_wh_4", prov=prov)
+        wh = b.op("Mul", [wh, b.const(np.array(4, np.float32))], name=f"{base}_wh_4", prov=prov)
     else:
         wh = b.op("Exp", [wh], name=f"{base}_wh_exp", prov=prov)
     wh = b.op("Mul", [wh, b.const(anchor_rows, name=f"{base}_anchors")], name=f"{base}_wh_px", prov=prov)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from convert.ir import Registry
+from convert.ir import Registry, Value
 
 from .cfg import Section
 from .context import DarknetContext, LayerOut
@@ -204,14 +204,12 @@ def route(sec: Section, ctx: DarknetContext) -> LayerOut:
         parts.append(ctx.slice(sec, s.value, [1], [gid * part], [(gid + 1) * part], suffix=f"group{i}"))
         channels += part
     ms = sum(s.ms * s.c for s in srcs) / max(sum(s.c for s in srcs), 1)
-    if len(parts) == 1:
-        y = parts[0]
-    else:
-        y = ctx.b.op("Concat", parts, {"axis": 1}, name=ctx.name(sec), prov=ctx.prov(sec))
+    y = parts[0] if len(parts) == 1 else ctx.b.op("Concat", parts, {"axis": 1}, name=ctx.name(sec),
+                                                    prov=ctx.prov(sec))
     return LayerOut(y, channels, first.h, first.w, ms, sec.type)
 
 
-def _shortcut_term(sec: Section, ctx: DarknetContext, src: LayerOut, out: LayerOut, i: int):  # noqa: ANN202
+def _shortcut_term(sec: Section, ctx: DarknetContext, src: LayerOut, out: LayerOut, i: int) -> Value:
     """Return ``src`` brought to ``out``'s shape the way Darknet's shortcut_cpu samples it."""
     if (src.c, src.h, src.w) == (out.c, out.h, out.w):
         return src.value
@@ -296,7 +294,7 @@ def upsample(sec: Section, ctx: DarknetContext) -> LayerOut:
         h, w = prev.h // s, prev.w // s
         factor = scale * s * s
     if factor != 1.0:
-        y = b.op("Mul", [y, b.const(np.float32(factor))], name=f"{ctx.name(sec)}_scale", prov=prov)
+        y = b.op("Mul", [y, b.const(np.array(factor, np.float32))], name=f"{ctx.name(sec)}_scale", prov=prov)
     return LayerOut(y, prev.c, h, w, prev.ms * factor * factor, sec.type)
 
 
@@ -339,8 +337,8 @@ def crop(sec: Section, ctx: DarknetContext) -> LayerOut:
     ms = prev.ms
     if not noadjust:
         b = ctx.b
-        y = b.op("Mul", [y, b.const(np.float32(2))], name=f"{ctx.name(sec)}_scale", prov=ctx.prov(sec))
-        y = b.op("Sub", [y, b.const(np.float32(1))], name=f"{ctx.name(sec)}_shift", prov=ctx.prov(sec))
+        y = b.op("Mul", [y, b.const(np.array(2, np.float32))], name=f"{ctx.name(sec)}_scale", prov=ctx.prov(sec))
+        y = b.op("Sub", [y, b.const(np.array(1, np.float32))], name=f"{ctx.name(sec)}_shift", prov=ctx.prov(sec))
         ms = 4 * ms + 1
     return LayerOut(y, prev.c, ch, cw, ms, sec.type)
 
@@ -372,7 +370,8 @@ def softmax(sec: Section, ctx: DarknetContext) -> LayerOut:
     b = ctx.b
     x = ctx.reshape(sec, prev.value, [groups, prev.size // groups], suffix="groups")
     if temp != 1.0:
-        x = b.op("Mul", [x, b.const(np.float32(1.0 / temp))], name=f"{ctx.name(sec)}_temp", prov=ctx.prov(sec))
+        inv = b.const(np.array(1.0 / temp, np.float32))
+        x = b.op("Mul", [x, inv], name=f"{ctx.name(sec)}_temp", prov=ctx.prov(sec))
     x = b.op("Softmax", [x], {"axis": -1}, name=ctx.name(sec), prov=ctx.prov(sec))
     y = ctx.reshape(sec, x, [prev.c, prev.h, prev.w], suffix="out")
     return LayerOut(y, prev.c, prev.h, prev.w, 1.0 / max(prev.size // groups, 1), sec.type)

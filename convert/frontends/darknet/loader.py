@@ -32,20 +32,23 @@ __all__ = ["TRAINING_OPTIONS", "build_model", "check_support", "detect_lineage",
 logger = logging.getLogger(__name__)
 
 # Options Darknet reads only for training or for post-processing; silently ignored here.
-TRAINING_OPTIONS = frozenset("""
-    jitter ignore_thresh truth_thresh random iou_normalizer iou_loss cls_normalizer obj_normalizer nms_kind
-    beta_nms max_delta resize iou_thresh objectness_smooth counters_per_class label_smooth_eps focal_loss
-    track_history_size sim_thresh dets_for_track dets_for_show track_ciou_norm embedding_layer
-    uc_normalizer delta_normalizer bias_match class_scale coord_scale noobject_scale object_scale rescore
-    thresh absolute map probability dropblock dropblock_size_rel dropblock_size_abs type scale ratio
-    angle saturation exposure hue shift flip stopbackward train_only_bn dontload dontloadscales
-    learning_rate_scale smooth noloss log rand_noise
-    """.split())
+TRAINING_OPTIONS = frozenset([
+    "jitter", "ignore_thresh", "truth_thresh", "random", "iou_normalizer", "iou_loss", "cls_normalizer",
+    "obj_normalizer", "nms_kind", "beta_nms", "max_delta", "resize", "iou_thresh", "objectness_smooth",
+    "counters_per_class", "label_smooth_eps", "focal_loss", "track_history_size", "sim_thresh",
+    "dets_for_track", "dets_for_show", "track_ciou_norm", "embedding_layer", "uc_normalizer",
+    "delta_normalizer", "bias_match", "class_scale", "coord_scale", "noobject_scale", "object_scale",
+    "rescore", "thresh", "absolute", "map", "probability", "dropblock", "dropblock_size_rel",
+    "dropblock_size_abs", "type", "scale", "ratio", "angle", "saturation", "exposure", "hue", "shift",
+    "flip", "stopbackward", "train_only_bn", "learning_rate_scale", "smooth",
+    "noloss", "log", "rand_noise",
+])
 
 # Options whose presence (with a non-default value) makes a layer unconvertible.
 _UNSUPPORTED_OPTIONS: dict[str, dict[str, str]] = {
     "convolutional": {"binary": "0", "xnor": "0", "antialiasing": "0", "deform": "0", "share_index": "",
                       "assisted_excitation": "0", "sway": "0", "rotate": "0", "stretch": "0",
+                      "dontload": "0", "dontloadscales": "0",
                       "stretch_sway": "0"},
     "maxpool": {"maxpool_depth": "0", "antialiasing": "0", "out_channels": ""},
     "reorg": {"reverse": "0", "flatten": "0", "extra": "0"},

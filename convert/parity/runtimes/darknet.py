@@ -21,11 +21,11 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -105,7 +105,7 @@ def _quiet_stderr() -> Iterator[None]:
 class _Plan:
     """Which Darknet layers become outputs, named as the frontend names them."""
 
-    sections: list  # list[Section] (kept loose: the frontend owns the type)
+    sections: list[Any]  # list[Section]: the frontend owns the type
     heads: list[tuple[int, str]]
     last: tuple[int, str]
     decode: bool
@@ -141,7 +141,7 @@ def _plan(cfg: Path, options: Options) -> _Plan:
 # -- Darknet's head functions in numpy (oracles for OpenCV, decoding for both) ---------------------
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+    return np.asarray(1.0 / (1.0 + np.exp(-x)))
 
 
 def yolo_forward(x: np.ndarray, sec: object) -> np.ndarray:
@@ -197,10 +197,8 @@ def decode(heads: Sequence[tuple[object, np.ndarray]], net_w: int, net_h: int) -
         gy, gx = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
         grid = np.tile(np.stack([gx.ravel(), gy.ravel()], 1), (n, 1)).astype(np.float32)
         v[..., 0:2] = (v[..., 0:2] + grid) * np.array([net_w / w, net_h / h], np.float32)
-        if s.type == "yolo" and s.int("new_coords", 0):  # type: ignore[attr-defined]
-            wh = v[..., 2:4] * v[..., 2:4] * 4
-        else:
-            wh = np.exp(v[..., 2:4])
+        new_coords = s.type == "yolo" and s.int("new_coords", 0)  # type: ignore[attr-defined]
+        wh = v[..., 2:4] * v[..., 2:4] * 4 if new_coords else np.exp(v[..., 2:4])
         v[..., 2:4] = wh * np.repeat(anchors, h * w, axis=0)
         rows.append(v)
     return np.concatenate(rows, axis=1)

@@ -91,8 +91,9 @@ def test_cfg_without_net_section(tmp_path: Path) -> None:
 def test_unknown_sections_are_all_listed_with_lines(tmp_path: Path) -> None:
     cfg = write_cfg(tmp_path, NET + CONV + "[implicit_add]\nfilters=4\n" + CONV + "[gru]\noutput=4\n"
                     + "[implicit_add]\nfilters=4\n")
-    message = _expect(UnsupportedOpsError, [cfg], "net.cfg uses 2 unsupported", "[implicit_add] x2 (first at net.cfg:13)",
-                      "[gru] (first at net.cfg:22)", "convert ops darknet", random_weights=True)
+    message = _expect(UnsupportedOpsError, [cfg], "net.cfg uses 2 unsupported",
+                      "[implicit_add] x2 (first at net.cfg:13)", "[gru] (first at net.cfg:22)",
+                      "convert ops darknet", random_weights=True)
     gaps = FRONTEND.check_support([cfg], Options())
     assert [g.op for g in gaps] == ["[implicit_add]", "[gru]"]
     assert "x2" in message

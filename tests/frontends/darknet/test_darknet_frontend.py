@@ -22,7 +22,7 @@ from convert.frontends.darknet import FRONTEND
 from convert.frontends.darknet.layers import LAYERS
 from convert.frontends.darknet.random_weights import write_random_weights
 from convert.ir import Options
-from convert.parity.runtimes.darknet import DarknetLib, OpenCVDarknet, decode
+from convert.parity.runtimes.darknet import DarknetLib, OpenCVDarknet
 
 NET = "[net]\nbatch=64\nchannels=3\nheight=32\nwidth=32\n"
 YOLO = ("[convolutional]\nfilters=14\nsize=1\nactivation=linear\n"
@@ -38,7 +38,7 @@ def test_sniff_and_spec(tmp_path: Path) -> None:
     flags = {o.flag for o in FRONTEND.options}
     assert {"--random-weights", "--decode", "--allow-trailing-bytes", "--darknet-lineage"} <= flags
     ops = "\n".join(row.op for row in FRONTEND.ops())
-    for key in LAYERS.keys():
+    for key in LAYERS.keys():  # noqa: SIM118 (a Registry, not a dict)
         assert f"[{key}]" in ops
 
 
@@ -89,7 +89,7 @@ def test_decode_matches_darknet_boxes(name: str, tmp_path: Path) -> None:
     first_name = next(iter(heads))
     head = heads[first_name]
     sec = rt.plan.sections[1 + int(first_name.split("_")[1])]
-    n, h, w = len(sec.ints("mask", [0, 1, 2, 3, 4])), head.shape[2], head.shape[3]
+    n, w = len(sec.ints("mask", [0, 1, 2, 3, 4])), head.shape[3]
     anchors = np.array(sec.floats("anchors"), np.float32).reshape(-1, 2)
     anchor = anchors[sec.ints("mask")[0]] if sec.type == "yolo" else anchors[0] * 160 / w
     box = got["detections"][0, 0]
