@@ -16,7 +16,7 @@ import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from convert.ir import (
 )
 
 from . import layers_tensor  # noqa: F401  (registers the tensor emitters)
-from .context import EmitContext, Emitted, NotExpressible
+from .context import Blob, EmitContext, Emitted, NotExpressible
 from .flavor import Flavor, flavor
 from .layers import CAFFE_DOMAIN, EMITTERS
 from .legalize import LegalizeForCaffe
@@ -143,6 +143,63 @@ def _array(blob: object) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _field(number: int, length: int) -> bytes:
+    """Return the key and length prefix of a length-delimited field."""
+    return _varint(number << 3 | 2) + _varint(length)
+
+
+def _blob_dims(src: object) -> tuple[int, ...]:
+    shape = getattr(src, "shape", ())
+    return tuple(int(d) for d in shape)
+
+
+def _stream_caffemodel(fh: BinaryIO, name: str, emitted: list[Emitted], options: Options) -> None:
+    """Write a binary NetParameter holding only the layers with blobs, one tensor at a time.
+
+    Protobuf fields may be written in any order and messages concatenated, so each layer is its
+    header (name, type, bottom, top) serialised by protobuf followed by hand-framed BlobProtos
+    (``shape`` = field 7, packed float ``data`` = field 5) whose lengths come from the shapes.
+    Only one tensor is in memory at a time; the file is a valid caffemodel for Caffe and OpenCV.
+    """
+    from convert._proto import caffe_pb2 as pb
+
+    fh.write(pb.NetParameter(name=name).SerializeToString())
+    layers = [e for e in emitted if e.blobs]
+    for done, e in enumerate(layers, 1):
+        head = pb.LayerParameter(name=e.layer.name, type=e.layer.type, bottom=e.layer.bottom, top=e.layer.top)
+        header = head.SerializeToString()
+        framed: list[tuple[bytes, int, Blob]] = []
+        for src in e.blobs:
+            dims = _blob_dims(src)
+            shape = pb.BlobShape(dim=list(dims)).SerializeToString()
+            count = int(np.prod(dims, dtype=np.int64)) if dims else 1
+            body = _field(7, len(shape)) + shape + _field(5, 4 * count)
+            framed.append((body, count, src))
+        blob_sizes = [len(body) + 4 * count for body, count, _ in framed]
+        length = len(header) + sum(len(_field(7, size)) + size for size in blob_sizes)
+        fh.write(_field(100, length) + header)
+        for (body, count, src), size in zip(framed, blob_sizes, strict=True):
+            arr = _array(src)
+            if arr.size != count:
+                raise AssertionError(f"blob of layer '{e.layer.name}' has {arr.size} values, expected {count}")
+            fh.write(_field(7, size) + body)
+            fh.write(arr.astype("<f4", copy=False).tobytes())
+            del arr
+        options.progress("caffe weights", done, len(layers))
+
+
 def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
     """Write ``<base>.prototxt`` and ``<base>.caffemodel``; return both paths.
 
@@ -171,32 +228,15 @@ def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
     proto_path.parent.mkdir(parents=True, exist_ok=True)
     temps: list[str] = []
     try:
-        from convert._proto import caffe_pb2 as pb
-
-        weights = pb.NetParameter(name=net.name)
-        done = 0
-        count = sum(1 for e in emitted if e.blobs)
-        for e in emitted:
-            if not e.blobs:
-                continue
-            lp = weights.layer.add(name=e.layer.name, type=e.layer.type)
-            lp.bottom.extend(e.layer.bottom)
-            lp.top.extend(e.layer.top)
-            for src in e.blobs:
-                arr = _array(src)
-                blob = lp.blobs.add()
-                blob.shape.dim.extend(arr.shape)
-                blob.data.extend(arr.reshape(-1).tolist())
-            done += 1
-            options.progress("caffe weights", done, count)
-        data = weights.SerializeToString()
-        del weights
+        fd, tmp = tempfile.mkstemp(dir=model_path.parent, prefix=f".{model_path.name}.", suffix=".tmp")
+        temps.append(tmp)
+        with os.fdopen(fd, "wb") as fh:
+            _stream_caffemodel(fh, net.name, emitted, options)
         text = f"# Written by convert-toolkit, Caffe flavor '{flav.name}'.\n" + text_format.MessageToString(net)
-        for target, payload in ((model_path, data), (proto_path, text.encode())):
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-            temps.append(tmp)
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(payload)
+        fd, tmp = tempfile.mkstemp(dir=proto_path.parent, prefix=f".{proto_path.name}.", suffix=".tmp")
+        temps.append(tmp)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(text.encode())
         os.replace(temps[0], model_path)
         os.replace(temps[1], proto_path)
         temps.clear()
