@@ -21,7 +21,7 @@ from convert.ir import ModelFormatError, Options, UsageError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["TORCHSCRIPT", "EXPORTED_PROGRAM", "CHECKPOINT", "classify", "load_checkpoint", "load_factory"]
+__all__ = ["TORCHSCRIPT", "EXPORTED_PROGRAM", "CHECKPOINT", "classify", "load_checkpoint", "load_factory", "traced_input_shapes"]
 
 TORCHSCRIPT = "torchscript"
 EXPORTED_PROGRAM = "exported_program"
@@ -46,6 +46,43 @@ def classify(path: Path) -> str | None:
         return CHECKPOINT if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05") else None
     except OSError:
         return None
+
+
+class _ShapesOnly(pickle.Unpickler):
+    """Read ``traced_inputs.pkl`` of a TorchScript file: tensor sizes only, no storage, no code."""
+
+    def find_class(self, module: str, name: str) -> object:
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return lambda storage, offset, size, *rest: tuple(int(d) for d in size)
+        if (module, name) == ("torch.jit._pickle", "restore_type_tag"):
+            return lambda value, tag: value
+        if module == "torch" and name.endswith("Storage"):
+            return name
+        if module == "collections" and name == "OrderedDict":
+            return dict
+        raise pickle.UnpicklingError(f"unexpected global {module}.{name}")
+
+    def persistent_load(self, pid: object) -> object:
+        return None
+
+
+def traced_input_shapes(path: Path) -> list[tuple[int, ...]] | None:
+    """Return the shapes of the example inputs a traced TorchScript file recorded, or None."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            name = next((n for n in zf.namelist() if n.endswith("/traced_inputs.pkl")), None)
+            if name is None:
+                return None
+            data = zf.read(name)
+        import io
+
+        table = _ShapesOnly(io.BytesIO(data)).load()
+    except (OSError, zipfile.BadZipFile, pickle.UnpicklingError, EOFError, TypeError, ValueError):
+        return None
+    shapes = table.get("forward") if isinstance(table, dict) else None
+    if not isinstance(shapes, (list, tuple)) or not all(isinstance(s, tuple) for s in shapes):
+        return None
+    return list(shapes)
 
 
 def _state_dict_of(obj: object) -> Mapping[str, object] | None:

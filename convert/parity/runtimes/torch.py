@@ -8,6 +8,7 @@ frontend names the converted graph's: inputs after ``forward``'s parameters, out
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -74,7 +75,14 @@ def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
     except ImportError as exc:
         raise UsageError("the PyTorch runtime needs torch: pip install 'convert-toolkit[torch]'") from exc
     from convert.frontends.pytorch.capture import forward_input_names, resolve_shapes, script_input_names
-    from convert.frontends.pytorch.files import CHECKPOINT, EXPORTED_PROGRAM, TORCHSCRIPT, classify, load_checkpoint
+    from convert.frontends.pytorch.files import (
+        CHECKPOINT,
+        EXPORTED_PROGRAM,
+        TORCHSCRIPT,
+        classify,
+        load_checkpoint,
+        traced_input_shapes,
+    )
 
     path = Path(paths[0])
     kind = classify(path)
@@ -88,6 +96,10 @@ def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
     if kind == TORCHSCRIPT:
         module: object = torch.jit.load(path, map_location="cpu")
         names = script_input_names(module)  # type: ignore[arg-type]
+        traced = traced_input_shapes(path)
+        if not options.input_shapes and traced is not None and len(traced) == len(names):
+            options = copy.copy(options)
+            options.input_shapes = dict(zip(names, traced, strict=True))
     elif kind == CHECKPOINT:
         module = load_checkpoint(path, options)
         names = (script_input_names(module) if isinstance(module, torch.jit.ScriptModule)  # type: ignore[arg-type]

@@ -100,10 +100,18 @@ def test_factory_errors_are_usage_errors(tmp_path: Path) -> None:
             load([path], Options(input_shapes={"x": (1, 2)}, extra={"torch_factory": spec}))
 
 
+def test_traced_torchscript_brings_its_input_shapes(tmp_path: Path) -> None:
+    path = tmp_path / "m.pt"
+    torch.jit.save(torch.jit.trace(nets().build("mobilenetv2", size=32), (torch.rand(SHAPE),)), path)
+    options = Options()
+    model = load([path], options)
+    assert [d for d in model.graph.inputs[0].shape] == list(SHAPE)
+    assert any("traced with" in n for n in options.diagnostics.notes)
+
+
 def test_missing_input_shape_says_which_flag(tmp_path: Path) -> None:
     path = tmp_path / "m.pt"
-    module = _small()
-    torch.jit.save(torch.jit.trace(module, (torch.rand(SHAPE),)), path)
+    torch.jit.save(torch.jit.script(_small()), path)
     with pytest.raises(UsageError, match=r"--input-shape x=1,3,224,224"):
         load([path], Options())
     with pytest.raises(UsageError, match="'y'"):
