@@ -29,6 +29,7 @@ from . import layers_tensor  # noqa: F401  (registers the tensor layers)
 from .context import CaffeContext
 from .layers import LAYERS, NOTES
 from .reader import NetDef, read_caffemodel, read_prototxt
+from .support import CHECKS
 
 __all__ = ["check_support", "load", "ops", "sniff", "split_paths"]
 
@@ -69,12 +70,18 @@ def check_support(paths: Sequence[Path], options: Options) -> list[Unsupported]:
 
 
 def _unsupported(net: NetDef) -> list[Unsupported]:
-    found: dict[str, list[str]] = {}
+    found: dict[tuple[str, str], list[str]] = {}
     for layer in net.layers:
+        where = f"{net.file}:{layer.line}" if layer.line is not None else net.file
         if layer.type not in LAYERS:
-            where = f"{net.file}:{layer.line}" if layer.line is not None else net.file
-            found.setdefault(layer.type, []).append(f"{where} '{layer.name}'")
-    return [Unsupported(op=t, count=len(w), first=w[0]) for t, w in found.items()]
+            reason = ""
+        else:
+            check = CHECKS.get(layer.type)
+            reason = check(layer) if check is not None else ""
+            if not reason:
+                continue
+        found.setdefault((layer.type, reason), []).append(f"{where} '{layer.name}'")
+    return [Unsupported(op=t, count=len(w), first=w[0], reason=r) for (t, r), w in found.items()]
 
 
 def load(paths: Sequence[Path], options: Options) -> Model:

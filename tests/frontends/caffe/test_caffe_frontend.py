@@ -136,6 +136,23 @@ def test_unknown_layers_listed_at_once(tmp_path: Path) -> None:
         FRONTEND.load(paths, Options())
 
 
+def test_unsupported_settings_listed_before_conversion(tmp_path: Path) -> None:
+    def add(b: build_nets.NetBuilder) -> None:
+        b.layer("Pooling", "sp", ["data"], ["sp"], pooling_param={"pool": 2, "kernel_size": 2, "stride": 2})
+        b.layer("LRN", "ln", ["data"], ["ln"], lrn_param={"norm_region": 1})
+        b.layer("Tile", "tl", ["data"], ["tl"])
+
+    paths = _single(tmp_path, (1, 2, 4, 4), add)
+    gaps = FRONTEND.check_support(paths, Options())
+    assert [(g.op, "STOCHASTIC" in g.reason or "WITHIN" in g.reason or not g.reason) for g in gaps] == [
+        ("Pooling", True),
+        ("LRN", True),
+        ("Tile", True),
+    ]
+    with pytest.raises(UnsupportedOpsError, match=r"3 unsupported layer types: Pooling \(first at single"):
+        FRONTEND.load(paths, Options())
+
+
 def test_missing_blob_names_layer(tmp_path: Path) -> None:
     proto, weights = build_nets.build("lenet", tmp_path)
     net = caffe_pb2.NetParameter.FromString(weights.read_bytes())
