@@ -236,6 +236,9 @@ def caffe_average_pool(node: Node, ctx: EmitContext) -> Emitted:
     return _pool(node, ctx, 1, caffe_divisor=True)
 
 
+_note(f"{CAFFE_DOMAIN}::AveragePool", "Pooling AVE with pad", "Pad + AveragePool(count_include_pad=0), fused")
+
+
 @EMITTERS.register("AveragePool")
 def average_pool(node: Node, ctx: EmitContext) -> Emitted:
     """AveragePool -> Pooling AVE when Caffe's divisor matches count_include_pad."""

@@ -216,7 +216,7 @@ def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
         raise UnsupportedOpsError(
             f"export to Caffe ({flav.name})",
             gaps,
-            hint="Nothing was written. Run `convert ops caffe --to` for what maps, or export to ONNX.",
+            hint="Nothing was written. Run `convert ops caffe` for what maps, or export to ONNX.",
         )
     total = sum(_nbytes(b) for e in emitted for b in e.blobs)
     if total > MAX_CAFFEMODEL_BYTES:
