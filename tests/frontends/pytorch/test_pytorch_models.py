@@ -126,3 +126,27 @@ def test_vit_to_caffe_names_what_caffe_lacks(saved: dict[str, dict[str, object]]
     passes.standard_pipeline()(model)
     with pytest.raises(UnsupportedOpsError, match="LayerNormalization"):
         caffe.EXPORTER.save(model, Path("/nonexistent/never.prototxt"), Options())
+
+
+@pytest.mark.parametrize("dest", ["caffe", "onnx"])
+def test_headline_cli(tmp_path: Path, dest: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`convert pytorch->caffe sample.pt` (the README's first demo) converts and passes parity."""
+    if dest == "caffe":
+        pytest.importorskip("cv2")
+        pytest.importorskip("convert.exporters.caffe")
+    import importlib.util
+
+    from convert.cli import main
+
+    spec = importlib.util.spec_from_file_location("make_sample", Path(__file__).resolve().parents[3]
+                                                  / "models" / "pytorch" / "make_sample.py")
+    assert spec is not None and spec.loader is not None
+    make_sample = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_sample)
+    sample = tmp_path / "sample.pt"
+    make_sample.main(sample)
+    with pytest.raises(SystemExit) as info:
+        main([f"pytorch->{dest}", str(sample), "-o", str(tmp_path / "out")])
+    out = capsys.readouterr()
+    assert info.value.code == 0, out.err + out.out
+    assert f"OK pytorch:{dest}" in out.out + out.err and "PASS" in out.out + out.err
