@@ -69,16 +69,19 @@ def _key(node: object) -> str:
     return op if domain in ("", "ai.onnx") else f"{domain}::{op}"
 
 
-def _prepare(model: Model) -> None:
+def _prepare(model: Model) -> Model:
+    """Return a legalised copy of ``model`` (structure cloned, tensors shared; the caller's is untouched)."""
+    model = model.clone()
     graph = model.graph
     if any(v.shape is None for n in graph for v in n.outputs if v is not None):
         passes.InferShapes()(model)
     LegalizeForCaffe()(model)
+    return model
 
 
 def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[Emitted], list[Unsupported]]:
     """Emit every node; return ``(NetParameter without blobs, layers, gaps)``."""
-    _prepare(model)
+    model = _prepare(model)
     graph = model.graph
     ctx = EmitContext(graph, flav)
     pb = ctx.pb
@@ -129,7 +132,7 @@ def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[
 
 
 def check(model: Model, options: Options) -> list[Unsupported]:
-    """Return every node Caffe cannot express (the graph is legalised in place; values unchanged)."""
+    """Return every node Caffe cannot express; ``model`` is not modified."""
     _, _, gaps = build_net(model, flavor(options.get("caffe_flavor")))
     return gaps
 

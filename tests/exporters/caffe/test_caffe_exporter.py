@@ -463,3 +463,12 @@ def test_dialect_layers_read_back(case: str, tmp_path: Path) -> None:
     ref = ort.InferenceSession(src.SerializeToString()).run(None, feeds)[0]
     ours = ort.InferenceSession(serde.serialize_model(back).SerializeToString()).run(None, feeds)[0]
     assert _rel(ours, ref) <= RTOL
+
+
+def test_check_and_save_leave_the_model_alone(tmp_path: Path) -> None:
+    text, weights, _ = CASES["conv_bn_pool_gemm"]
+    model = serde.deserialize_model(_model(text, weights))
+    before = [(n.op_type, n.domain) for n in model.graph]
+    assert EXPORTER.check(model, Options()) == []
+    EXPORTER.save(model, tmp_path / "m", Options())
+    assert [(n.op_type, n.domain) for n in model.graph] == before
