@@ -5,6 +5,8 @@ Rules, in order (each preserves the graph's values exactly):
 * ``Pad(x, zeros, symmetric spatial p) -> AveragePool(count_include_pad=0, end pads only)`` ->
   ``convert.caffe::AveragePool(x)`` with pads p: Caffe's AVE divisor counts the pad but not the
   ceil overhang, which is exactly this pair (the Caffe frontend lowers such pooling to it).
+* ``ReduceMean`` / ``ReduceMax`` over the spatial axes of an (N, C, H, W) tensor ->
+  ``GlobalAveragePool`` / ``GlobalMaxPool`` [``-> Reshape`` to (N, C) when ``keepdims=0``].
 * ``MatMul(x, W) -> Add(., b)`` with constant 2-D ``W`` and 1-D ``b`` -> ``Gemm(x, W, b)``.
 * ``BatchNormalization(x, gamma, beta, mean, var)`` with gamma != 1 or beta != 0 ->
   ``BatchNormalization(x, 1, 0, mean, var) -> convert.caffe::Scale(., gamma, beta)``
@@ -89,6 +91,8 @@ class LegalizeForCaffe(Pass):
                 rule = {
                     "MatMul": self._matmul_add,
                     "AveragePool": self._pad_avg_pool,
+                    "ReduceMean": self._global_reduce,
+                    "ReduceMax": self._global_reduce,
                     "BatchNormalization": self._batch_norm,
                     "Mul": self._scale,
                     "Div": self._div,
@@ -170,6 +174,48 @@ class LegalizeForCaffe(Pass):
         graph.remove([add, node], safe=True)
         gemm.outputs[0].name = name
         return True
+
+    def _global_reduce(self, graph: Graph, node: Node) -> bool:
+        x = node.inputs[0]
+        shape = _static(x)
+        if shape is None or len(shape) != 4:
+            return False
+        attr = node.attributes.get("axes")
+        if attr is not None:
+            axes = [int(a) for a in attr.value]
+        else:
+            given = _const(node.inputs[1]) if len(node.inputs) > 1 else None
+            if given is None:
+                return False
+            axes = [int(a) for a in given.reshape(-1)]
+        if sorted(a + 4 if a < 0 else a for a in axes) != [2, 3]:
+            return False
+        op = "GlobalAveragePool" if node.op_type == "ReduceMean" else "GlobalMaxPool"
+        base = node.name or op
+        pool = Node("", op, [x], outputs=[Value(name=self._fresh(f"{base}_pool"))], name=base)
+        pool.outputs[0].shape = Shape([shape[0], shape[1], 1, 1])
+        pool.outputs[0].type = TensorType(DataType.FLOAT)
+        set_provenance(pool, get_provenance(node))
+        if node.attributes.get_int("keepdims", 1):
+            self._replace(graph, node, pool, node.outputs[0])
+            return True
+        graph.insert_before(node, pool)
+        target = self._init_int(graph, f"{base}.shape", [shape[0], shape[1]])
+        reshape = Node(
+            "", "Reshape", [pool.outputs[0], target], outputs=[Value(name=self._fresh(base))], name=f"{base}_flatten"
+        )
+        set_provenance(reshape, get_provenance(node))
+        self._replace(graph, node, reshape, node.outputs[0])
+        return True
+
+    def _init_int(self, graph: Graph, base: str, values: list[int]) -> Value:
+        name = self._fresh(base)
+        arr = np.asarray(values, dtype=np.int64)
+        value = Value(
+            name=name, shape=Shape(arr.shape), type=TensorType(DataType.INT64), const_value=from_array(arr, name=name)
+        )
+        graph.register_initializer(value)
+        return value
 
     def _pad_avg_pool(self, graph: Graph, node: Node) -> bool:
         pad = node.inputs[0].producer() if node.inputs[0] is not None else None

@@ -191,7 +191,8 @@ CASES: dict[str, tuple[str, dict[str, np.ndarray], str]] = {
     "deconv_gap_pow_lrn": (
         HEAD
         + """
-    g (float[1, 4, 5, 5] x) => (float[1, 6, 1, 1] y, float[1, 8, 5, 5] c, float[1, 4, 5, 5] t) {
+    g (float[1, 4, 5, 5] x)
+        => (float[1, 6, 1, 1] y, float[1, 8, 5, 5] c, float[1, 4, 5, 5] t, float[1, 4] rm, float[1, 4, 1, 1] rx) {
         d = ConvTranspose <kernel_shape = [3, 3], strides = [2, 2], group = 2> (x, wt, bt)
         y = GlobalAveragePool (d)
         ab = Abs (x)
@@ -199,6 +200,8 @@ CASES: dict[str, tuple[str, dict[str, np.ndarray], str]] = {
         l = LRN <size = 3, alpha = 0.001, beta = 0.75, bias = 1.0> (x)
         c = Concat <axis = 1> (l, q)
         t = Sum (l, q, ab)
+        rm = ReduceMean <axes = [2, 3], keepdims = 0> (x)
+        rx = ReduceMax <axes = [-1, -2]> (x)
     }""",
         {"wt": _w(4, 3, 3, 3), "bt": _w(6, scale=0.1), "two": np.array(2.0, np.float32)},
         "bvlc",
