@@ -11,6 +11,7 @@ of the built model, the ONNX node count, and ONNX Runtime's median CPU latency.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -44,7 +45,7 @@ def _build(name: str) -> tuple[object, tuple[object, ...]]:
         return nets.build("resnet50", size=224), (torch.rand(1, 3, 224, 224),)
     torch.manual_seed(0)
     dims = [16384, 12288, 16384, 12288]
-    model = torch.nn.Sequential(*[torch.nn.Linear(a, b, bias=False) for a, b in zip(dims, dims[1:])]).eval()
+    model = torch.nn.Sequential(*[torch.nn.Linear(a, b, bias=False) for a, b in itertools.pairwise(dims)]).eval()
     return model, (torch.rand(1, dims[0]),)
 
 

@@ -16,13 +16,14 @@ import argparse
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 __all__ = ["NETS", "build", "recalibrate"]
 
 
-def conv_bn(cin: int, cout: int, k: int = 3, s: int = 1, groups: int = 1, act: type[nn.Module] | None = nn.ReLU) -> nn.Sequential:
+def conv_bn(cin: int, cout: int, k: int = 3, s: int = 1, groups: int = 1,
+            act: type[nn.Module] | None = nn.ReLU) -> nn.Sequential:
     """Return Conv (no bias) + BatchNorm + activation."""
     layers: list[nn.Module] = [nn.Conv2d(cin, cout, k, s, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
     if act is not None:

@@ -35,8 +35,14 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
     """Return (ExportedProgram, input names or None, source name) for a model file."""
     import torch
 
-    from .capture import export_module, forward_input_names, make_example_inputs, resolve_shapes
-    from .capture import script_input_names, script_to_program
+    from .capture import (
+        export_module,
+        forward_input_names,
+        make_example_inputs,
+        resolve_shapes,
+        script_input_names,
+        script_to_program,
+    )
     from .files import CHECKPOINT, EXPORTED_PROGRAM, TORCHSCRIPT, classify, load_checkpoint, traced_input_shapes
 
     if not paths:
@@ -57,8 +63,8 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
         traced = traced_input_shapes(path)
         if not options.input_shapes and traced is not None and len(traced) == len(names):
             options.input_shapes = dict(zip(names, traced, strict=True))
-            options.diagnostics.note(f"{source}: input shapes taken from the example it was traced with: "
-                                     + ", ".join(f"{n}={','.join(map(str, s))}" for n, s in zip(names, traced, strict=True)))
+            shown = ", ".join(f"{n}={','.join(map(str, s))}" for n, s in zip(names, traced, strict=True))
+            options.diagnostics.note(f"{source}: input shapes taken from the example it was traced with: {shown}")
         example = make_example_inputs(resolve_shapes(names, options, source))
         return script_to_program(script, example, source), names, source
     if kind == CHECKPOINT:

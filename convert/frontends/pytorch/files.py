@@ -21,7 +21,8 @@ from convert.ir import ModelFormatError, Options, UsageError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["TORCHSCRIPT", "EXPORTED_PROGRAM", "CHECKPOINT", "classify", "load_checkpoint", "load_factory", "traced_input_shapes"]
+__all__ = ["CHECKPOINT", "EXPORTED_PROGRAM", "TORCHSCRIPT", "classify", "load_checkpoint", "load_factory",
+           "traced_input_shapes"]
 
 TORCHSCRIPT = "torchscript"
 EXPORTED_PROGRAM = "exported_program"
@@ -36,7 +37,7 @@ def classify(path: Path) -> str | None:
                 names = zf.namelist()
             if any(n.endswith("/constants.pkl") or "/code/" in n for n in names):
                 return TORCHSCRIPT
-            if any(n.endswith("/archive_format") or "/models/" in n and n.endswith(".json") for n in names):
+            if any(n.endswith("/archive_format") or ("/models/" in n and n.endswith(".json")) for n in names):
                 return EXPORTED_PROGRAM
             if any(n.endswith("data.pkl") for n in names):
                 return CHECKPOINT

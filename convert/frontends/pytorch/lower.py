@@ -18,7 +18,6 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-
 from convert.ir import (
     ConversionError,
     ConvertError,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import sys
 import threading
@@ -10,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from _torch_helpers import to_onnx
 
 torch = pytest.importorskip("torch")
@@ -59,7 +59,7 @@ class _Big(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
         dims = [IN] + [OUT if i % 2 == 0 else IN for i in range(LAYERS)]
-        self.layers = torch.nn.Sequential(*[torch.nn.Linear(a, b, bias=False) for a, b in zip(dims, dims[1:])])
+        self.layers = torch.nn.Sequential(*[torch.nn.Linear(a, b, bias=False) for a, b in itertools.pairwise(dims)])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layers(x)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from _torch_helpers import REL_TO_SCALE, nets, rel_to_scale, run_onnx, to_onnx
 
 torch = pytest.importorskip("torch")

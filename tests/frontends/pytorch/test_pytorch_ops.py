@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from _torch_helpers import REL_TO_SCALE, rel_to_scale, run_onnx, to_onnx
 
 torch = pytest.importorskip("torch")
@@ -106,8 +105,8 @@ CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
                                              F.interpolate(x[0], scale_factor=2.0))), [(1, 2, 3, 4, 4)]),
     "attention": (lambda: Fn(lambda m, q, k, v: (F.scaled_dot_product_attention(q, k, v),
                                                  F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                                                 F.scaled_dot_product_attention(q, k, v, attn_mask=q[0, 0] @ k[0, 0].T > 0,
-                                                                                scale=0.3))),
+                                                 F.scaled_dot_product_attention(
+                                                     q, k, v, attn_mask=q[0, 0] @ k[0, 0].T > 0, scale=0.3))),
                   [(1, 2, 6, 8)] * 3),
     "reshape_flatten_permute": (lambda: Fn(lambda m, x: (x.view(1, 4, 64), x.reshape(-1, 16).t(),
                                                          x.flatten(), x.flatten(1), x.flatten(0, 1),
@@ -241,5 +240,6 @@ def test_every_converter_is_exercised() -> None:
 
     if len(SEEN) < 10:
         pytest.skip("run together with test_op to collect the exercised ops")
-    missing = sorted(str(k) for k in OPS.keys() if k not in SEEN and k not in UNTESTED)
+    keys = OPS.keys()
+    missing = sorted(str(k) for k in keys if k not in SEEN and k not in UNTESTED)
     assert not missing, f"op-table keys without a test: {missing}"

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from convert.ir import Value
 
 from ._base import LowerContext, OpCall, lowers, norm_axis
 
-__all__ = ["clamp", "gelu", "hardtanh", "relu", "silu", "softmax"]
+__all__ = ["clamp", "gelu", "hardtanh", "silu", "softmax"]
 
 
 def _unary(op_type: str) -> object:

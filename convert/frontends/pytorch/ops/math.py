@@ -10,7 +10,7 @@ from convert.ir import Value, lazy
 
 from ._base import LowerContext, OpCall, TensorMeta, lowers, norm_axis
 
-__all__ = ["add", "addmm", "binary", "linear", "matmul", "mean"]
+__all__ = ["addmm", "div", "linear", "matmul", "mean", "remainder"]
 
 
 def _operand(call: OpCall, ctx: LowerContext, name: str, like: TensorMeta) -> Value:
