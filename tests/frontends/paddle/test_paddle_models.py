@@ -86,6 +86,7 @@ def test_paddle_to_onnx_matches_paddle_inference(built: dict[str, Path], net: st
         assert np.abs(value).max() > 1e-2 and value.std() > 1e-3, f"{name}: degenerate output"
         assert got[name].shape == value.shape, name
         err = _rel(got[name], value)
+        print(f"PARITY {net} {fmt} {name} {err:.1e}")  # shown with -s; feeds docs/paddle.md
         assert err <= tol, f"{net} ({fmt}) output '{name}': max rel error {err:.2e} > {tol:.0e}"
 
 
@@ -118,4 +119,5 @@ def test_paddle_to_caffe_matches_paddle_inference(built: dict[str, Path], net: s
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         err = _rel(g.reshape(w.shape), w)
+        print(f"PARITY-CAFFE {net} {err:.1e}")
         assert err <= RTOL, f"{net} paddle->caffe: max rel error {err:.2e}"
