@@ -301,24 +301,33 @@ def gemm(node: Node, ctx: EmitContext) -> Emitted:
     return e
 
 
-@EMITTERS.register("MatMul")
+@EMITTERS.register("MatMul", f"{CAFFE_DOMAIN}::InnerProduct")
 def matmul(node: Node, ctx: EmitContext) -> Emitted:
-    """MatMul of a 2-D input by a constant 2-D matrix -> InnerProduct without bias."""
-    if len(ctx.shape(node.inputs[0])) != 2:
-        raise NotExpressible("InnerProduct input must be 2-D")
+    """MatMul by a constant 2-D matrix [+ bias, from legalisation] -> InnerProduct on the last axis.
+
+    For inputs of rank > 2, ``axis`` is the last axis: Caffe keeps the leading axes, as MatMul does.
+    """
+    rank = len(ctx.shape(node.inputs[0]))
     b = _weight(ctx, node, 1, "weight")
-    if len(_dims(b)) != 2:
-        raise NotExpressible("the weight must be a 2-D matrix")
+    if len(_dims(b)) != 2 or rank < 2:
+        raise NotExpressible("only a constant 2-D weight on an input of rank >= 2 maps to InnerProduct")
     n, k = int(_dims(b)[1]), int(_dims(b)[0])
-    blob = _Deferred(lambda: np.asarray(b.numpy(), np.float32).T.copy(), (n, k))
-    e = ctx.layer(node, "InnerProduct", [node.inputs[0]], blobs=[blob])
+    blobs: list[Blob] = [_Deferred(lambda: np.asarray(b.numpy(), np.float32).T.copy(), (n, k))]
+    has_bias = len(node.inputs) > 2 and node.inputs[2] is not None
+    if has_bias:
+        c = _weight(ctx, node, 2, "bias")
+        blobs.append(_Deferred(lambda: np.asarray(c.numpy(), np.float32).reshape(-1), (n,)))
+    e = ctx.layer(node, "InnerProduct", [node.inputs[0]], blobs=blobs)
     e.layer.inner_product_param.num_output = n
-    e.layer.inner_product_param.bias_term = False
+    e.layer.inner_product_param.bias_term = has_bias
+    if rank > 2:
+        e.layer.inner_product_param.axis = rank - 1
     return e
 
 
 _note("Gemm", "InnerProduct", "2-D input, constant B/C, transA=0")
-_note("MatMul", "InnerProduct", "2-D input, constant 2-D weight (MatMul+Add fused)")
+_note("MatMul", "InnerProduct", "constant 2-D weight; axis = last axis; MatMul+Add fused")
+_note(f"{CAFFE_DOMAIN}::InnerProduct", "InnerProduct with bias", "MatMul + Add on rank > 2, fused")
 
 
 class _Deferred:

@@ -152,8 +152,11 @@ class LegalizeForCaffe(Pass):
             return False
         other = add.inputs[1] if add.inputs[0] is out else add.inputs[0]
         b = _const(other)
-        if b is None or b.size != w.shape[1] or (b.ndim == 2 and b.shape[0] != 1) or b.ndim > 2:
+        if b is None or b.size != w.shape[1] or any(d != 1 for d in b.shape[:-1]):
             return False
+        shape = _static(node.inputs[0])
+        if shape is not None and len(shape) > 2:
+            return self._inner_product(graph, node, add, b.reshape(-1))
         bias = self._init(graph, f"{node.name or 'matmul'}.bias", b.reshape(-1))
         gemm = Node(
             "",
@@ -255,6 +258,20 @@ class LegalizeForCaffe(Pass):
         set_provenance(new, get_provenance(node))
         self._replace(graph, node, new, node.outputs[0])
         graph.remove(pad, safe=True)
+        return True
+
+    def _inner_product(self, graph: Graph, node: Node, add: Node, bias: np.ndarray) -> bool:
+        b = self._init(graph, f"{node.name or 'matmul'}.bias", bias)
+        ip = Node(
+            CAFFE_DOMAIN,
+            "InnerProduct",
+            [node.inputs[0], node.inputs[1], b],
+            outputs=[Value(name=self._fresh(add.outputs[0].name or "ip"))],
+            name=node.name,
+        )
+        set_provenance(ip, get_provenance(node))
+        self._replace(graph, add, ip, add.outputs[0])
+        graph.remove(node, safe=True)
         return True
 
     def _batch_norm(self, graph: Graph, node: Node) -> bool:

@@ -117,6 +117,17 @@ CASES: dict[str, tuple[str, dict[str, np.ndarray], str]] = {
         {"w": _w(16, 8), "b": _w(8, scale=0.1)},
         "bvlc",
     ),
+    "matmul_3d": (
+        HEAD
+        + """
+    g (float[2, 5, 16] x) => (float[2, 5, 8] y, float[2, 5, 4] z) {
+        h = MatMul (x, w)
+        y = Add (h, b)
+        z = MatMul (x, v)
+    }""",
+        {"w": _w(16, 8), "b": _w(1, 8, scale=0.1), "v": _w(16, 4)},
+        "bvlc",
+    ),
     "resize_split_slice": (
         HEAD
         + """
