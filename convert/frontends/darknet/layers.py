@@ -209,10 +209,19 @@ def route(sec: Section, ctx: DarknetContext) -> LayerOut:
     return LayerOut(y, channels, first.h, first.w, ms, sec.type)
 
 
-def _shortcut_term(sec: Section, ctx: DarknetContext, src: LayerOut, out: LayerOut, i: int) -> Value:
-    """Return ``src`` brought to ``out``'s shape the way Darknet's shortcut_cpu samples it."""
+def _shortcut_add(sec: Section, ctx: DarknetContext, y: Value, src: LayerOut, out: LayerOut, i: int) -> Value:
+    """Return ``y + src`` the way Darknet's ``shortcut_cpu`` adds maps of other shapes.
+
+    Darknet adds ``src[k, j*stride, i*stride]`` to ``y[k, j*sample, i*sample]`` for k < min(C),
+    j < min(H), i < min(W). Lowered with Caffe-expressible ops where possible: channel Slice +
+    Add + Concat for fewer channels, a 1x1 stride-s MaxPool for the strided sampling of a larger map;
+    a smaller map is spread over zeros (Reshape + Pad).
+    """
+    b = ctx.b
+    prov = ctx.prov(sec)
+    base = f"{ctx.name(sec)}_from{i}"
     if (src.c, src.h, src.w) == (out.c, out.h, out.w):
-        return src.value
+        return b.op("Add", [y, src.value], name=ctx.name(sec), prov=prov)
     w1, h1, c1 = src.w, src.h, src.c
     w2, h2, c2 = out.w, out.h, out.c
     stride = max(w1 // w2, 1)
@@ -221,23 +230,31 @@ def _shortcut_term(sec: Section, ctx: DarknetContext, src: LayerOut, out: LayerO
         raise ctx.error(sec, f"cannot add a {c1}x{h1}x{w1} map to a {c2}x{h2}x{w2} one (uneven strides)")
     minw, minh, minc = min(w1, w2), min(h1, h2), min(c1, c2)
     x = src.value
-    # Darknet reads src at (k, j*stride, i*stride) for k<minc, j<minh, i<minw.
-    x = ctx.slice(sec, x, [1, 2, 3], [0, 0, 0], [minc, (minh - 1) * stride + 1, (minw - 1) * stride + 1],
-                  [1, stride, stride], suffix=f"from{i}_sample")
-    b = ctx.b
-    prov = ctx.prov(sec)
+    if c1 > minc:
+        x = ctx.slice(sec, x, [1], [0], [minc], suffix=f"from{i}_channels")
+    if stride > 1:
+        x = b.op("MaxPool", [x], {"kernel_shape": [1, 1], "strides": [stride, stride]},
+                 name=f"{base}_sample", prov=prov)
+        rows, cols = (h1 - 1) // stride + 1, (w1 - 1) // stride + 1
+    else:
+        rows, cols = h1, w1
+    if (rows, cols) != (minh, minw):
+        x = ctx.slice(sec, x, [2, 3], [0, 0], [minh, minw], suffix=f"from{i}_crop")
     if sample > 1:
-        # ... and adds it at (k, j*sample, i*sample): interleave zeros.
         x = ctx.reshape(sec, x, [minc, minh, 1, minw, 1], suffix=f"from{i}_spread")
         pads = np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, sample - 1, 0, sample - 1], dtype=np.int64)
-        x = b.op("Pad", [x, b.const(pads)], name=f"{ctx.name(sec)}_from{i}_zeros", prov=prov)
+        x = b.op("Pad", [x, b.const(pads)], name=f"{base}_zeros", prov=prov)
         x = ctx.reshape(sec, x, [minc, minh * sample, minw * sample], suffix=f"from{i}_interleave")
-    cur_h = minh * sample
-    cur_w = minw * sample
-    if (minc, cur_h, cur_w) != (c2, h2, w2):
-        pads = np.array([0, 0, 0, 0, 0, c2 - minc, h2 - cur_h, w2 - cur_w], dtype=np.int64)
-        x = b.op("Pad", [x, b.const(pads)], name=f"{ctx.name(sec)}_from{i}_pad", prov=prov)
-    return x
+    cur_h, cur_w = minh * sample, minw * sample
+    if (cur_h, cur_w) != (h2, w2):
+        pads = np.array([0, 0, 0, 0, 0, 0, h2 - cur_h, w2 - cur_w], dtype=np.int64)
+        x = b.op("Pad", [x, b.const(pads)], name=f"{base}_pad", prov=prov)
+    if minc == c2:
+        return b.op("Add", [y, x], name=ctx.name(sec), prov=prov)
+    head = ctx.slice(sec, y, [1], [0], [minc], suffix=f"from{i}_head")
+    tail = ctx.slice(sec, y, [1], [minc], [c2], suffix=f"from{i}_tail")
+    head = b.op("Add", [head, x], name=f"{base}_add", prov=prov)
+    return b.op("Concat", [head, tail], {"axis": 1}, name=ctx.name(sec), prov=prov)
 
 
 @LAYERS.register("shortcut")
@@ -259,8 +276,7 @@ def shortcut(sec: Section, ctx: DarknetContext) -> LayerOut:
     y = prev.value
     ms = prev.ms
     for i, src in enumerate(srcs):
-        term = _shortcut_term(sec, ctx, src, prev, i)
-        y = ctx.b.op("Add", [y, term], name=ctx.name(sec), prov=ctx.prov(sec))
+        y = _shortcut_add(sec, ctx, y, src, prev, i)
         ms += src.ms
     act = sec.get("activation", "linear") or "linear"
     # The residual stream is far from zero-mean: an activation keeps most of its mean square.
