@@ -94,7 +94,7 @@ _note("Sum", "Eltwise SUM")
 
 @EMITTERS.register(f"{CAFFE_DOMAIN}::Scale")
 def scale(node: Node, ctx: EmitContext) -> Emitted:
-    """convert.caffe::Scale(x, gamma[, beta]) (from legalisation) -> Scale axis 1 [bias_term].
+    """convert.caffe::Scale(x, gamma[, beta]) (from legalisation) -> Scale (axis, num_axes, bias_term).
 
     A computed ``gamma`` (two-bottom form) is the layer's second bottom, applied from ``axis``.
     """
@@ -103,15 +103,21 @@ def scale(node: Node, ctx: EmitContext) -> Emitted:
         e.layer.scale_param.axis = _int(node, "axis", 1)
         return e
     gamma = _weight(ctx, node, 1, "scale")
-    c = int(np.prod(_dims(gamma), dtype=np.int64))
-    blobs: list[Blob] = [_Deferred(lambda: np.asarray(gamma.numpy(), np.float32).reshape(-1), (c,))]
+    dims = _dims(gamma)
+    blobs: list[Blob] = [_Deferred(lambda: np.asarray(gamma.numpy(), np.float32).reshape(dims), dims)]
     has_bias = len(node.inputs) > 2 and node.inputs[2] is not None
     if has_bias:
         beta = _weight(ctx, node, 2, "bias")
-        blobs.append(_Deferred(lambda: np.asarray(beta.numpy(), np.float32).reshape(-1), (c,)))
+        blobs.append(_Deferred(lambda: np.asarray(beta.numpy(), np.float32).reshape(dims), dims))
     e = ctx.layer(node, "Scale", [node.inputs[0]], blobs=blobs)
+    sp = e.layer.scale_param
+    axis = _int(node, "axis", 1)
+    if axis != 1:
+        sp.axis = axis
+    if len(dims) != 1:
+        sp.num_axes = len(dims)
     if has_bias:
-        e.layer.scale_param.bias_term = True
+        sp.bias_term = True
     return e
 
 

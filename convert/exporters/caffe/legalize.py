@@ -11,8 +11,9 @@ Rules, in order (each preserves the graph's values exactly):
 * ``BatchNormalization(x, gamma, beta, mean, var)`` with gamma != 1 or beta != 0 ->
   ``BatchNormalization(x, 1, 0, mean, var) -> convert.caffe::Scale(., gamma, beta)``
   (Caffe's BatchNorm has no affine part; BVLC pairs it with a Scale layer).
-* ``Mul/Div/Add/Sub(x, c)`` with ``c`` a constant per-channel vector (shape (C, 1, ..) against
-  axis 1 of ``x``) -> ``convert.caffe::Scale(x, gamma[, beta])``; a ``Mul`` followed only by an ``Add``
+* ``Mul/Div/Add/Sub(x, c)`` with a constant ``c`` that varies over a contiguous block of ``x``'s
+  axes (per-channel (C, 1, 1), per-feature (F,), ...) -> ``convert.caffe::Scale(x, gamma[, beta])``
+  with Caffe's ``axis``/``num_axes``; a ``Mul`` followed only by an ``Add``
   of that kind becomes one Scale with a bias.
 * ``Mul(x, y)`` with ``x`` (N, C, H, W) and a computed ``y`` (N, C, 1, 1) (squeeze-excitation) ->
   ``Flatten(y) -> convert.caffe::Scale(x, ., axis=0)``: Caffe's two-bottom Scale.
@@ -74,6 +75,22 @@ def _per_channel(x: Value, c: np.ndarray) -> np.ndarray | None:
     if dims != want:
         return None
     return c.reshape(-1).astype(np.float32)
+
+
+def _span(x: Value, c: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
+    """Return ``(axis, dims)`` when ``c`` varies over a contiguous block of ``x``'s axes only.
+
+    That is what Caffe's Scale (``axis``, ``num_axes``) applies: ``dims == x.shape[axis:axis+k]``.
+    """
+    shape = _static(x)
+    if shape is None or c.size <= 1 or c.ndim > len(shape):
+        return None
+    dims = (1,) * (len(shape) - c.ndim) + tuple(int(d) for d in c.shape)
+    varying = [i for i, d in enumerate(dims) if d != 1]
+    first, last = varying[0], varying[-1]
+    if any(dims[k] != shape[k] for k in range(first, last + 1)):
+        return None
+    return first, shape[first : last + 1]
 
 
 class LegalizeForCaffe(Pass):
@@ -322,11 +339,12 @@ class LegalizeForCaffe(Pass):
                 return False
         if a is None or cb is None:
             return False
-        vec = _per_channel(a, cb)
-        if vec is None:
+        span = _span(a, cb)
+        if span is None:
             return False
-        c = vec.size
-        gamma, beta = np.ones(c, np.float32), None
+        axis, dims = span
+        vec = cb.reshape(dims).astype(np.float32)
+        gamma, beta = np.ones(dims, np.float32), None
         if node.op_type == "Mul":
             gamma = vec
         elif node.op_type == "Div":
@@ -340,15 +358,22 @@ class LegalizeForCaffe(Pass):
             nxt = next(iter(out.uses())).node
             if nxt.op_type in ("Add", "Sub") and nxt.domain in ("", "ai.onnx") and nxt.inputs[0] is out:
                 cn = _const(nxt.inputs[1])
-                vn = _per_channel(out, cn) if cn is not None else None
-                if vn is not None:
+                if cn is not None and _span(out, cn) == span:
+                    vn = cn.reshape(dims).astype(np.float32)
                     beta = vn if nxt.op_type == "Add" else -vn
-                    return self._fused(graph, node, nxt, a, gamma, beta)
+                    return self._fused(graph, node, nxt, a, gamma, beta, axis)
         base = node.name or "scale"
         inputs = [a, self._init(graph, f"{base}.gamma", gamma)]
         if beta is not None:
             inputs.append(self._init(graph, f"{base}.beta", beta))
-        scale = Node(CAFFE_DOMAIN, "Scale", inputs, outputs=[Value(name=self._fresh(f"{base}_scale"))], name=node.name)
+        scale = Node(
+            CAFFE_DOMAIN,
+            "Scale",
+            inputs,
+            convenience.convert_attributes({"axis": axis}),
+            outputs=[Value(name=self._fresh(f"{base}_scale"))],
+            name=node.name,
+        )
         set_provenance(scale, get_provenance(node))
         self._replace(graph, node, scale, out)
         return True
@@ -450,7 +475,9 @@ class LegalizeForCaffe(Pass):
         self._replace(graph, node, scale, node.outputs[0])
         return True
 
-    def _fused(self, graph: Graph, mul: Node, add: Node, x: Value, gamma: np.ndarray, beta: np.ndarray) -> bool:
+    def _fused(
+        self, graph: Graph, mul: Node, add: Node, x: Value, gamma: np.ndarray, beta: np.ndarray, axis: int
+    ) -> bool:
         base = mul.name or "scale"
         g = self._init(graph, f"{base}.gamma", gamma)
         b = self._init(graph, f"{base}.beta", beta)
@@ -458,6 +485,7 @@ class LegalizeForCaffe(Pass):
             CAFFE_DOMAIN,
             "Scale",
             [x, g, b],
+            convenience.convert_attributes({"axis": axis}),
             outputs=[Value(name=self._fresh(f"{base}_scale"))],
             name=mul.name,
         )

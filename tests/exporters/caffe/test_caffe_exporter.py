@@ -128,6 +128,23 @@ CASES: dict[str, tuple[str, dict[str, np.ndarray], str]] = {
         {"w": _w(16, 8), "b": _w(1, 8, scale=0.1), "v": _w(16, 4)},
         "bvlc",
     ),
+    "broadcast_scale": (
+        HEAD
+        + """
+    g (float[2, 3, 4] x) => (float[2, 3, 4] y, float[2, 3, 4] z) {
+        m = Mul (x, s34)
+        y = Add (m, t34)
+        d = Div (x, s3)
+        z = Sub (d, t4)
+    }""",
+        {
+            "s34": RNG.uniform(0.5, 1.5, (3, 4)).astype(np.float32),
+            "t34": _w(3, 4, scale=0.3),
+            "s3": RNG.uniform(0.5, 1.5, (3, 1)).astype(np.float32),
+            "t4": _w(4, scale=0.3),
+        },
+        "bvlc",
+    ),
     "resize_split_slice": (
         HEAD
         + """
