@@ -59,6 +59,9 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
         return program, None, source
     if kind == TORCHSCRIPT:
         script = torch.jit.load(path, map_location="cpu")
+        if options.dynamic_batch:
+            options.diagnostics.warn(f"--dynamic-batch: not supported for TorchScript files ({source}); "
+                                     "the batch stays static. Save the model with torch.export instead")
         names = script_input_names(script)
         traced = traced_input_shapes(path)
         if not options.input_shapes and traced is not None and len(traced) == len(names):
@@ -79,17 +82,10 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
     raise UsageError(f"{path}: not a PyTorch file (expected TorchScript, an ExportedProgram .pt2 or torch.save output)")
 
 
-def _dynamic_batch_note(options: Options) -> None:
-    if options.dynamic_batch:
-        options.diagnostics.warn("pytorch frontend: --dynamic-batch is not supported yet; the batch size stays "
-                                 "that of --input-shape")
-
-
 def load(paths: Sequence[Path], options: Options) -> Model:
     """Read a PyTorch model file into the IR (see the module docstring for the formats)."""
     from .lower import lower_program
 
-    _dynamic_batch_note(options)
     program, names, source = _capture(paths, options)
     return lower_program(program, source=source, options=options, input_names=names,
                          name=os.path.splitext(source)[0])
@@ -114,7 +110,6 @@ def load_module(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] 
     from .lower import lower_program
 
     options = options or Options()
-    _dynamic_batch_note(options)
     example = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     source = name or type(module).__name__
     program = export_module(module, example, options, source)

@@ -134,12 +134,41 @@ def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Te
                               "Save the model with torch.export.save instead") from exc
 
 
+def _export_dynamic_batch(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options,
+                          source: str) -> object | None:
+    """Export with dimension 0 of every input symbolic; None (with a warning) when the model fixes it.
+
+    torch specialises sizes 0 and 1, so a batch-1 example is doubled for the capture.
+    """
+    import torch
+
+    batched = tuple(torch.cat([x, x]) if x.dim() and x.shape[0] == 1 else x for x in example)
+    dynamic = tuple({0: torch.export.Dim.AUTO} if x.dim() else None for x in batched)
+    try:
+        with torch.no_grad(), _quiet_torch():
+            program = torch.export.export(module, batched, dynamic_shapes=dynamic, strict=False)
+    except Exception as exc:
+        options.diagnostics.warn(f"--dynamic-batch: torch.export could not keep the batch of {source} "
+                                 f"symbolic ({_first_line(exc)}); the batch stays static")
+        return None
+    users = [n for n in program.graph.nodes if n.op == "placeholder"][-len(batched):]  # type: ignore[attr-defined]
+    if not any(not isinstance(n.meta["val"].shape[0], int) for n in users if n.meta["val"].dim()):
+        options.diagnostics.warn(f"--dynamic-batch: {source} fixes its batch size (torch.export specialised "
+                                 "it); the batch stays static")
+        return None
+    return program
+
+
 def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options,
                   source: str) -> object:
     """Capture ``module`` with torch.export, falling back to tracing on data-dependent guards."""
     import torch
 
     module.eval()
+    if options.dynamic_batch:
+        program = _export_dynamic_batch(module, example, options, source)
+        if program is not None:
+            return program
     try:
         with torch.no_grad(), _quiet_torch():
             return torch.export.export(module, tuple(example), strict=False)

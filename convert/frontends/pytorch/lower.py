@@ -124,13 +124,21 @@ def ir_dtype(dtype: object) -> DataType:
         raise ConvertError(f"tensors of dtype {dtype} are not supported") from None
 
 
-def _meta_of(val: object) -> object:
+def _dim(d: object, names: dict[str, str] | None) -> int | str:
+    if isinstance(d, int):
+        return d
+    text = str(d)
+    return (names or {}).get(text, text)
+
+
+def _meta_of(val: object, names: dict[str, str] | None = None) -> object:
+    """Return the TensorMeta (or list of them) of a fake value; symbolic dims become strings."""
     import torch
 
     if isinstance(val, torch.Tensor):
-        return TensorMeta(tuple(int(d) for d in val.shape), ir_dtype(val.dtype))
+        return TensorMeta(tuple(_dim(d, names) for d in val.shape), ir_dtype(val.dtype))
     if isinstance(val, (list, tuple)):
-        return [_meta_of(v) for v in val]
+        return [_meta_of(v, names) for v in val]
     return val
 
 
@@ -190,6 +198,7 @@ class _Lowering:
                 raise ModelFormatError(f"{source}: inputs of kind {spec.kind.name} ('{node.name}') are not supported")
         self.foldable = self._find_foldable()
         self.seen: Counter[str] = Counter()  # ATen ops met, converted or folded
+        self.sym_names: dict[str, str] = {}  # symbolic dims: torch's symbol -> our name ('batch')
 
     # -- analysis ---------------------------------------------------------------------
     def _find_foldable(self) -> set[object]:
@@ -252,7 +261,7 @@ class _Lowering:
 
         def meta(a: object) -> object:
             if isinstance(a, torch.fx.Node):
-                return _meta_of(a.meta.get("val"))
+                return _meta_of(a.meta.get("val"), self.sym_names)
             if isinstance(a, (list, tuple)):
                 return [meta(x) for x in a]
             return None
@@ -310,7 +319,7 @@ class _Lowering:
         if converter is None:  # missing() was checked first; this is a bug
             raise ConversionError(where, "no converter")
         call = OpCall(op=key, overload=str(getattr(node.target, "_overloadname", "")), args=bound, metas=metas,  # type: ignore[attr-defined]
-                      out=_meta_of(node.meta.get("val")), where=where, module=prov.layer, prov=prov)  # type: ignore[attr-defined]
+                      out=_meta_of(node.meta.get("val"), self.sym_names), where=where, module=prov.layer, prov=prov)  # type: ignore[attr-defined]
         self.ctx.call = call
         try:
             result = converter(call, self.ctx)
@@ -326,7 +335,8 @@ def _nbytes(val: object) -> int:
     import torch
 
     if isinstance(val, torch.Tensor):
-        return int(val.numel()) * val.element_size()
+        numel = val.numel()
+        return int(numel) * val.element_size() if isinstance(numel, int) else 1 << 62
     if isinstance(val, (list, tuple)):
         return sum(_nbytes(v) for v in val)
     return 0
@@ -334,12 +344,12 @@ def _nbytes(val: object) -> int:
 
 def _annotate(result: object, meta: object) -> None:
     """Give converter outputs the static type and shape torch.export recorded."""
-    from convert.ir import Shape, TensorType
+    from convert.ir import Shape, SymbolicDim, TensorType
 
     if isinstance(result, Value) and isinstance(meta, TensorMeta):
         if result.type is None and result.const_value is None:
             result.type = TensorType(meta.dtype)
-            result.shape = Shape(meta.shape)
+            result.shape = Shape([d if isinstance(d, int) else SymbolicDim(d) for d in meta.shape])
     elif isinstance(result, (list, tuple)) and isinstance(meta, (list, tuple)):
         for r, m in zip(result, meta, strict=False):
             _annotate(r, m)
@@ -423,8 +433,13 @@ def lower_program(program: object, *, source: str, options: Options,
     names = list(input_names) if input_names else [str(n.name) for n in users]  # type: ignore[attr-defined]
     if len(names) != len(users):
         raise ConversionError(source, f"the program has {len(users)} inputs, {len(names)} names were given")
+    for node in users:
+        val = node.meta.get("val")  # type: ignore[attr-defined]
+        shape = getattr(val, "shape", ())
+        if len(shape) and not isinstance(shape[0], int):
+            lowering.sym_names[str(shape[0])] = "batch"
     for node, nm in zip(users, names, strict=True):
-        meta = _meta_of(node.meta.get("val"))  # type: ignore[attr-defined]
+        meta = _meta_of(node.meta.get("val"), lowering.sym_names)  # type: ignore[attr-defined]
         if not isinstance(meta, TensorMeta):
             raise ConversionError(source, f"input '{nm}' is not a tensor ({type(meta).__name__})")
         lowering.env[node] = builder.input(nm, meta.dtype, meta.shape)

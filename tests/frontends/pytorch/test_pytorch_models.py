@@ -149,3 +149,22 @@ def test_headline_cli(tmp_path: Path, dest: str, capsys: pytest.CaptureFixture[s
     out = capsys.readouterr()
     assert info.value.code == 0, out.err + out.out
     assert f"OK pytorch:{dest}" in out.out + out.err and "PASS" in out.out + out.err
+
+
+@pytest.mark.parametrize("name", ["vit", "yolo"])
+def test_dynamic_batch(saved: dict[str, dict[str, object]], name: str, tmp_path: Path) -> None:
+    """--dynamic-batch: one ONNX file runs batches 1 and 3 (reshape/expand targets stay symbolic)."""
+    from convert.frontends.pytorch import load_module
+    from convert.ir import Options
+
+    module = saved[name]["model"]
+    options = Options(dynamic_batch=True)
+    model = load_module(module, (saved[name]["x"],), options)  # type: ignore[arg-type]
+    assert not options.diagnostics.warnings
+    assert str(model.graph.inputs[0].shape[0]) == "batch"
+    path = to_onnx(model, tmp_path / f"{name}_dyn.onnx")
+    for batch in (1, 3):
+        x = torch.rand(batch, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(batch))
+        (ours,) = run_onnx(path, {"x": x.numpy()})
+        with torch.no_grad():
+            assert rel_to_scale(ours, module(x).numpy()) <= REL_TO_SCALE  # type: ignore[operator]

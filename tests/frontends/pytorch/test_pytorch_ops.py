@@ -231,7 +231,33 @@ UNTESTED = {
         "aten.sym_constrain_range_for_size", "aten.alias", "aten.contiguous", "aten.detach", "aten.lift_fresh",
         "aten.lift_fresh_copy")},
     **{k: _SHAPE for k in ("aten.dim", "aten.numel", "aten.size", "aten.sym_numel", "aten.sym_size")},
+    **{k: "torch.export folds these on the symbols of test_symbolic_size_arithmetic; same converter as "
+          "operator.mul" for k in ("operator.add", "operator.sub", "operator.floordiv")},
 }
+
+
+class _SizeArithmetic(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = x.shape[0]
+        y = x.reshape(b * 2, -1)
+        z = y.reshape(y.shape[0] // 2, -1)
+        w = x.reshape(b + 0, x.numel() // b) - x.reshape(b - 0, -1)
+        return torch.cat([z, w], 1).expand(b, -1)
+
+
+def test_symbolic_size_arithmetic(tmp_path: Path) -> None:
+    """Under --dynamic-batch, size arithmetic on the batch is computed at run time."""
+    from convert.frontends.pytorch import load_module
+    from convert.ir import Options
+
+    module = _SizeArithmetic()
+    model = load_module(module, (torch.rand(1, 4, 8, 8),), Options(dynamic_batch=True))
+    SEEN.update(model.meta["convert:aten_ops"])
+    path = to_onnx(model, tmp_path / "sym.onnx")
+    for batch in (1, 3):
+        x = torch.randn(batch, 4, 8, 8)
+        (ours,) = run_onnx(path, {"x": x.numpy()})
+        assert rel_to_scale(ours, module(x).numpy()) <= REL_TO_SCALE
 
 
 def test_every_converter_is_exercised() -> None:

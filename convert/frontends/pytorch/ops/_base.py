@@ -34,8 +34,13 @@ __all__ = ["OPS", "LowerContext", "OpCall", "TensorMeta", "lowers"]
 class TensorMeta:
     """Static facts about a tensor taken from torch.export's fake values: shape and dtype."""
 
-    shape: tuple[int, ...]
+    shape: tuple[int | str, ...]  # a str is a symbolic dim ('batch' under --dynamic-batch)
     dtype: DataType
+
+    @property
+    def is_static(self) -> bool:
+        """Return True when every dimension is a number."""
+        return all(isinstance(d, int) for d in self.shape)
 
     @property
     def rank(self) -> int:
@@ -138,6 +143,43 @@ class LowerContext:
             value = self.builder.initializer(from_array(arr.copy(), name=name), name)
             self._scalars[key] = value
         return value
+
+    def shape_value(self, shape: Sequence[int | str], *, like: TensorMeta | None = None,
+                    sizes: object = None, expand: bool = False) -> Value:
+        """Return the target-shape input of a Reshape (or, with ``expand``, an Expand) node.
+
+        Static shapes are constants. A symbolic dim at the position where ``like`` (the input)
+        has the same dim becomes 0 for Reshape (copy the input's dim) or 1 for Expand (keep it);
+        one other symbolic dim becomes -1 for Reshape. Otherwise the shape is assembled at run
+        time from ``sizes``, the op's size argument whose symbolic entries are int64 values.
+        """
+        if all(isinstance(d, int) for d in shape):
+            return self.ints([int(d) for d in shape])
+        target: list[int] = []
+        unknown = 0
+        for i, d in enumerate(shape):
+            if isinstance(d, int):
+                target.append(d)
+            elif like is not None and i < like.rank and like.shape[i] == d and not expand:
+                target.append(0)
+            elif like is not None and expand and like.rank - len(shape) + i >= 0 \
+                    and like.shape[like.rank - len(shape) + i] == d:
+                target.append(1)
+            else:
+                unknown += 1
+                target.append(-1)
+        if unknown == 0 or (unknown == 1 and not expand):
+            return self.ints(target)
+        if isinstance(sizes, (list, tuple)) and len(sizes) == len(shape):
+            parts = []
+            for s in sizes:
+                if isinstance(s, Value):
+                    parts.append(s)
+                else:
+                    parts.append(self.ints([1 if (expand and int(s) == -1) else int(s)]))  # type: ignore[call-overload]
+            return self.op("Concat", parts, {"axis": 0})
+        where = self.call.where if self.call is not None else "?"
+        raise ConversionError(where, f"cannot express the symbolic shape {tuple(shape)}")
 
     def scalar_like(self, value: float | int | bool, meta: TensorMeta) -> Value:
         """Add a 0-d constant with the dtype of ``meta`` (a Python scalar operand)."""

@@ -83,12 +83,12 @@ def group_norm(call: OpCall, ctx: LowerContext) -> Value:
     x = call.tensor("input")
     meta = call.meta("input")
     groups = int(call["num_groups"])  # type: ignore[call-overload]
-    n, c = meta.shape[0], meta.shape[1]
-    per_group = int(np.prod(meta.shape[1:])) // groups
-    y = ctx.op("Reshape", [x, ctx.ints([n, groups, per_group])])
+    c = int(meta.shape[1])
+    per_group = int(np.prod([int(d) for d in meta.shape[1:]])) // groups
+    y = ctx.op("Reshape", [x, ctx.shape_value([meta.shape[0], groups, per_group], like=meta)])
     ones = ctx.const(np.ones(per_group), meta.dtype)
     y = ctx.op("LayerNormalization", [y, ones], {"axis": -1, "epsilon": float(call["eps"])})  # type: ignore[arg-type]
-    y = ctx.op("Reshape", [y, ctx.ints(list(meta.shape))])
+    y = ctx.op("Reshape", [y, ctx.shape_value(list(meta.shape), like=meta)])
     affine = [c] + [1] * (meta.rank - 2)
     weight = call.get("weight")
     bias = call.get("bias")

@@ -44,14 +44,14 @@ def getitem(call: OpCall, ctx: LowerContext) -> object:
     return operator.getitem(seq, index)  # type: ignore[call-overload]
 
 
-def _target_shape(call: OpCall) -> list[int]:
-    return [int(d) for d in call.out_meta.shape]
+def _target(call: OpCall, ctx: LowerContext, *, expand: bool = False) -> Value:
+    return ctx.shape_value(call.out_meta.shape, like=call.meta("self"), sizes=call.args.get("size"), expand=expand)
 
 
 @lowers("aten.view", "aten.reshape", "aten._unsafe_view", "aten.view_copy", to="Reshape")
 def reshape(call: OpCall, ctx: LowerContext) -> Value:
     """Lower view/reshape to Reshape with the static output shape."""
-    return ctx.op("Reshape", [call.tensor("self"), ctx.ints(_target_shape(call))])
+    return ctx.op("Reshape", [call.tensor("self"), _target(call, ctx)])
 
 
 @lowers("aten.flatten", to="Flatten / Reshape", notes="Flatten for flatten(1) , Reshape otherwise")
@@ -62,7 +62,7 @@ def flatten(call: OpCall, ctx: LowerContext) -> Value:
     end = norm_axis(int(call.get("end_dim", -1)), rank)  # type: ignore[call-overload]
     if start == 1 and end == rank - 1:
         return ctx.op("Flatten", [call.tensor("self")], {"axis": 1})
-    return ctx.op("Reshape", [call.tensor("self"), ctx.ints(_target_shape(call))])
+    return ctx.op("Reshape", [call.tensor("self"), _target(call, ctx)])
 
 
 @lowers("aten.permute", to="Transpose")
@@ -189,7 +189,8 @@ def slice_(call: OpCall, ctx: LowerContext) -> Value:
     end = call.get("end", _INT64_MAX)
     step = int(call.get("step", 1))  # type: ignore[call-overload]
     end_i = min(int(end), _INT64_MAX)  # type: ignore[call-overload]
-    if start == 0 and step == 1 and end_i >= meta.shape[axis]:
+    size = meta.shape[axis]
+    if start == 0 and step == 1 and (end_i >= _INT64_MAX // 2 or (isinstance(size, int) and end_i >= size)):
         return call.tensor("self")
     return ctx.op("Slice", [call.tensor("self"), ctx.ints([start]), ctx.ints([end_i]), ctx.ints([axis]),
                             ctx.ints([step])])
@@ -210,7 +211,7 @@ def narrow(call: OpCall, ctx: LowerContext) -> Value:
 @lowers("aten.expand", "aten.expand_copy", "aten.broadcast_to", to="Expand")
 def expand(call: OpCall, ctx: LowerContext) -> Value:
     """Lower expand to Expand with the static output shape."""
-    return ctx.op("Expand", [call.tensor("self"), ctx.ints(_target_shape(call))])
+    return ctx.op("Expand", [call.tensor("self"), _target(call, ctx, expand=True)])
 
 
 @lowers("aten.repeat", to="Tile")
@@ -310,16 +311,25 @@ def sym_size(call: OpCall, ctx: LowerContext) -> object:
     shape = call.meta("self").shape
     dim = call.args.get("dim")
     if dim is None:
-        return list(shape)
-    return shape[norm_axis(int(dim), len(shape))]  # type: ignore[call-overload]
+        if all(isinstance(d, int) for d in shape):
+            return list(shape)
+        raise call.unsupported("x.size() of a tensor with a symbolic dim", "index it: x.size(0)")
+    axis = norm_axis(int(dim), len(shape))  # type: ignore[call-overload]
+    if isinstance(shape[axis], int):
+        return shape[axis]
+    # A symbolic size (--dynamic-batch) is computed at run time as a 1-element int64 tensor.
+    return ctx.op("Gather", [ctx.op("Shape", [call.tensor("self")]), ctx.ints([axis])], {"axis": 0})
 
 
 @lowers("aten.sym_numel", "aten.numel", to="(a constant)", notes="shapes are static")
 def sym_numel(call: OpCall, ctx: LowerContext) -> int:
     """Return the static element count as a Python int."""
+    shape = call.meta("self").shape
+    if not all(isinstance(d, int) for d in shape):
+        return ctx.op("Reshape", [ctx.op("Size", [call.tensor("self")]), ctx.ints([1])])  # type: ignore[return-value]
     count = 1
-    for d in call.meta("self").shape:
-        count *= d
+    for d in shape:
+        count *= int(d)
     return count
 
 
@@ -327,3 +337,22 @@ def sym_numel(call: OpCall, ctx: LowerContext) -> int:
 def dim(call: OpCall, ctx: LowerContext) -> int:
     """Return the rank as a Python int."""
     return call.meta("self").rank
+
+
+def _sym_operand(ctx: LowerContext, value: object) -> Value:
+    return value if isinstance(value, Value) else ctx.ints([int(value)])  # type: ignore[call-overload]
+
+
+def _sym_arith(op_type: str) -> object:
+    def convert(call: OpCall, ctx: LowerContext) -> Value:
+        a, b = call.args.get("self"), call.args.get("index")
+        y = ctx.op(op_type, [_sym_operand(ctx, a), _sym_operand(ctx, b)])
+        return y
+
+    convert.__doc__ = f"Lower size arithmetic on symbolic sizes to an int64 {op_type}."
+    return convert
+
+
+for _key, _op in {"operator.mul": "Mul", "operator.add": "Add", "operator.sub": "Sub",
+                  "operator.floordiv": "Div"}.items():
+    lowers(_key, to=f"{_op} (int64)", notes="only with a symbolic size operand")(_sym_arith(_op))  # type: ignore[arg-type]
