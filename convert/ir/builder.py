@@ -118,21 +118,33 @@ class GraphBuilder:
         A value that is already a graph input or output, or an initializer, is passed through an
         Identity so that every output has a producer and a name of its own.
         """
-        if (
-            value.is_graph_input()
-            or value.is_graph_output()
-            or value.is_initializer()
-            or (name is not None and name != value.name and self._name_taken(name))
-        ):
+        if value.is_graph_input() or value.is_graph_output() or value.is_initializer():
             value = self.op("Identity", [value], name=f"{name or value.name}_out")
         if name is not None and name != value.name:
+            holder = self._value_named(name)
+            if holder is not None:
+                if holder.is_graph_input() or holder.is_graph_output():
+                    raise ValueError(f"output name '{name}' is already a graph input or output")
+                # Another value has the name the output must carry: that one gets a fresh name.
+                holder.name = self.names.fresh(f"{name}_inner")
             self.names.reserve(name)
             value.name = name
         self.graph.outputs.append(value)
         return value
 
-    def _name_taken(self, name: str) -> bool:
-        return name in self.names._used
+    def _value_named(self, name: str) -> _ir.Value | None:
+        if name not in self.names._used:
+            return None
+        for v in self.graph.inputs:
+            if v.name == name:
+                return v
+        if name in self.graph.initializers:
+            return self.graph.initializers[name]
+        for node in self.graph:
+            for v in node.outputs:
+                if v.name == name:
+                    return v
+        return None
 
     # -- nodes --------------------------------------------------------------------------
     def op(

@@ -124,3 +124,14 @@ def test_builder_names_are_unique_and_provenance_described() -> None:
     assert a.name != c.name
     node = a.producer()
     assert ir.describe(node) == "node 'act' (Relu) from net.prototxt:7 [ReLU] 'relu1'"
+
+
+def test_output_name_taken_by_another_value() -> None:
+    b = ir.GraphBuilder("names")
+    x = b.input("x", ir.DataType.FLOAT, (2,))
+    y = b.op("Relu", [x], name="y")
+    z = b.op("Neg", [y], name="z")
+    b.output(z, "y")  # the output must be called 'y'; the Relu's value is renamed
+    model = b.build()
+    ir.passes.ValidateGraph()(model)
+    assert model.graph.outputs[0].name == "y" and y.name != "y"
