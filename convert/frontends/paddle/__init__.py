@@ -35,7 +35,7 @@ def supported_ops() -> list[OpSupport]:
     """Return the support table, one row per Paddle op spelling, sorted by name."""
     from .ops import OPS, SUPPORT
 
-    return [SUPPORT[k] for k in sorted(OPS.keys())]  # type: ignore[index]
+    return [SUPPORT[k] for k in sorted(str(k) for k in OPS.keys())]  # noqa: SIM118 (Registry is not iterable)
 
 
 def _sniff(path: Path) -> bool:

@@ -122,7 +122,7 @@ class PaddleContext:
         """Append a one-output ONNX node and return its output."""
         return self.emit(op_type, inputs, attrs)[0]
 
-    def const(self, array: np.ndarray | Sequence[int] | Sequence[float] | float | int,
+    def const(self, array: np.ndarray | np.generic | Sequence[int] | Sequence[float] | float | int,
               dtype: np.dtype | type | str | None = None) -> Value:
         """Return a small shared constant."""
         return self.builder.const(np.asarray(array, dtype=dtype) if dtype is not None else np.asarray(array))

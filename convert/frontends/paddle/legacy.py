@@ -7,13 +7,18 @@ outputs, and persistable ``LOD_TENSOR`` vars are the parameters, stored in the c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from convert.ir import ModelFormatError
 
 from .program import Op, Program, Var
+
+if TYPE_CHECKING:
+    from . import framework_pb2 as fw
 
 __all__ = ["VARTYPE_DTYPES", "read_pdmodel"]
 
@@ -25,12 +30,11 @@ VARTYPE_DTYPES: dict[int, str] = {
 _LOD_TENSOR = 7
 
 
-def _attr_value(attr: object) -> object:
+def _attr_value(a: fw.OpDesc.Attr) -> object:
     from . import framework_pb2 as fw
 
-    t = attr.type  # type: ignore[attr-defined]
-    a = attr
-    simple = {
+    t = a.type
+    simple: dict[int, Callable[[], object]] = {
         fw.INT: lambda: a.i, fw.FLOAT: lambda: a.f, fw.STRING: lambda: a.s, fw.INTS: lambda: list(a.ints),
         fw.FLOATS: lambda: list(a.floats), fw.STRINGS: lambda: list(a.strings), fw.BOOLEAN: lambda: a.b,
         fw.BOOLEANS: lambda: list(a.bools), fw.LONG: lambda: a.l, fw.LONGS: lambda: list(a.longs),
@@ -46,9 +50,14 @@ def _attr_value(attr: object) -> object:
     return None
 
 
-def _scalar(s: object) -> object:
-    kind = s.type  # type: ignore[attr-defined]
-    return {1: s.b, 2: s.i, 3: s.r}.get(kind, s.r)  # type: ignore[attr-defined]
+def _scalar(s: fw.Scalar) -> object:
+    values: dict[int, object] = {1: s.b, 2: s.i, 3: s.r}
+    return values.get(s.type, s.r)
+
+
+def _col(attrs: dict[str, object], default: int) -> int:
+    col = attrs.get("col")
+    return col if isinstance(col, int) else default
 
 
 def read_pdmodel(path: Path) -> Program:
@@ -99,9 +108,9 @@ def read_pdmodel(path: Path) -> Program:
         inputs = {v.parameter: list(v.arguments) for v in od.inputs}
         outputs = {v.parameter: list(v.arguments) for v in od.outputs}
         if od.type == "feed":
-            feeds[int(attrs.get("col", len(feeds)))] = outputs["Out"][0]
+            feeds[_col(attrs, len(feeds))] = outputs["Out"][0]
         elif od.type == "fetch":
-            fetches[int(attrs.get("col", len(fetches)))] = inputs["X"][0]
+            fetches[_col(attrs, len(fetches))] = inputs["X"][0]
         else:
             ops.append(Op(od.type, inputs, outputs, attrs, index=i))
     if not feeds or not fetches:

@@ -101,4 +101,4 @@ def _materialize(model: Model) -> None:
         for value in graph.initializers.values():
             tensor = value.const_value
             if tensor is not None and is_file_slice(tensor):
-                value.const_value = from_array(tensor.numpy(), name=tensor.name or value.name)
+                value.const_value = from_array(tensor.numpy(), name=tensor.name or value.name or "const")

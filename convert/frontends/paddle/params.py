@@ -18,6 +18,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -55,7 +56,7 @@ def _fmt_bytes(n: int) -> str:
 
 
 class _Cursor:
-    def __init__(self, path: Path, f: object, size: int) -> None:
+    def __init__(self, path: Path, f: BinaryIO, size: int) -> None:
         self.path = path
         self.f = f
         self.size = size
@@ -68,8 +69,8 @@ class _Cursor:
                 f"parameter '{pname}' (record {index}, starts before byte {_fmt_bytes(self.pos)}): expected "
                 f"{_fmt_bytes(self.pos + n - self.size)} more bytes. Are the program and params file "
                 "from the same model?")
-        self.f.seek(self.pos)  # type: ignore[attr-defined]
-        data = self.f.read(n)  # type: ignore[attr-defined]
+        self.f.seek(self.pos)
+        data = self.f.read(n)
         self.pos += n
         return data
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -77,21 +78,23 @@ for _name in ("reshape", "squeeze", "unsqueeze", "flatten", "scale", "relu", "re
     _SIGNATURES.setdefault(_name, _X)
     _SIGNATURES[_name + "_"] = _SIGNATURES[_name]
 
+_Json = dict[str, Any]  # a decoded JSON object
+
 _DTYPES = {
     "t_f32": "float32", "t_f64": "float64", "t_f16": "float16", "t_i8": "int8", "t_ui8": "uint8",
     "t_i16": "int16", "t_i32": "int32", "t_i64": "int64", "t_bool": "bool", "t_bf16": "bfloat16",
 }
 
 
-def _tag(obj: dict) -> str:
+def _tag(obj: _Json) -> str:
     tag = str(obj.get("#", ""))
     return tag.split(".", 1)[1] if "." in tag else tag
 
 
-def _attr(at: dict) -> object:
+def _attr(at: _Json) -> object:
     """Decode one typed attribute ``{"#": "0.a_i32", "D": 1}`` to a Python value."""
     tag = _tag(at)
-    data = at.get("D")
+    data: Any = at.get("D")
     if tag == "a_array":
         return [_attr(item) for item in data or []]
     if tag in ("a_intarray",):
@@ -107,7 +110,7 @@ def _attr(at: dict) -> object:
     return data
 
 
-def _value_type(tt: dict | None) -> tuple[np.dtype | None, tuple[int, ...] | None]:
+def _value_type(tt: _Json | None) -> tuple[np.dtype | None, tuple[int, ...] | None]:
     if not tt or _tag(tt) != "t_dtensor":
         return None, None
     data = tt.get("D") or []
@@ -117,7 +120,7 @@ def _value_type(tt: dict | None) -> tuple[np.dtype | None, tuple[int, ...] | Non
     return dtype, shape
 
 
-def _load(path: Path) -> dict:
+def _load(path: Path) -> _Json:
     try:
         with path.open("rb") as f:
             doc = json.load(f)
@@ -145,7 +148,7 @@ def read_json(path: Path) -> Program:
         raise ModelFormatError(f"{path.name}: PIR program has no top-level block") from exc
     names: dict[int, str] = {}
     lists: dict[int, list[int]] = {}  # combine output id -> element ids
-    unpack: dict[int, list[dict]] = {}  # list id -> the values builtin.split gives its elements
+    unpack: dict[int, list[_Json]] = {}  # list id -> the values builtin.split gives its elements
     vars_: dict[str, Var] = {}
     for raw in raw_ops:
         if raw.get("#") == "0.split":
@@ -156,7 +159,7 @@ def read_json(path: Path) -> Program:
             names[vid] = f"{base}.tmp_{vid}"
         return names[vid]
 
-    def declare(out: dict, base: str, persistable: bool = False) -> str:
+    def declare(out: _Json, base: str, persistable: bool = False) -> str:
         vid = int(out["%"])
         name = name_of(vid, base)
         dtype, shape = _value_type(out.get("TT"))
@@ -205,7 +208,8 @@ def read_json(path: Path) -> Program:
             src = names.get(in_ids[0])
             if src is None:
                 raise ModelFormatError(f"{path.name}: op #{index} fetches an undefined value")
-            col = int(attrs.get("col", len(fetches)))
+            col = attrs.get("col")
+            col = col if isinstance(col, int) else len(fetches)
             fetches[col] = src
             fetch_names[col] = str(attrs.get("name") or src)
             continue

@@ -8,6 +8,7 @@ variable's dtype and shape. Converters in ``ops/`` see only this view.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,18 @@ import numpy as np
 __all__ = ["Op", "Program", "Var"]
 
 _MAIN_SLOTS = ("Out", "Y", "Output")
+
+
+def _to_int(value: object) -> int:
+    if isinstance(value, (int, float, str, np.integer, np.floating)):
+        return int(value)
+    raise ValueError(f"expected a number, got {value!r}")
+
+
+def _to_float(value: object) -> float:
+    if isinstance(value, (int, float, str, np.integer, np.floating)):
+        return float(value)
+    raise ValueError(f"expected a number, got {value!r}")
 
 
 @dataclass(slots=True)
@@ -53,6 +66,49 @@ class Op:
         """Return attribute ``name`` or ``default``."""
         value = self.attrs.get(name)
         return default if value is None else value
+
+    def _first(self, names: tuple[str, ...]) -> object:
+        for name in names:
+            value = self.attrs.get(name)
+            if value is not None:
+                return value
+        return None
+
+    def int_(self, *names: str, default: int = 0) -> int:
+        """Return the first present attribute of ``names`` as an int."""
+        value = self._first(names)
+        return default if value is None else _to_int(value)
+
+    def float_(self, *names: str, default: float = 0.0) -> float:
+        """Return the first present attribute of ``names`` as a float."""
+        value = self._first(names)
+        return default if value is None else _to_float(value)
+
+    def bool_(self, *names: str, default: bool = False) -> bool:
+        """Return the first present attribute of ``names`` as a bool."""
+        value = self._first(names)
+        return default if value is None else bool(value)
+
+    def str_(self, *names: str, default: str = "") -> str:
+        """Return the first present attribute of ``names`` as a str."""
+        value = self._first(names)
+        return default if value is None else str(value)
+
+    def ints(self, *names: str, default: Sequence[int] = ()) -> list[int]:
+        """Return the first present attribute of ``names`` as a list of ints (a scalar becomes [x])."""
+        value = self._first(names)
+        if value is None:
+            return list(default)
+        items = value if isinstance(value, (list, tuple)) else [value]
+        return [_to_int(v) for v in items]
+
+    def floats(self, *names: str, default: Sequence[float] = ()) -> list[float]:
+        """Return the first present attribute of ``names`` as a list of floats (a scalar becomes [x])."""
+        value = self._first(names)
+        if value is None:
+            return list(default)
+        items = value if isinstance(value, (list, tuple)) else [value]
+        return [_to_float(v) for v in items]
 
 
 @dataclass(slots=True)

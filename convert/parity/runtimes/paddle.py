@@ -35,8 +35,8 @@ class PaddleRuntime:
             raise UsageError(f"{files.program.name}: the Paddle reference needs a combined .pdiparams file")
         self._program = read_program(files.program)
         config = pi.Config(str(files.program), str(files.params))
-        use_gpu = device in ("auto", "cuda") and paddle.is_compiled_with_cuda() \
-            and paddle.device.cuda.device_count() > 0
+        cuda_build = bool(paddle.is_compiled_with_cuda())  # type: ignore[attr-defined]
+        use_gpu = device in ("auto", "cuda") and cuda_build and paddle.device.cuda.device_count() > 0
         if device == "cuda" and not use_gpu:
             raise UsageError("--device cuda: this PaddlePaddle build has no usable CUDA device")
         if use_gpu:
@@ -52,7 +52,7 @@ class PaddleRuntime:
         except Exception as exc:  # Paddle raises its own error types for bad models
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelFormatError(f"Paddle Inference cannot load {files.program.name}: {first}") from exc
-        self.name = f"Paddle Inference {paddle.__version__}"
+        self.name = f"Paddle Inference {paddle.__version__}"  # type: ignore[attr-defined]
         self.device = "gpu:0" if use_gpu else "cpu"
 
     def inputs(self) -> Sequence[TensorSpec]:

@@ -6,13 +6,14 @@ opset 17 (``CANONICAL_OPSET``) and binds every output it produces.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from convert.frontends.paddle.context import PaddleContext
 from convert.frontends.paddle.program import Op
 from convert.ir import OpSupport, Registry
 
-__all__ = ["OPS", "SUPPORT", "Converter", "doc", "ignore", "register"]
+__all__ = ["OPS", "SUPPORT", "Converter", "doc", "register"]
 
 
 class Converter(Protocol):
@@ -32,14 +33,10 @@ def doc(maps_to: str, notes: str = "", *names: str) -> None:
         SUPPORT[name] = OpSupport(name, maps_to, notes)
 
 
-def register(*names: str, maps_to: str, notes: str = ""):
+def register(*names: str, maps_to: str, notes: str = "") -> Callable[[Converter], Converter]:
     """Register a converter under every spelling in ``names`` and record its table row."""
     doc(maps_to, notes, *names)
     return OPS.register(*names)
-
-
-def ignore(op: Op, ctx: PaddleContext) -> None:
-    """Bind nothing: ops with no inference effect."""
 
 
 from . import math, nn, tensor  # noqa: E402,F401  (fill the registry)

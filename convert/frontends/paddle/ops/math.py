@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from convert.frontends.paddle.context import PaddleContext
+from convert.frontends.paddle.ops import Converter, register
 from convert.frontends.paddle.program import Op
 from convert.ir import Value
-
-from . import register
 
 __all__: list[str] = []
 
@@ -20,7 +19,7 @@ def _broadcast_y(op: Op, ctx: PaddleContext) -> tuple[Value, Value]:
     """
     x = ctx.input(op, "X")
     y = ctx.input(op, "Y")
-    axis = int(op.attr("axis", -1))
+    axis = op.int_("axis", default=-1)
     if axis == -1:
         return x, y
     rx, ry = ctx.rank(op, "X"), ctx.rank(op, "Y")
@@ -35,7 +34,7 @@ def _broadcast_y(op: Op, ctx: PaddleContext) -> tuple[Value, Value]:
     return x, ctx.node("Unsqueeze", [y, ctx.const(axes)])
 
 
-def _binary(onnx_op: str):
+def _binary(onnx_op: str) -> Converter:
     def convert(op: Op, ctx: PaddleContext) -> None:
         x, y = _broadcast_y(op, ctx)
         ctx.bind(op, "Out", ctx.node(onnx_op, [x, y]))
@@ -71,12 +70,12 @@ def matmul(op: Op, ctx: PaddleContext) -> None:
     """matmul_v2 (PIR: matmul) -> MatMul, transposing the last two dims where asked."""
     x = ctx.input(op, "X")
     y = ctx.input(op, "Y")
-    if op.attr("trans_x", op.attr("transpose_x", op.attr("transpose_X", False))):
+    if op.bool_("trans_x", "transpose_x", "transpose_X"):
         x = _swap_last(ctx, x, ctx.rank(op, "X"))
-    if op.attr("trans_y", op.attr("transpose_y", op.attr("transpose_Y", False))):
+    if op.bool_("trans_y", "transpose_y", "transpose_Y"):
         y = _swap_last(ctx, y, ctx.rank(op, "Y"))
     out = ctx.node("MatMul", [x, y])
-    alpha = float(op.attr("alpha", 1.0))
+    alpha = op.float_("alpha", default=1.0)
     if alpha != 1.0:
         out = ctx.node("Mul", [out, ctx.const(np.float32(alpha))])
     ctx.bind(op, "Out", out)
@@ -85,8 +84,8 @@ def matmul(op: Op, ctx: PaddleContext) -> None:
 @register("mul", maps_to="Flatten+MatMul", notes="x_num_col_dims/y_num_col_dims")
 def mul(op: Op, ctx: PaddleContext) -> None:
     """mul (legacy fc): flatten X at x_num_col_dims and Y at y_num_col_dims, then MatMul."""
-    xn = int(op.attr("x_num_col_dims", 1))
-    yn = int(op.attr("y_num_col_dims", 1))
+    xn = op.int_("x_num_col_dims", default=1)
+    yn = op.int_("y_num_col_dims", default=1)
     x = ctx.node("Flatten", [ctx.input(op, "X")], {"axis": xn})
     y = ctx.node("Flatten", [ctx.input(op, "Y")], {"axis": yn})
     out = ctx.node("MatMul", [x, y])
@@ -107,14 +106,14 @@ def scale(op: Op, ctx: PaddleContext) -> None:
     elif ctx.has(op, "ScaleTensor"):
         s, sval = ctx.input(op, "ScaleTensor"), float("nan")
     else:
-        sval = float(op.attr("scale", 1.0))
-    bias = float(op.attr("bias", 0.0))
+        sval = op.float_("scale", default=1.0)
+    bias = op.float_("bias")
     dtype = ctx.program.var(op.inputs["X"][0]).dtype or np.dtype(np.float32)
     if s is None and sval != 1.0:
         s = ctx.const(np.asarray(sval, dtype=dtype))
     b = ctx.const(np.asarray(bias, dtype=dtype)) if bias != 0.0 else None
     y = x
-    if op.attr("bias_after_scale", True):
+    if op.bool_("bias_after_scale", default=True):
         if s is not None:
             y = ctx.node("Mul", [y, s])
         if b is not None:
@@ -129,16 +128,15 @@ def scale(op: Op, ctx: PaddleContext) -> None:
     ctx.bind(op, "Out", y)
 
 
-def _reduce(onnx_op: str, axes_as_input: bool):
+def _reduce(onnx_op: str, axes_as_input: bool) -> Converter:
     def convert(op: Op, ctx: PaddleContext) -> None:
         x = ctx.input(op, "X")
-        keep = int(bool(op.attr("keep_dim", op.attr("keepdim", False))))
-        axes = op.attr("dim", op.attr("axis", []))
+        keep = int(op.bool_("keep_dim", "keepdim"))
+        axes = op.ints("dim", "axis")
         static = ctx.static(op, "axis")
         if static is not None:
             axes = [int(a) for a in static.reshape(-1)]
-        axes = [int(a) for a in (axes if isinstance(axes, list) else [axes])]
-        if op.attr("reduce_all", False):
+        if op.bool_("reduce_all"):
             axes = []
         if not axes:
             y = ctx.node(onnx_op, [x], {"keepdims": keep})
@@ -171,7 +169,7 @@ def clip(op: Op, ctx: PaddleContext) -> None:
         if ctx.has(op, slot) and static is None:
             bounds.append(ctx.node("Reshape", [ctx.input(op, slot), ctx.const(np.array([], np.int64))]))
         else:
-            val = float(static.reshape(-1)[0]) if static is not None else float(op.attr(attr, 0.0))
+            val = float(static.reshape(-1)[0]) if static is not None else op.float_(attr)
             bounds.append(ctx.const(np.asarray(val, dtype=dtype)))
     ctx.bind(op, "Out", ctx.node("Clip", [x, *bounds]))
 
@@ -179,5 +177,5 @@ def clip(op: Op, ctx: PaddleContext) -> None:
 @register("pow", "pow_", maps_to="Pow", notes="factor attribute")
 def pow_(op: Op, ctx: PaddleContext) -> None:
     """pow(factor) -> Pow(x, factor)."""
-    factor = float(op.attr("factor", op.attr("y", 1.0)))
+    factor = op.float_("factor", "y", default=1.0)
     ctx.bind(op, "Out", ctx.node("Pow", [ctx.input(op, "X"), ctx.const(np.float32(factor))]))

@@ -6,27 +6,27 @@ Only NCHW layouts are supported; an NHWC op raises (``data_format`` names the la
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
 from convert.frontends.paddle.context import PaddleContext
+from convert.frontends.paddle.ops import Converter, register
 from convert.frontends.paddle.program import Op
 from convert.ir import Value
-
-from . import register
 
 __all__: list[str] = []
 
 
 def _nchw(op: Op) -> None:
-    layout = op.attr("data_format", op.attr("data_layout", "NCHW"))
+    layout = op.str_("data_format", "data_layout", default="NCHW")
     if layout not in ("NCHW", "AnyLayout", ""):
         raise ValueError(f"data_format '{layout}' is not supported (only NCHW); re-export the model in NCHW")
 
 
 def _pads(op: Op, spatial: int, name: str = "paddings") -> list[int]:
     """Paddle paddings ([h, w] or [h0, h1, w0, w1]) -> ONNX pads [h0, w0, h1, w1]."""
-    p = [int(v) for v in op.attr(name, [0] * spatial)]
+    p = op.ints(name, default=[0] * spatial)
     if len(p) == spatial:
         return p + p
     if len(p) == 2 * spatial:
@@ -37,7 +37,7 @@ def _pads(op: Op, spatial: int, name: str = "paddings") -> list[int]:
 
 
 def _auto_pad(op: Op) -> str | None:
-    algo = str(op.attr("padding_algorithm", "EXPLICIT")).upper()
+    algo = op.str_("padding_algorithm", default="EXPLICIT").upper()
     return {"SAME": "SAME_UPPER", "VALID": "VALID"}.get(algo)
 
 
@@ -49,9 +49,9 @@ def conv2d(op: Op, ctx: PaddleContext) -> None:
     x = ctx.input(op, "Input")
     w = ctx.input(op, "Filter")
     attrs: dict[str, object] = {
-        "strides": [int(s) for s in op.attr("strides", [1, 1])],
-        "dilations": [int(d) for d in op.attr("dilations", [1, 1])],
-        "group": int(op.attr("groups", 1)),
+        "strides": op.ints("strides", default=[1, 1]),
+        "dilations": op.ints("dilations", default=[1, 1]),
+        "group": op.int_("groups", default=1),
     }
     auto = _auto_pad(op)
     if auto:
@@ -70,19 +70,19 @@ def conv2d_transpose(op: Op, ctx: PaddleContext) -> None:
     """conv2d_transpose -> ConvTranspose (Filter is [Cin, Cout/groups, kh, kw], as in ONNX)."""
     _nchw(op)
     attrs: dict[str, object] = {
-        "strides": [int(s) for s in op.attr("strides", [1, 1])],
-        "dilations": [int(d) for d in op.attr("dilations", [1, 1])],
-        "group": int(op.attr("groups", 1)),
+        "strides": op.ints("strides", default=[1, 1]),
+        "dilations": op.ints("dilations", default=[1, 1]),
+        "group": op.int_("groups", default=1),
     }
     auto = _auto_pad(op)
     if auto:
         attrs["auto_pad"] = auto
     else:
         attrs["pads"] = _pads(op, 2)
-    out_pad = [int(v) for v in op.attr("output_padding", []) or []]
+    out_pad = op.ints("output_padding")
     if out_pad:
         attrs["output_padding"] = out_pad
-    size = op.attr("output_size", []) or []
+    size = op.ints("output_size")
     static = ctx.static(op, "output_size")
     if static is not None and static.size:
         size = [int(v) for v in static]
@@ -99,7 +99,7 @@ def batch_norm(op: Op, ctx: PaddleContext) -> None:
     """batch_norm -> BatchNormalization with the running mean/variance."""
     _nchw(op)
     ins = [ctx.input(op, s) for s in ("X", "Scale", "Bias", "Mean", "Variance")]
-    y = ctx.node("BatchNormalization", ins, {"epsilon": float(op.attr("epsilon", 1e-5))})
+    y = ctx.node("BatchNormalization", ins, {"epsilon": op.float_("epsilon", default=1e-5)})
     ctx.bind(op, "Y", y)
 
 
@@ -107,10 +107,10 @@ def _ksize(op: Op, ctx: PaddleContext) -> list[int]:
     static = ctx.static(op, "ksize")
     if static is not None:
         return [int(v) for v in static]
-    k = op.attr("ksize")
-    if k is None:
+    k = op.ints("ksize")
+    if not k:
         raise ValueError("kernel size is neither an attribute nor a constant input")
-    return [int(v) for v in k]  # type: ignore[union-attr]
+    return k
 
 
 @register("pool2d", maps_to="MaxPool|AveragePool|GlobalMaxPool|GlobalAveragePool",
@@ -119,23 +119,23 @@ def _ksize(op: Op, ctx: PaddleContext) -> list[int]:
 def pool2d(op: Op, ctx: PaddleContext) -> None:
     """pool2d -> (Global)MaxPool / (Global)AveragePool."""
     _nchw(op)
-    kind = str(op.attr("pooling_type", "max"))
+    kind = op.str_("pooling_type", default="max")
     if kind not in ("max", "avg"):
         raise ValueError(f"pooling_type '{kind}' is not supported")
     x = ctx.input(op, "X")
     ksize = _ksize(op, ctx)
     glob = "GlobalMaxPool" if kind == "max" else "GlobalAveragePool"
-    if op.attr("global_pooling", False) or (op.attr("adaptive", False) and ksize == [1, 1]):
+    if op.bool_("global_pooling") or (op.bool_("adaptive") and ksize == [1, 1]):
         ctx.bind(op, "Out", ctx.node(glob, [x]))
         return
     onnx_op = "MaxPool" if kind == "max" else "AveragePool"
-    if op.attr("adaptive", False):
+    if op.bool_("adaptive"):
         ctx.bind(op, "Out", _adaptive(op, ctx, x, ksize, kind))
         return
     attrs: dict[str, object] = {
         "kernel_shape": ksize,
-        "strides": [int(s) for s in op.attr("strides", [1, 1])],
-        "ceil_mode": int(bool(op.attr("ceil_mode", False))),
+        "strides": op.ints("strides", default=[1, 1]),
+        "ceil_mode": int(op.bool_("ceil_mode")),
     }
     auto = _auto_pad(op)
     if auto:
@@ -143,7 +143,7 @@ def pool2d(op: Op, ctx: PaddleContext) -> None:
     else:
         attrs["pads"] = _pads(op, 2)
     if kind == "avg":
-        attrs["count_include_pad"] = 0 if op.attr("exclusive", True) else 1
+        attrs["count_include_pad"] = 0 if op.bool_("exclusive", default=True) else 1
     ctx.bind(op, "Out", ctx.node(onnx_op, [x], attrs))
 
 
@@ -184,18 +184,18 @@ def max_pool2d_with_index(op: Op, ctx: PaddleContext) -> None:
     """max_pool2d_with_index (adaptive_max_pool2d) -> max pooling; Mask is left unbound."""
     _nchw(op)
     x = ctx.input(op, "X")
-    ksize = [int(v) for v in op.attr("kernel_size", op.attr("ksize", []))]  # type: ignore[union-attr]
-    if op.attr("global_pooling", False) or (op.attr("adaptive", False) and ksize == [1, 1]):
+    ksize = op.ints("kernel_size", "ksize")
+    if op.bool_("global_pooling") or (op.bool_("adaptive") and ksize == [1, 1]):
         ctx.bind(op, "Out", ctx.node("GlobalMaxPool", [x]))
-    elif op.attr("adaptive", False):
+    elif op.bool_("adaptive"):
         ctx.bind(op, "Out", _adaptive(op, ctx, x, ksize, "max"))
     else:
-        attrs = {"kernel_shape": ksize, "strides": [int(s) for s in op.attr("strides", [1, 1])],
-                 "pads": _pads(op, 2), "ceil_mode": int(bool(op.attr("ceil_mode", False)))}
+        attrs = {"kernel_shape": ksize, "strides": op.ints("strides", default=[1, 1]),
+                 "pads": _pads(op, 2), "ceil_mode": int(op.bool_("ceil_mode"))}
         ctx.bind(op, "Out", ctx.node("MaxPool", [x], attrs))
 
 
-def _unary(onnx_op: str, attrs_fn=None):
+def _unary(onnx_op: str, attrs_fn: Callable[[Op], dict[str, object]] | None = None) -> Converter:
     def convert(op: Op, ctx: PaddleContext) -> None:
         attrs = attrs_fn(op) if attrs_fn else None
         ctx.bind(op, "Out", ctx.node(onnx_op, [ctx.input(op, "X")], attrs))
@@ -212,13 +212,13 @@ for _names, _onnx in [
 ]:
     register(*_names, maps_to=_onnx)(_unary(_onnx))
 register("leaky_relu", "leaky_relu_", maps_to="LeakyRelu")(
-    _unary("LeakyRelu", lambda op: {"alpha": float(op.attr("alpha", op.attr("negative_slope", 0.02)))}))
+    _unary("LeakyRelu", lambda op: {"alpha": op.float_("alpha", "negative_slope", default=0.02)}))
 
 
 @register("relu6", "relu6_", maps_to="Clip", notes="threshold attribute honoured")
 def relu6(op: Op, ctx: PaddleContext) -> None:
     """relu6 -> Clip(0, threshold)."""
-    t = float(op.attr("threshold", 6.0))
+    t = op.float_("threshold", default=6.0)
     y = ctx.node("Clip", [ctx.input(op, "X"), ctx.const(np.float32(0)), ctx.const(np.float32(t))])
     ctx.bind(op, "Out", y)
 
@@ -228,7 +228,7 @@ def relu6(op: Op, ctx: PaddleContext) -> None:
 def hard_swish(op: Op, ctx: PaddleContext) -> None:
     """hard_swish: x * clip(x + offset, 0, threshold) / scale -> HardSwish when default (6, 6, 3)."""
     x = ctx.input(op, "X")
-    t, s, o = (float(op.attr(k, d)) for k, d in (("threshold", 6.0), ("scale", 6.0), ("offset", 3.0)))
+    t, s, o = (op.float_(k, default=d) for k, d in (("threshold", 6.0), ("scale", 6.0), ("offset", 3.0)))
     if (t, s, o) == (6.0, 6.0, 3.0):
         ctx.bind(op, "Out", ctx.node("HardSwish", [x]))
         return
@@ -241,7 +241,7 @@ def hard_swish(op: Op, ctx: PaddleContext) -> None:
 @register("hard_sigmoid", "hardsigmoid", "hardsigmoid_", maps_to="HardSigmoid")
 def hard_sigmoid(op: Op, ctx: PaddleContext) -> None:
     """hard_sigmoid(slope, offset) -> HardSigmoid(alpha=slope, beta=offset)."""
-    attrs = {"alpha": float(op.attr("slope", 0.2)), "beta": float(op.attr("offset", 0.5))}
+    attrs = {"alpha": op.float_("slope", default=0.2), "beta": op.float_("offset", default=0.5)}
     ctx.bind(op, "Out", ctx.node("HardSigmoid", [ctx.input(op, "X")], attrs))
 
 
@@ -249,7 +249,7 @@ def hard_sigmoid(op: Op, ctx: PaddleContext) -> None:
 def swish(op: Op, ctx: PaddleContext) -> None:
     """swish / silu: x * sigmoid(beta * x)."""
     x = ctx.input(op, "X")
-    beta = float(op.attr("beta", 1.0))
+    beta = op.float_("beta", default=1.0)
     z = x if beta == 1.0 else ctx.node("Mul", [x, ctx.const(np.float32(beta))])
     ctx.bind(op, "Out", ctx.node("Mul", [x, ctx.node("Sigmoid", [z])]))
 
@@ -258,7 +258,7 @@ def swish(op: Op, ctx: PaddleContext) -> None:
 def gelu(op: Op, ctx: PaddleContext) -> None:
     """gelu: 0.5 x (1 + erf(x / sqrt 2)), or the tanh approximation (opset 17 has no Gelu)."""
     x = ctx.input(op, "X")
-    if op.attr("approximate", False):
+    if op.bool_("approximate"):
         cube = ctx.node("Mul", [ctx.node("Mul", [x, x]), x])
         inner = ctx.node("Add", [x, ctx.node("Mul", [cube, ctx.const(np.float32(0.044715))])])
         t = ctx.node("Tanh", [ctx.node("Mul", [inner, ctx.const(np.float32(math.sqrt(2 / math.pi)))])])
@@ -271,13 +271,13 @@ def gelu(op: Op, ctx: PaddleContext) -> None:
 @register("softmax", "softmax_", maps_to="Softmax")
 def softmax(op: Op, ctx: PaddleContext) -> None:
     """softmax(axis) -> Softmax(axis) (opset 13+ semantics: one axis, as in Paddle)."""
-    ctx.bind(op, "Out", ctx.node("Softmax", [ctx.input(op, "X")], {"axis": int(op.attr("axis", -1))}))
+    ctx.bind(op, "Out", ctx.node("Softmax", [ctx.input(op, "X")], {"axis": op.int_("axis", default=-1)}))
 
 
 @register("log_softmax", maps_to="LogSoftmax")
 def log_softmax(op: Op, ctx: PaddleContext) -> None:
     """log_softmax(axis) -> LogSoftmax(axis)."""
-    ctx.bind(op, "Out", ctx.node("LogSoftmax", [ctx.input(op, "X")], {"axis": int(op.attr("axis", -1))}))
+    ctx.bind(op, "Out", ctx.node("LogSoftmax", [ctx.input(op, "X")], {"axis": op.int_("axis", default=-1)}))
 
 
 @register("dropout", "dropout_", maps_to="Identity|Mul",
@@ -285,25 +285,25 @@ def log_softmax(op: Op, ctx: PaddleContext) -> None:
 def dropout(op: Op, ctx: PaddleContext) -> None:
     """dropout at inference: identity, or scaling by (1 - p) for downgrade_in_infer."""
     x = ctx.input(op, "X")
-    mode = str(op.attr("dropout_implementation", op.attr("mode", "downgrade_in_infer")))
+    mode = op.str_("dropout_implementation", "mode", default="downgrade_in_infer")
     if mode == "upscale_in_train":
         ctx.bind(op, "Out", x)
         return
     p = ctx.static(op, "P")
-    prob = float(p.reshape(-1)[0]) if p is not None else float(op.attr("dropout_prob", op.attr("p", 0.5)))
+    prob = float(p.reshape(-1)[0]) if p is not None else op.float_("dropout_prob", "p", default=0.5)
     ctx.bind(op, "Out", ctx.node("Mul", [x, ctx.const(np.float32(1.0 - prob))]))
 
 
 def _interp_mode(op: Op) -> dict[str, object]:
-    method = str(op.attr("interp_method", "bilinear" if "bilinear" in op.type else "nearest"))
-    align = bool(op.attr("align_corners", False))
+    method = op.str_("interp_method", default="bilinear" if "bilinear" in op.type else "nearest")
+    align = op.bool_("align_corners")
     if method == "nearest":
         if align:
             return {"mode": "nearest", "coordinate_transformation_mode": "align_corners",
                     "nearest_mode": "round_prefer_ceil"}
         return {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
     if method == "bilinear":
-        ctm = "half_pixel" if int(op.attr("align_mode", 1)) == 0 else "asymmetric"
+        ctm = "half_pixel" if op.int_("align_mode", default=1) == 0 else "asymmetric"
         if align:
             ctm = "align_corners"
         return {"mode": "linear", "coordinate_transformation_mode": ctm}
@@ -329,14 +329,13 @@ def interpolate(op: Op, ctx: PaddleContext) -> None:
     if sizes is None:
         scale = ctx.static(op, "Scale")
         if scale is None:
-            s = op.attr("scale", [])
-            scale = np.asarray(s if isinstance(s, list) else [s], dtype=np.float32)
+            scale = np.asarray(op.floats("scale"), dtype=np.float32)
         scale = np.asarray(scale, dtype=np.float32).reshape(-1)
         if scale.size and float(scale.min()) > 0:
             hw = scale if scale.size == 2 else np.repeat(scale[:1], 2)
             scales = ctx.const(np.concatenate([[1.0, 1.0], hw]).astype(np.float32))
         else:
-            oh, ow = int(op.attr("out_h", -1)), int(op.attr("out_w", -1))
+            oh, ow = op.int_("out_h", default=-1), op.int_("out_w", default=-1)
             if oh <= 0 or ow <= 0:
                 raise ValueError("no output size: none of SizeTensor, OutSize, Scale, scale, "
                                  "out_h/out_w is set")
@@ -355,9 +354,9 @@ def interpolate(op: Op, ctx: PaddleContext) -> None:
 def layer_norm(op: Op, ctx: PaddleContext) -> None:
     """layer_norm -> LayerNormalization(axis=begin_norm_axis) (Scale/Bias are flattened in Paddle)."""
     x = ctx.input(op, "X")
-    axis = int(op.attr("begin_norm_axis", 1))
+    axis = op.int_("begin_norm_axis", default=1)
     shape = ctx.shape(op, "X")
-    inputs = [x]
+    inputs: list[Value | None] = [x]
     norm_shape = None
     if shape is not None and all(d > 0 for d in shape[axis:]):
         norm_shape = np.array(shape[axis:], np.int64)
@@ -373,5 +372,5 @@ def layer_norm(op: Op, ctx: PaddleContext) -> None:
         raise ValueError("layer_norm without Scale is not supported")
     if inputs[2] is None:
         inputs.pop()
-    y = ctx.node("LayerNormalization", inputs, {"axis": axis, "epsilon": float(op.attr("epsilon", 1e-5))})
+    y = ctx.node("LayerNormalization", inputs, {"axis": axis, "epsilon": op.float_("epsilon", default=1e-5)})
     ctx.bind(op, "Y", y)

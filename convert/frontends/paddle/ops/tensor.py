@@ -9,10 +9,9 @@ import numpy as np
 
 from convert.frontends.paddle.context import PaddleContext
 from convert.frontends.paddle.legacy import VARTYPE_DTYPES
+from convert.frontends.paddle.ops import register
 from convert.frontends.paddle.program import Op
 from convert.ir import Value
-
-from . import register
 
 __all__: list[str] = []
 
@@ -49,7 +48,7 @@ def _int_list_input(op: Op, ctx: PaddleContext, tensor_slot: str, list_slot: str
             v = ctx.node("Reshape", [v, ctx.const(np.array([-1], np.int64))])
             parts.append(_int64(ctx, v, ctx.program.var(name).dtype))
         return parts[0] if len(parts) == 1 else ctx.node("Concat", parts, {"axis": 0})
-    return np.asarray(op.attr(attr, []), dtype=np.int64).reshape(-1)
+    return np.asarray(op.ints(attr), dtype=np.int64).reshape(-1)
 
 
 @register("reshape2", "reshape", "reshape_", maps_to="Reshape",
@@ -72,8 +71,8 @@ def flatten(op: Op, ctx: PaddleContext) -> None:
     if rank == 0:
         ctx.bind(op, "Out", ctx.node("Reshape", [x, ctx.const(np.array([1], np.int64))]))
         return
-    start = int(op.attr("start_axis", 1)) % rank
-    stop = int(op.attr("stop_axis", -1)) % rank
+    start = op.int_("start_axis", default=1) % rank
+    stop = op.int_("stop_axis", default=-1) % rank
     shape = ctx.shape(op, "X") or ()
     trailing = list(shape[stop + 1:])
     if any(d < 0 for d in trailing):
@@ -85,7 +84,7 @@ def flatten(op: Op, ctx: PaddleContext) -> None:
 @register("flatten2", maps_to="Flatten", notes="axis")
 def flatten2(op: Op, ctx: PaddleContext) -> None:
     """flatten2(axis) -> Flatten(axis) (2-D result, as in Paddle)."""
-    ctx.bind(op, "Out", ctx.node("Flatten", [ctx.input(op, "X")], {"axis": int(op.attr("axis", 1))}))
+    ctx.bind(op, "Out", ctx.node("Flatten", [ctx.input(op, "X")], {"axis": op.int_("axis", default=1)}))
 
 
 def _axes(op: Op, ctx: PaddleContext) -> list[int]:
@@ -96,7 +95,7 @@ def _axes(op: Op, ctx: PaddleContext) -> list[int]:
         return [int(a) for a in static.reshape(-1)]
     if ctx.has(op, "axes") or ctx.has(op, "AxesTensor"):
         raise ValueError("axes must be constant")
-    return [int(a) for a in op.attr("axes", [])]  # type: ignore[union-attr]
+    return op.ints("axes")
 
 
 @register("squeeze2", "squeeze", "squeeze_", maps_to="Squeeze",
@@ -128,7 +127,7 @@ def unsqueeze(op: Op, ctx: PaddleContext) -> None:
 @register("transpose2", "transpose", "transpose_", maps_to="Transpose")
 def transpose(op: Op, ctx: PaddleContext) -> None:
     """transpose2(axis) / transpose(perm) -> Transpose(perm)."""
-    perm = [int(p) for p in op.attr("axis", op.attr("perm", []))]  # type: ignore[union-attr]
+    perm = op.ints("axis", "perm")
     ctx.bind(op, "Out", ctx.node("Transpose", [ctx.input(op, "X")], {"perm": perm}))
 
 
@@ -138,7 +137,7 @@ def _axis(op: Op, ctx: PaddleContext, default: int = 0) -> int:
         return int(static.reshape(-1)[0])
     if ctx.has(op, "AxisTensor"):
         raise ValueError("the axis must be a constant")
-    return int(op.attr("axis", default))  # type: ignore[arg-type]
+    return op.int_("axis", default=default)
 
 
 @register("concat", maps_to="Concat", notes="axis attribute or constant AxisTensor")
@@ -150,7 +149,7 @@ def concat(op: Op, ctx: PaddleContext) -> None:
 @register("stack", maps_to="Unsqueeze+Concat")
 def stack(op: Op, ctx: PaddleContext) -> None:
     """stack(axis) -> Unsqueeze each input, then Concat."""
-    axis = int(op.attr("axis", 0))
+    axis = op.int_("axis")
     axes = ctx.const(np.array([axis], np.int64))
     parts = [ctx.node("Unsqueeze", [v, axes]) for v in ctx.inputs(op, "X")]
     ctx.bind(op, "Y", ctx.node("Concat", parts, {"axis": axis}))
@@ -162,14 +161,14 @@ def split(op: Op, ctx: PaddleContext) -> None:
     x = ctx.input(op, "X")
     axis = _axis(op, ctx)
     outs = op.outputs.get("Out") or []
-    sections = [int(s) for s in op.attr("sections", []) or []]  # type: ignore[union-attr]
+    sections = op.ints("sections")
     static = ctx.static(op, "SectionsTensorList")
     if static is not None:
         sections = [int(s) for s in static]
     shape = ctx.shape(op, "X")
     dim = shape[axis] if shape is not None and -len(shape) <= axis < len(shape) else -1
     if not sections:
-        num = int(op.attr("num", len(outs)) or len(outs))
+        num = op.int_("num") or len(outs)
         if dim > 0:
             sections = [dim // num] * num
     if -1 in sections and dim > 0:
@@ -194,7 +193,7 @@ def _as_value(ctx: PaddleContext, v: np.ndarray | Value) -> Value:
 @register("slice", maps_to="Slice(+Squeeze)", notes="starts/ends attributes or tensors; decrease_axis")
 def slice_(op: Op, ctx: PaddleContext) -> None:
     """slice(axes, starts, ends, decrease_axis) -> Slice, then Squeeze the decreased axes."""
-    axes = np.array(op.attr("axes", []), np.int64)
+    axes = np.array(op.ints("axes"), np.int64)
     starts = _slice_arg(op, ctx, "starts")
     ends = _slice_arg(op, ctx, "ends")
     y = ctx.node("Slice", [ctx.input(op, "Input"), _as_value(ctx, starts), _as_value(ctx, ends),
@@ -205,14 +204,14 @@ def slice_(op: Op, ctx: PaddleContext) -> None:
 @register("strided_slice", maps_to="Slice(+Squeeze)", notes="strides; decrease_axis")
 def strided_slice(op: Op, ctx: PaddleContext) -> None:
     """strided_slice(axes, starts, ends, strides) -> Slice with steps."""
-    axes = np.array(op.attr("axes", []), np.int64)
+    axes = np.array(op.ints("axes"), np.int64)
     args = [_as_value(ctx, _slice_arg(op, ctx, n)) for n in ("starts", "ends", "strides")]
     y = ctx.node("Slice", [ctx.input(op, "Input"), args[0], args[1], ctx.const(axes), args[2]])
     _finish_slice(op, ctx, y)
 
 
 def _finish_slice(op: Op, ctx: PaddleContext, y: Value) -> None:
-    dec = [int(a) for a in op.attr("decrease_axis", []) or []]  # type: ignore[union-attr]
+    dec = op.ints("decrease_axis")
     if dec:
         rank = ctx.rank(op, "Input")
         out_shape = ctx.out_shape(op)
@@ -229,9 +228,9 @@ def fill_constant(op: Op, ctx: PaddleContext) -> None:
     if ctx.has(op, "ShapeTensor") or ctx.has(op, "ShapeTensorList") or ctx.has(op, "ValueTensor"):
         raise ValueError("a shape or value given as a tensor is not supported")
     dtype = _np_dtype(op.attr("dtype"))
-    text = op.attr("str_value", "")
-    value = float(text) if text else float(op.attr("value", 0.0))  # type: ignore[arg-type]
-    shape = [int(d) for d in op.attr("shape", [])]  # type: ignore[union-attr]
+    text = op.str_("str_value")
+    value = float(text) if text else op.float_("value")
+    shape = op.ints("shape")
     ctx.bind_const(op, "Out", np.full(shape, value, dtype=dtype))
 
 
@@ -239,7 +238,7 @@ def fill_constant(op: Op, ctx: PaddleContext) -> None:
 def full_int_array(op: Op, ctx: PaddleContext) -> None:
     """full_int_array(value, dtype) -> a 1-D constant."""
     dtype = _np_dtype(op.attr("dtype"), "int64")
-    ctx.bind_const(op, "Out", np.asarray(op.attr("value", []), dtype=dtype).reshape(-1))
+    ctx.bind_const(op, "Out", np.asarray(op.ints("value"), dtype=np.int64).astype(dtype).reshape(-1))
 
 
 @register("assign_value", "assign_value_", maps_to="(constant)")
@@ -251,7 +250,7 @@ def assign_value(op: Op, ctx: PaddleContext) -> None:
         if op.attrs.get(key):
             values = op.attrs[key]
             break
-    shape = [int(d) for d in op.attr("shape", [])]  # type: ignore[union-attr]
+    shape = op.ints("shape")
     ctx.bind_const(op, "Out", np.asarray(values or [], dtype=dtype).reshape(shape))
 
 
