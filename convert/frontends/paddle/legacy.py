@@ -107,10 +107,11 @@ def read_pdmodel(path: Path) -> Program:
         attrs = {a.name: _attr_value(a) for a in od.attrs if not a.name.startswith("op_")}
         inputs = {v.parameter: list(v.arguments) for v in od.inputs}
         outputs = {v.parameter: list(v.arguments) for v in od.outputs}
-        if od.type == "feed":
-            feeds[_col(attrs, len(feeds))] = outputs["Out"][0]
-        elif od.type == "fetch":
-            fetches[_col(attrs, len(fetches))] = inputs["X"][0]
+        if od.type in ("feed", "fetch"):
+            slot, table, args = ("Out", feeds, outputs) if od.type == "feed" else ("X", fetches, inputs)
+            if not args.get(slot):
+                raise ModelFormatError(f"{path.name}: op #{i} '{od.type}' has no '{slot}' variable")
+            table[_col(attrs, len(table))] = args[slot][0]
         else:
             ops.append(Op(od.type, inputs, outputs, attrs, index=i))
     if not feeds or not fetches:

@@ -120,6 +120,18 @@ def _value_type(tt: _Json | None) -> tuple[np.dtype | None, tuple[int, ...] | No
     return dtype, shape
 
 
+def _param_name(attrs: object) -> str | None:
+    """The parameter's name: last item of the compact ``p`` form, or a ``parameter_name`` attribute."""
+    if isinstance(attrs, list) and attrs:
+        if isinstance(attrs[-1], str):
+            return attrs[-1]
+        for a in attrs:
+            if isinstance(a, dict) and a.get("N") == "parameter_name":
+                value = _attr(a["AT"])
+                return str(value) if value else None
+    return None
+
+
 def _load(path: Path) -> _Json:
     try:
         with path.open("rb") as f:
@@ -146,6 +158,17 @@ def read_json(path: Path) -> Program:
         raw_ops = blocks[0]["ops"]
     except (KeyError, IndexError, TypeError) as exc:
         raise ModelFormatError(f"{path.name}: PIR program has no top-level block") from exc
+    where = [-1]
+    try:
+        return _read_ops(path, raw_ops, where)
+    except ModelFormatError:
+        raise
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise ModelFormatError(f"{path.name}: op #{where[0]} of the PIR program is malformed "
+                               f"({type(exc).__name__}: {exc}). Was the file edited or truncated?") from exc
+
+
+def _read_ops(path: Path, raw_ops: list[_Json], where: list[int]) -> Program:
     names: dict[int, str] = {}
     lists: dict[int, list[int]] = {}  # combine output id -> element ids
     unpack: dict[int, list[_Json]] = {}  # list id -> the values builtin.split gives its elements
@@ -172,6 +195,7 @@ def read_json(path: Path) -> Program:
     fetch_names: dict[int, str] = {}
     params: list[str] = []
     for index, raw in enumerate(raw_ops):
+        where[0] = index
         tag = str(raw.get("#", ""))
         if raw.get("regions"):
             raise ModelFormatError(f"{path.name}: op #{index} '{tag}' has nested regions; control flow "
@@ -180,8 +204,7 @@ def read_json(path: Path) -> Program:
         if isinstance(outs, dict):
             outs = [outs]
         if tag in ("p", "1.parameter", "0.parameter"):
-            pname = raw["A"][-1] if isinstance(raw.get("A"), list) and raw["A"] and \
-                isinstance(raw["A"][-1], str) else None
+            pname = _param_name(raw.get("A"))
             if pname is None:
                 raise ModelFormatError(f"{path.name}: op #{index} is a parameter without a name")
             names[int(outs[0]["%"])] = pname

@@ -163,3 +163,23 @@ def test_cli_bad_params_is_one_line_exit_2(tmp_path: Path) -> None:
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "truncated" in lines[0] and "Traceback" not in r.stderr
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_json_program_with_a_malformed_op(tmp_path: Path) -> None:
+    doc = {"base_code": {"magic": "pir", "version": 4}, "program": {"regions": [{"blocks": [{"ops": [
+        {"#": "1.data", "A": [{"N": "name", "AT": {"#": "0.a_str", "D": "x"}}], "I": [],
+         "O": [{"%": 1, "TT": {"#": "0.t_dtensor", "D": [{"#": "0.t_f32"}, [1, 3], "NCHW", [], 0]}}]},
+        {"#": "1.relu", "A": [], "I": [{"%": "one"}], "O": [{"%": 2}]},
+    ]}]}]}}
+    path = tmp_path / "inference.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ModelFormatError, match=r"inference.json: op #1 of the PIR program is malformed"):
+        FRONTEND.load([path], Options())
+
+
+def test_conversion_does_not_import_paddle(tmp_path: Path) -> None:
+    path = _conv_model(tmp_path / "m")
+    code = ("import sys; from convert.frontends.paddle import FRONTEND; from convert.ir import Options; "
+            f"FRONTEND.load([{str(path)!r}], Options()); assert 'paddle' not in sys.modules, 'paddle imported'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
