@@ -260,6 +260,35 @@ def test_symbolic_size_arithmetic(tmp_path: Path) -> None:
         assert rel_to_scale(ours, module(x).numpy()) <= REL_TO_SCALE
 
 
+def _blocks() -> dict[str, tuple[type, tuple[int, ...]]]:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[3] / "models" / "pytorch" / "blocks.py"
+    spec = importlib.util.spec_from_file_location("pytorch_test_blocks", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.BLOCKS
+
+
+@pytest.mark.parametrize("name", ["convnext", "efficientnet_mbconv_se", "shufflenet", "squeezenet_fire",
+                                  "inception", "multihead_attention", "transformer_encoder", "swin",
+                                  "densenet", "vgg_head"])
+def test_torchvision_family_block(name: str, tmp_path: Path) -> None:
+    """A block of each torchvision family converts to ONNX and matches eager."""
+    from convert.frontends.pytorch import load_module
+
+    cls, shape = _blocks()[name]
+    torch.manual_seed(0)
+    module = cls().eval()
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+    model = load_module(module, (x,))
+    SEEN.update(model.meta["convert:aten_ops"])
+    (ours,) = run_onnx(to_onnx(model, tmp_path / f"{name}.onnx"), {"x": x.numpy()})
+    with torch.no_grad():
+        assert rel_to_scale(ours, module(x).numpy()) <= REL_TO_SCALE
+
+
 def test_every_converter_is_exercised() -> None:
     """Every op-table key is produced by some case above (run in this session) or is listed."""
     from convert.frontends.pytorch.ops import OPS

@@ -54,6 +54,12 @@ def reshape(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.op("Reshape", [call.tensor("self"), _target(call, ctx)])
 
 
+@lowers("aten.unflatten", to="Reshape")
+def unflatten(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower unflatten(dim, sizes) to Reshape with the output shape."""
+    return ctx.op("Reshape", [call.tensor("self"), ctx.shape_value(call.out_meta.shape, like=call.meta("self"))])
+
+
 @lowers("aten.flatten", to="Flatten / Reshape", notes="Flatten for flatten(1) , Reshape otherwise")
 def flatten(call: OpCall, ctx: LowerContext) -> Value:
     """Lower flatten(start_dim=1) to Flatten(axis=1), any other range to Reshape."""
