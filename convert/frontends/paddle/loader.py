@@ -182,6 +182,11 @@ def load(paths: Sequence[Path], options: Options) -> Model:
         raise UnsupportedOpsError(files.program.name, gaps,
                                   hint="Run `convert ops paddle` for the supported list, "
                                        "or try --via paddle2onnx.")
+    unknown = sorted(set(options.input_shapes) - set(program.feeds))
+    if unknown:
+        raise UsageError(f"--input-shape names {', '.join(repr(n) for n in unknown)}, which "
+                         f"{'is not an input' if len(unknown) == 1 else 'are not inputs'} of "
+                         f"{files.program.name}; its inputs: {', '.join(repr(n) for n in program.feeds)}")
     records = _records(files, program)
     options.progress("read paddle program", 1, 3)
     builder = GraphBuilder(files.program.stem, source=files.program.name)

@@ -183,3 +183,8 @@ def test_conversion_does_not_import_paddle(tmp_path: Path) -> None:
             f"FRONTEND.load([{str(path)!r}], Options()); assert 'paddle' not in sys.modules, 'paddle imported'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def test_input_shape_for_an_unknown_input(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"'image', which is not an input of inference.pdmodel; its inputs: 'x'"):
+        FRONTEND.load([_conv_model(tmp_path / "m")], Options(input_shapes={"image": (1, 3, 8, 8)}))

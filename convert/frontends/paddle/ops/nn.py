@@ -287,6 +287,7 @@ def dropout(op: Op, ctx: PaddleContext) -> None:
     x = ctx.input(op, "X")
     mode = op.str_("dropout_implementation", "mode", default="downgrade_in_infer")
     if mode == "upscale_in_train":
+        ctx.diagnostics.note("dropout (upscale_in_train) is the identity at inference: dropped")
         ctx.bind(op, "Out", x)
         return
     p = ctx.static(op, "P")
