@@ -1,5 +1,10 @@
 """The Caffe parity runtime: OpenCV's DNN module (``cv2.dnn.readNetFromCaffe``).
 
+OpenCV parses the SSD-fork dialect, whose pooling field 13 is the bool ``ceil_mode``; BVLC's
+field 13 is the enum ``round_mode``. A BVLC-flavoured prototxt is therefore handed to OpenCV with
+``round_mode: FLOOR|CEIL`` spelled ``ceil_mode: false|true`` (the same rounding, in OpenCV's
+dialect), in a temporary copy; the report names this translation.
+
 OpenCV names results by layer, not by blob: the output blob ``conv1`` of an in-place chain
 ``conv1 -> relu1`` is the output of layer ``relu1``. The runtime therefore reads the prototxt
 (with the project's schema) to map each net output blob to the last layer that writes it.
@@ -7,6 +12,8 @@ OpenCV names results by layer, not by blob: the output blob ``conv1`` of an in-p
 
 from __future__ import annotations
 
+import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -16,6 +23,8 @@ from convert.ir import Options, UsageError
 from convert.parity.runtime import Runtime, TensorSpec
 
 __all__ = ["OpenCVCaffeRuntime", "open_runtime"]
+
+_ROUND_MODE = re.compile(r"\bround_mode\s*:\s*(FLOOR|CEIL)\b")
 
 
 class OpenCVCaffeRuntime:
@@ -31,8 +40,16 @@ class OpenCVCaffeRuntime:
         from convert.frontends.caffe.reader import read_prototxt
 
         netdef = read_prototxt(Path(prototxt))
+        text = Path(prototxt).read_text()
+        translated = _ROUND_MODE.sub(lambda m: f"ceil_mode: {'true' if m.group(1) == 'CEIL' else 'false'}", text)
         try:
-            self._net = cv2.dnn.readNetFromCaffe(str(prototxt), str(caffemodel))
+            if translated != text:
+                with tempfile.TemporaryDirectory() as tmp:
+                    copy = Path(tmp) / Path(prototxt).name
+                    copy.write_text(translated)
+                    self._net = cv2.dnn.readNetFromCaffe(str(copy), str(caffemodel))
+            else:
+                self._net = cv2.dnn.readNetFromCaffe(str(prototxt), str(caffemodel))
         except cv2.error as exc:
             raise UsageError(f"OpenCV could not load {Path(prototxt).name}: {str(exc).strip()}") from exc
         # Layer fusion is an optimisation with known wrong results on some chains (OpenCV 4.14
@@ -40,7 +57,8 @@ class OpenCVCaffeRuntime:
         self._net.enableFusion(False)
         self._net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
         self._net.setPreferableTarget(cv2.dnn.DNN_TARGET_CPU)
-        self.name = f"OpenCV DNN {cv2.__version__}"
+        suffix = " (round_mode read as ceil_mode)" if translated != text else ""
+        self.name = f"OpenCV DNN {cv2.__version__}{suffix}"
         self.device = "cpu"
         self._inputs: list[TensorSpec] = []
         for name, shape in netdef.inputs:
