@@ -58,7 +58,7 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
             options.diagnostics.note(f"{source}: --input-shape ignored, the ExportedProgram fixes its input shapes")
         return program, None, source
     if kind == TORCHSCRIPT:
-        script = torch.jit.load(path, map_location="cpu")
+        script = torch.jit.load(path, map_location="cpu")  # type: ignore[no-untyped-call]
         if options.dynamic_batch:
             options.diagnostics.warn(f"--dynamic-batch: not supported for TorchScript files ({source}); "
                                      "the batch stays static. Save the model with torch.export instead")

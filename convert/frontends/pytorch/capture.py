@@ -78,7 +78,7 @@ def forward_input_names(module: torch.nn.Module) -> list[str]:
 
 def script_input_names(script: torch.jit.ScriptModule) -> list[str]:
     """Return the input names of a TorchScript module's ``forward`` (without ``self``)."""
-    return [a.name for a in script.forward.schema.arguments[1:]]
+    return [a.name for a in script.forward.schema.arguments[1:]]  # type: ignore[attr-defined]
 
 
 def resolve_shapes(names: Sequence[str], options: Options, source: str) -> list[tuple[int, ...]]:
@@ -151,7 +151,7 @@ def _export_dynamic_batch(module: torch.nn.Module, example: Sequence[torch.Tenso
         options.diagnostics.warn(f"--dynamic-batch: torch.export could not keep the batch of {source} "
                                  f"symbolic ({_first_line(exc)}); the batch stays static")
         return None
-    users = [n for n in program.graph.nodes if n.op == "placeholder"][-len(batched):]  # type: ignore[attr-defined]
+    users = [n for n in program.graph.nodes if n.op == "placeholder"][-len(batched):]
     if not any(not isinstance(n.meta["val"].shape[0], int) for n in users if n.meta["val"].dim()):
         options.diagnostics.warn(f"--dynamic-batch: {source} fixes its batch size (torch.export specialised "
                                  "it); the batch stays static")
@@ -182,7 +182,8 @@ def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], opti
     )
     try:
         with torch.no_grad(), _quiet_torch():
-            traced = torch.jit.trace(module, tuple(example), check_trace=False, strict=False)
+            traced = torch.jit.trace(  # type: ignore[no-untyped-call]
+                module, tuple(example), check_trace=False, strict=False)
     except Exception as exc:
         raise ConversionError(f"module {source}", f"torch.export failed ({reason}) and tracing failed too: "
                               f"{_first_line(exc)}") from exc

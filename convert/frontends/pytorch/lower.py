@@ -300,7 +300,9 @@ class _Lowering:
                 return type(a)(real(x) for x in a)
             return a
 
-        result = node.target(*real(node.args), **{k: real(v) for k, v in node.kwargs.items()})  # type: ignore[attr-defined]
+        args: list[object] = list(real(node.args))  # type: ignore[attr-defined, call-overload]
+        kwargs = {k: real(v) for k, v in node.kwargs.items()}  # type: ignore[attr-defined]
+        result = node.target(*args, **kwargs)  # type: ignore[attr-defined]
         self.consts[node] = result
         self.const_names[node] = str(node.name)  # type: ignore[attr-defined]
 
@@ -435,7 +437,7 @@ def lower_program(program: object, *, source: str, options: Options,
         raise ConversionError(source, f"the program has {len(users)} inputs, {len(names)} names were given")
     for node in users:
         val = node.meta.get("val")  # type: ignore[attr-defined]
-        shape = getattr(val, "shape", ())
+        shape: Sequence[object] = getattr(val, "shape", ())
         if len(shape) and not isinstance(shape[0], int):
             lowering.sym_names[str(shape[0])] = "batch"
     for node, nm in zip(users, names, strict=True):

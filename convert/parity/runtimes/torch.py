@@ -18,7 +18,7 @@ from convert.ir import Options, UsageError
 
 from ..runtime import TensorSpec
 
-__all__ = ["TorchRuntime", "open_runtime"]
+__all__ = ["TorchRuntime", "module_runtime", "open_runtime"]
 
 
 def _flatten(value: object) -> list[object]:
@@ -94,7 +94,7 @@ def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
                  for n in users]
         return TorchRuntime(program.module(), specs)
     if kind == TORCHSCRIPT:
-        module: object = torch.jit.load(path, map_location="cpu")
+        module: object = torch.jit.load(path, map_location="cpu")  # type: ignore[no-untyped-call]
         names = script_input_names(module)  # type: ignore[arg-type]
         traced = traced_input_shapes(path)
         if not options.input_shapes and traced is not None and len(traced) == len(names):
@@ -102,10 +102,32 @@ def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
             options.input_shapes = dict(zip(names, traced, strict=True))
     elif kind == CHECKPOINT:
         module = load_checkpoint(path, options)
-        names = (script_input_names(module) if isinstance(module, torch.jit.ScriptModule)  # type: ignore[arg-type]
-                 else forward_input_names(module))  # type: ignore[arg-type]
-        module.eval()  # type: ignore[attr-defined]
+        if isinstance(module, torch.jit.ScriptModule):
+            names = script_input_names(module)
+        else:
+            names = forward_input_names(module)
+        module.eval()
     else:
         raise UsageError(f"{path}: not a PyTorch file")
     shapes = resolve_shapes(names, options, path.name)
     return TorchRuntime(module, [TensorSpec(n, np.dtype(np.float32), s) for n, s in zip(names, shapes, strict=True)])
+
+
+def module_runtime(module: object, example_inputs: object, options: Options) -> TorchRuntime:
+    """Wrap an in-memory ``nn.Module`` (the Python API's source) as the reference runtime.
+
+    Inputs are named as ``load_module`` names the converted graph's (``forward``'s parameters),
+    with the example inputs' shapes and dtypes.
+    """
+    import torch
+
+    from convert.frontends.pytorch.capture import forward_input_names
+
+    example = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)  # type: ignore[arg-type]
+    names = forward_input_names(module)[: len(example)]  # type: ignore[arg-type]
+    if len(names) != len(example):
+        names = [f"input{i}" for i in range(len(example))]
+    specs = [TensorSpec(n, np.dtype(str(x.dtype).replace("torch.", "")), tuple(x.shape))
+             for n, x in zip(names, example, strict=True)]
+    module.eval()  # type: ignore[attr-defined]
+    return TorchRuntime(module, specs)

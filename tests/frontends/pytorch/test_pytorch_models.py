@@ -168,3 +168,14 @@ def test_dynamic_batch(saved: dict[str, dict[str, object]], name: str, tmp_path:
         (ours,) = run_onnx(path, {"x": x.numpy()})
         with torch.no_grad():
             assert rel_to_scale(ours, module(x).numpy()) <= REL_TO_SCALE  # type: ignore[operator]
+
+
+def test_python_api_in_memory_module(saved: dict[str, dict[str, object]], tmp_path: Path) -> None:
+    """convert.convert(module, example_inputs, to=...) converts and checks parity against the module."""
+    import convert
+
+    case = saved["mobilenetv2"]
+    result = convert.convert(case["model"], case["x"], to="onnx", out=tmp_path / "m.onnx")
+    assert result.report is not None and result.report.passed
+    (ours,) = run_onnx(tmp_path / "m.onnx", {"x": case["x"].numpy()})  # type: ignore[union-attr]
+    assert rel_to_scale(ours, case["ref"]) <= REL_TO_SCALE  # type: ignore[arg-type]

@@ -42,6 +42,17 @@ class TensorMeta:
         """Return True when every dimension is a number."""
         return all(isinstance(d, int) for d in self.shape)
 
+    def dim(self, i: int) -> int:
+        """Return dimension ``i`` as a number; raise when it is symbolic (``--dynamic-batch``)."""
+        d = self.shape[i]
+        if not isinstance(d, int):
+            raise ConversionError(f"dimension {i} ('{d}')", "a static size is needed here; drop --dynamic-batch")
+        return d
+
+    def dims(self, start: int = 0) -> list[int]:
+        """Return dimensions ``start:`` as numbers (see ``dim``)."""
+        return [self.dim(i) for i in range(start, self.rank)]
+
     @property
     def rank(self) -> int:
         """Return the number of dimensions."""
@@ -176,7 +187,8 @@ class LowerContext:
                 if isinstance(s, Value):
                     parts.append(s)
                 else:
-                    parts.append(self.ints([1 if (expand and int(s) == -1) else int(s)]))  # type: ignore[call-overload]
+                    n = int(s)
+                    parts.append(self.ints([1 if (expand and n == -1) else n]))
             return self.op("Concat", parts, {"axis": 0})
         where = self.call.where if self.call is not None else "?"
         raise ConversionError(where, f"cannot express the symbolic shape {tuple(shape)}")

@@ -130,7 +130,7 @@ def prelu(call: OpCall, ctx: LowerContext) -> Value:
     x = call.tensor("self")
     rank = call.meta("self").rank
     w = call.tensor("weight")
-    wshape = call.meta("weight").shape
+    wshape = call.meta("weight").dims()
     if rank > 2 and len(wshape) == 1 and wshape[0] > 1:
         w = ctx.op("Reshape", [w, ctx.ints([wshape[0]] + [1] * (rank - 2))])
     return ctx.op("PRelu", [x, w])

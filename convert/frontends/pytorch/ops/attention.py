@@ -38,6 +38,7 @@ def scaled_dot_product_attention(call: OpCall, ctx: LowerContext) -> Value:
     scores = ctx.op("Mul", [scores, ctx.scalar_like(scale_f, qm)])
     length, source = qm.shape[-2], km.shape[-2]
     if call.get("is_causal", False):
+        length, source = qm.dim(qm.rank - 2), km.dim(km.rank - 2)
         causal = np.triu(np.full((length, source), -np.inf, dtype=qm.dtype.numpy()), k=1)
         scores = ctx.op("Add", [scores, ctx.const(causal)])
     mask = call.get("attn_mask")

@@ -27,7 +27,7 @@ def _emit(call: OpCall, ctx: LowerContext, *, transposed: bool, stride: object, 
     x = call.tensor("input")
     w = call.tensor("weight")
     bias = call.get("bias")
-    kernel = list(call.meta("weight").shape[2:])
+    kernel = call.meta("weight").dims(2)
     nd = len(kernel)
     dil = as_list(dilation, nd)
     attrs: dict[str, object] = {

@@ -28,7 +28,7 @@ def _cast(ctx: LowerContext, value: Value, meta: object, target: TensorMeta) -> 
         return value
     tensor = value.const_value
     if tensor is not None and tensor.size <= 16:
-        return ctx.const(tensor.numpy().astype(target.dtype.numpy()).reshape(tensor.shape))
+        return ctx.const(tensor.numpy().astype(target.dtype.numpy()))
     return ctx.op("Cast", [value], {"to": target.dtype})
 
 
@@ -124,7 +124,7 @@ def _axes(call: OpCall, rank: int) -> list[int]:
         return list(range(rank))
     if isinstance(dims, int):
         dims = [dims]
-    return sorted(norm_axis(int(d), rank) for d in dims)  # type: ignore[union-attr]
+    return sorted(norm_axis(int(d), rank) for d in dims)  # type: ignore[attr-defined]
 
 
 @lowers("aten.mean", to="GlobalAveragePool / ReduceMean", notes="mean over H,W of NCHW is GlobalAveragePool")
@@ -169,7 +169,7 @@ def _transposed(ctx: LowerContext, w: Value) -> Value:
     tensor = w.const_value
     if tensor is None or len(tensor.shape) != 2:
         return ctx.op("Transpose", [w], {"perm": [1, 0]})
-    rows, cols = (int(d) for d in tensor.shape)
+    rows, cols = (int(d) for d in tensor.shape.numpy())
     t = lazy(lambda: np.ascontiguousarray(tensor.numpy().T), tensor.dtype, (cols, rows), name=f"{w.name}_T")
     return ctx.builder.initializer(t, f"{w.name}_T")
 

@@ -18,7 +18,7 @@ def _bn(call: OpCall, ctx: LowerContext, training: bool) -> Value:
         raise call.unsupported("batch_norm in training mode", "call model.eval() before exporting")
     x = call.tensor("input")
     meta = call.meta("input")
-    channels = meta.shape[1]
+    channels = meta.dim(1)
     weight = call.get("weight")
     bias = call.get("bias")
     mean = call.get("running_mean")

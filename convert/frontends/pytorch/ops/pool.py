@@ -4,6 +4,8 @@ mean over H,W -> GlobalAveragePool, upsample_* / interpolate -> Resize.
 
 from __future__ import annotations
 
+import numpy as np
+
 from convert.ir import Value
 
 from ._base import LowerContext, OpCall, as_list, lowers
@@ -56,7 +58,7 @@ def avg_pool(call: OpCall, ctx: LowerContext) -> Value:
 
 def _adaptive(call: OpCall, ctx: LowerContext, kind: str) -> Value:
     meta = call.meta("self")
-    spatial = list(meta.shape[2:])
+    spatial = meta.dims(2)
     out = as_list(call["output_size"], len(spatial))
     x = call.tensor("self")
     if all(o == 1 for o in out):
@@ -83,18 +85,16 @@ def adaptive_max_pool(call: OpCall, ctx: LowerContext) -> tuple[Value, None]:
 
 
 def _scales_or_sizes(call: OpCall, ctx: LowerContext, scales: object) -> tuple[Value | None, Value | None]:
-    in_shape = call.meta("input" if "input" in call.metas else "self").shape
-    out_shape = call.out_meta.shape
+    in_sp = call.meta("input" if "input" in call.metas else "self").dims(2)
+    out_sp = call.out_meta.dims(2)
     factors = None
     if isinstance(scales, (list, tuple)) and all(s is not None for s in scales):
         factors = [float(s) for s in scales]
-    elif all(i > 0 and o % i == 0 for i, o in zip(in_shape[2:], out_shape[2:], strict=True)):
-        factors = [float(o // i) for i, o in zip(in_shape[2:], out_shape[2:], strict=True)]
-    if factors is not None and all(
-        int(i * f) == o for i, f, o in zip(in_shape[2:], factors, out_shape[2:], strict=True)
-    ):
-        return ctx.const([1.0, 1.0, *factors], "float32", name="scales"), None
-    return None, ctx.ints(list(out_shape), name="sizes")
+    elif all(i > 0 and o % i == 0 for i, o in zip(in_sp, out_sp, strict=True)):
+        factors = [float(o // i) for i, o in zip(in_sp, out_sp, strict=True)]
+    if factors is not None and all(int(i * f) == o for i, f, o in zip(in_sp, factors, out_sp, strict=True)):
+        return ctx.const([1.0, 1.0, *factors], np.float32, name="scales"), None
+    return None, ctx.ints(call.out_meta.dims(), name="sizes")
 
 
 def _resize(call: OpCall, ctx: LowerContext, mode: str, scales: object, align_corners: bool) -> Value:

@@ -112,7 +112,8 @@ def squeeze(call: OpCall, ctx: LowerContext) -> Value:
         axes = [i for i, d in enumerate(meta.shape) if d == 1]
     else:
         items = dims if isinstance(dims, (list, tuple)) else [dims]
-        axes = [norm_axis(int(d), meta.rank) for d in items if meta.shape[norm_axis(int(d), meta.rank)] == 1]
+        picked = [norm_axis(int(d), meta.rank) for d in items]  # type: ignore[arg-type]
+        axes = [a for a in picked if meta.shape[a] == 1]
     if not axes:
         return call.tensor("self")
     return ctx.op("Squeeze", [call.tensor("self"), ctx.ints(axes)])
@@ -170,7 +171,7 @@ def unbind(call: OpCall, ctx: LowerContext) -> tuple[Value, ...]:
     """Lower unbind to Split into size-1 pieces, each squeezed."""
     meta = call.meta("self")
     axis = norm_axis(int(call.get("dim", 0)), meta.rank)  # type: ignore[call-overload]
-    pieces = _split(call, ctx, [1] * meta.shape[axis], axis)
+    pieces = _split(call, ctx, [1] * meta.dim(axis), axis)
     axes = ctx.ints([axis])
     return tuple(ctx.op("Squeeze", [p, axes]) for p in pieces)
 
@@ -182,7 +183,7 @@ def select(call: OpCall, ctx: LowerContext) -> Value:
     axis = norm_axis(int(call["dim"]), meta.rank)  # type: ignore[call-overload]
     index = int(call["index"])  # type: ignore[call-overload]
     if index < 0:
-        index += meta.shape[axis]
+        index += meta.dim(axis)
     return ctx.op("Gather", [call.tensor("self"), ctx.ints(index)], {"axis": axis})
 
 
@@ -209,7 +210,7 @@ def narrow(call: OpCall, ctx: LowerContext) -> Value:
     axis = norm_axis(int(call["dim"]), meta.rank)  # type: ignore[call-overload]
     start = int(call["start"])  # type: ignore[call-overload]
     if start < 0:
-        start += meta.shape[axis]
+        start += meta.dim(axis)
     end = start + int(call["length"])  # type: ignore[call-overload]
     return ctx.op("Slice", [call.tensor("self"), ctx.ints([start]), ctx.ints([end]), ctx.ints([axis])])
 
@@ -227,7 +228,7 @@ def repeat(call: OpCall, ctx: LowerContext) -> Value:
     reps = [int(r) for r in call["repeats"]]  # type: ignore[attr-defined]
     x = call.tensor("self")
     if len(reps) > meta.rank:
-        x = ctx.op("Reshape", [x, ctx.ints([1] * (len(reps) - meta.rank) + list(meta.shape))])
+        x = ctx.op("Reshape", [x, ctx.ints([1] * (len(reps) - meta.rank) + meta.dims())])
     return ctx.op("Tile", [x, ctx.ints(reps)])
 
 
@@ -300,7 +301,7 @@ def roll(call: OpCall, ctx: LowerContext) -> Value:
     x = call.tensor("self")
     for shift, dim in zip(shifts, dims, strict=True):  # type: ignore[call-overload]
         axis = norm_axis(int(dim), meta.rank)
-        size = meta.shape[axis]
+        size = meta.dim(axis)
         s = int(shift) % size
         if s == 0:
             continue
