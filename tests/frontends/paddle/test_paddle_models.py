@@ -90,24 +90,22 @@ def test_paddle_to_onnx_matches_paddle_inference(built: dict[str, Path], net: st
         assert err <= tol, f"{net} ({fmt}) output '{name}': max rel error {err:.2e} > {tol:.0e}"
 
 
-CAFFE_NETS = [
-    pytest.param("mobilenet_v1", (1, 3, 64, 64), id="mobilenet_v1"),
-    pytest.param("resnet18", (1, 3, 64, 64), id="resnet18", marks=pytest.mark.xfail(
-        reason="caffe exporter writes 'round_mode: FLOOR' in pooling_param, which OpenCV DNN 4.14 "
-               "misreads (kernel_size 0); reported", strict=False)),
-]
+CAFFE_NETS = ["mobilenet_v1", "resnet18", "squeezenet", "densenet121"]
+# OpenCV DNN runs 3x3 convolutions with Winograd by default: resnet18 measured 5.4e-6 here and 1.03e-5
+# in another run; 3.0e-6 with net.enableWinograd(False) (suggested to the OpenCV runtime's owner).
+RTOL_CAFFE = {"resnet18": 2e-5}
 
 
 @pytest.mark.opencv
-@pytest.mark.parametrize(("net", "shape"), CAFFE_NETS)
-def test_paddle_to_caffe_matches_paddle_inference(built: dict[str, Path], net: str, shape: tuple[int, ...],
-                                                  tmp_path: Path) -> None:
+@pytest.mark.parametrize("net", CAFFE_NETS)
+def test_paddle_to_caffe_matches_paddle_inference(built: dict[str, Path], net: str, tmp_path: Path) -> None:
     pytest.importorskip("cv2")
     caffe = pytest.importorskip("convert.exporters.caffe")
     from convert.parity.runtimes.opencv_caffe import open_runtime as open_cv
     from convert.parity.runtimes.paddle import open_runtime as open_paddle
 
     folder = built["json"] / net
+    shape = (1, 3, 64, 64)
     model = FRONTEND.load([folder], Options(input_shapes={"x": shape}))
     passes.standard_pipeline(validate=True)(model)
     files = caffe.EXPORTER.save(model, tmp_path / "m.prototxt", Options())
@@ -120,4 +118,4 @@ def test_paddle_to_caffe_matches_paddle_inference(built: dict[str, Path], net: s
     for g, w in zip(got, want, strict=True):
         err = _rel(g.reshape(w.shape), w)
         print(f"PARITY-CAFFE {net} {err:.1e}")
-        assert err <= RTOL, f"{net} paddle->caffe: max rel error {err:.2e}"
+        assert err <= RTOL_CAFFE.get(net, RTOL), f"{net} paddle->caffe: max rel error {err:.2e}"
