@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _measure import ROOT, Measurement, measure  # noqa: E402
+from _measure import ROOT, Measurement, measure
 
 CFGS = {
     "yolov3": Path("/usr/share/darknet/cfg/yolov3.cfg"),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from convert.ir import FrontendSpec, OpSupport, OptionSpec
 
-from .activations import ACTIVATIONS
+from .activations import ACTIVATIONS, ONNX_FORMS
 from .layers import LAYERS
 from .loader import check_support, load
 
@@ -24,7 +24,7 @@ _MAPS = {
     "local_avgpool": "AveragePool (count_include_pad=0)",
     "avgpool": "GlobalAveragePool",
     "route": "Concat / Slice (groups)",
-    "shortcut": "Add (+ Slice/Pad for other shapes) (+ activation)",
+    "shortcut": "Add (+ Slice/Concat/MaxPool 1x1 for other shapes) (+ activation)",
     "upsample": "Resize nearest (x scale)",
     "reorg": "Reshape + Transpose (Darknet's reorg)",
     "crop": "Slice + Mul/Sub (inference centre crop)",
@@ -36,6 +36,8 @@ _MAPS = {
     "activation": "activation ops",
     "yolo": "Sigmoid on x, y, objectness, classes; scale_x_y as Mul/Add",
     "region": "Sigmoid on x, y, objectness; Softmax over classes",
+    "local": "one-hot grouped Conv (im2col) + batched MatMul + Add",
+    "detection": "Softmax over each cell's classes (YOLOv1); output left flat as Darknet's",
 }
 _NOTES = {
     "convolutional": "not binary/xnor/deform/antialiasing",
@@ -60,7 +62,7 @@ def supported_ops() -> list[OpSupport]:
         label = f"[{key}]" + (f" (also {', '.join(f'[{a}]' for a in aliases)})" if aliases else "")
         rows.append(OpSupport(label, _MAPS.get(str(key), ""), _NOTES.get(str(key), "")))
     for key, _ in ACTIVATIONS.items():
-        rows.append(OpSupport(f"activation={key}", "see convert/frontends/darknet/activations.py"))
+        rows.append(OpSupport(f"activation={key}", ONNX_FORMS.get(str(key), "")))
     return rows
 
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from convert.ir import GraphBuilder, Provenance, Registry, Value
 
-__all__ = ["ACTIVATIONS", "NUMPY_ACTIVATIONS", "emit_activation"]
+__all__ = ["ACTIVATIONS", "NUMPY_ACTIVATIONS", "ONNX_FORMS", "emit_activation"]
 
 EmitFn = Callable[[GraphBuilder, Value, str, Provenance], Value]
 ACTIVATIONS: Registry[EmitFn] = Registry("darknet activations")
@@ -197,4 +197,13 @@ NUMPY_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "hard_mish": lambda x: np.where(x > 0, x, np.where(x > -2, x * x / 2 + x, 0)),
     "hardswish": lambda x: x * np.clip(x + 3, 0, 6) / 6,
     "gelu": lambda x: 0.5 * x * (1 + np.tanh(0.797885 * x + 0.035677 * x**3)),
+}
+
+# What each activation becomes, for the support table (``convert ops darknet``).
+ONNX_FORMS: dict[str, str] = {
+    "linear": "nothing", "leaky": "LeakyRelu(alpha=0.1)", "relie": "LeakyRelu(alpha=0.01)", "relu": "Relu",
+    "ramp": "Relu(x) + 0.1 x", "relu6": "Clip(0, 6)", "hardtan": "Clip(-1, 1)", "logistic": "Sigmoid",
+    "loggy": "2 Sigmoid(x) - 1", "tanh": "Tanh", "elu": "Elu(alpha=1)", "selu": "Selu(1.6732, 1.0507)",
+    "swish": "x * Sigmoid(x)", "mish": "x * Tanh(Softplus(x))", "hard_mish": "x * Clip(x/2 + 1, 0, 1)",
+    "hardswish": "HardSwish", "gelu": "tanh approximation (Mul/Add/Tanh)",
 }

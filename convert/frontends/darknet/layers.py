@@ -427,3 +427,86 @@ def activation(sec: Section, ctx: DarknetContext) -> LayerOut:
     if y is prev.value:
         y = ctx.b.op("Identity", [y], name=ctx.name(sec), prov=ctx.prov(sec))
     return LayerOut(y, prev.c, prev.h, prev.w, ms, sec.type)
+
+
+@LAYERS.register("local")
+def local(sec: Section, ctx: DarknetContext) -> LayerOut:
+    """[local] (locally connected) -> im2col as a one-hot grouped Conv, then a batched MatMul.
+
+    Darknet's ``forward_local_layer``: for each output location ``l``, ``out[:, l] = W_l @ col[:, l]``
+    with ``W_l`` of shape filters x (C*size*size), plus a per-location bias. File order: biases
+    (filters x H' x W'), then weights (locations x filters x C*size*size). Darknet pads by ``pad``
+    pixels but computes the output size as ``(H - (pad ? 1 : size)) / stride + 1``.
+    """
+    prev = ctx.prev
+    n = sec.int("filters", 1)
+    size = sec.int("size", 1)
+    stride = sec.int("stride", 1)
+    pad = sec.int("pad", 0)
+    act = sec.get("activation", "logistic") or "logistic"
+    if n <= 0 or size <= 0 or stride <= 0:
+        raise ctx.error(sec, "filters, size and stride must be positive")
+    out_h = _out_dim(sec, ctx, "height", (prev.h - (1 if pad else size)) // stride + 1)
+    out_w = _out_dim(sec, ctx, "width", (prev.w - (1 if pad else size)) // stride + 1)
+    if (prev.h + 2 * pad - size) // stride + 1 != out_h or (prev.w + 2 * pad - size) // stride + 1 != out_w:
+        raise ctx.error(sec, f"size={size} with pad={pad}: Darknet's im2col and output size disagree",
+                        "Use pad=0, or pad=1 with size=3.")
+    k = prev.c * size * size
+    locations = out_h * out_w
+    b = ctx.b
+    prov = ctx.prov(sec)
+    name = ctx.name(sec)
+    bias = ctx.param(sec, "bias", "bias", (n, out_h, out_w))
+    weight = ctx.param(sec, "weight", "weight", (locations, n, k), fan_in=k, in_ms=prev.ms)
+    onehot = np.zeros((k, 1, size, size), np.float32)
+    for c in range(prev.c):
+        for ky in range(size):
+            for kx in range(size):
+                onehot[(c * size + ky) * size + kx, 0, ky, kx] = 1.0
+    onehot_v = b.const(onehot, name=f"{name}.im2col")
+    cols = b.op("Conv", [prev.value, onehot_v], {"kernel_shape": [size, size], "strides": [stride, stride],
+                                                 "pads": [pad] * 4, "group": prev.c},
+                name=f"{name}_im2col", prov=prov)
+    cols = ctx.reshape(sec, cols, [k, locations], suffix="cols")
+    cols = b.op("Transpose", [cols], {"perm": [2, 0, 1]}, name=f"{name}_by_location", prov=prov)  # L x N x k
+    wt = b.op("Transpose", [weight], {"perm": [0, 2, 1]}, name=f"{name}_weight_t", prov=prov)  # L x k x n
+    y = b.op("MatMul", [cols, wt], name=f"{name}_matmul", prov=prov)  # L x N x n
+    y = b.op("Transpose", [y], {"perm": [1, 2, 0]}, name=f"{name}_nchw", prov=prov)  # N x n x L
+    y = ctx.reshape(sec, y, [n, out_h, out_w], suffix="out")
+    y = b.op("Add", [y, bias], name=name, prov=prov)
+    y, ms = ctx.activate(sec, y, act, 1.0)
+    return LayerOut(y, n, out_h, out_w, ms, sec.type)
+
+
+@LAYERS.register("detection")
+def detection(sec: Section, ctx: DarknetContext) -> LayerOut:
+    """[detection] (YOLOv1) -> softmax over each cell's classes when ``softmax=1``; the rest unchanged.
+
+    The input is flat: side*side*classes class scores, then side*side*num confidences, then boxes.
+    """
+    prev = ctx.prev
+    classes = sec.int("classes", 20)
+    coords = sec.int("coords", 1)
+    sec.get("rescore")
+    side = sec.int("side", 7)
+    num = sec.int("num", 1)
+    softmax = sec.int("softmax", 0)
+    sec.get("sqrt")
+    locations = side * side
+    expected = locations * ((1 + coords) * num + classes)
+    if prev.size != expected:
+        raise ctx.error(sec, f"the input has {prev.size} values, expected side^2 x ((1 + coords) x num + classes) = "
+                        f"{expected}")
+    b = ctx.b
+    prov = ctx.prov(sec)
+    name = ctx.name(sec)
+    x = b.op("Flatten", [prev.value], {"axis": 1}, name=f"{name}_flat", prov=prov)
+    if softmax:
+        cls = ctx.slice(sec, x, [1], [0], [locations * classes], suffix="classes")
+        rest = ctx.slice(sec, x, [1], [locations * classes], [prev.size], suffix="boxes")
+        cls = ctx.reshape(sec, cls, [locations, classes], suffix="cells")
+        cls = b.op("Softmax", [cls], {"axis": -1}, name=f"{name}_softmax", prov=prov)
+        cls = ctx.reshape(sec, cls, [locations * classes], suffix="cells_flat")
+        x = b.op("Concat", [cls, rest], {"axis": 1}, name=f"{name}_join", prov=prov)
+    y = ctx.reshape(sec, x, [prev.c, prev.h, prev.w], suffix="out")
+    return LayerOut(y, prev.c, prev.h, prev.w, 0.3, sec.type)

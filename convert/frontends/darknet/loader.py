@@ -161,8 +161,8 @@ def build_model(cfg: Path, source: WeightSource, options: Options, *, weights_na
     sections = parse_cfg(cfg)
     gaps = _gaps(sections)
     if gaps:
-        raise UnsupportedOpsError(cfg.name, gaps, what="section type",
-                                  hint="Run `convert ops darknet` for the supported list.")
+        what = "section type" if all(g.op.startswith("[") and g.op.endswith("]") for g in gaps) else "feature"
+        raise UnsupportedOpsError(cfg.name, gaps, what=what, hint="Run `convert ops darknet` for the supported list.")
     net = sections[0]
     lineage = str(options.get("darknet_lineage", "auto") or "auto")
     if lineage == "auto":

@@ -104,11 +104,10 @@ class FoldBatchNorm(Pass):
         y = bn.outputs[0]
         x = conv.outputs[0]
         name = y.name
-        was_output = y.is_graph_output()
+        # Graph outputs first: onnx_ir refuses to replace the uses of a value that is still an output.
+        for i, out in enumerate(graph.outputs):
+            if out is y:
+                graph.outputs[i] = x
         _ir.convenience.replace_all_uses_with(y, x)
-        if was_output:
-            for i, out in enumerate(graph.outputs):
-                if out is y:
-                    graph.outputs[i] = x
         graph.remove(bn, safe=True)
         x.name = name

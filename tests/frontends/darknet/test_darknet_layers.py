@@ -71,6 +71,11 @@ LIBDARKNET_CASES = {
     "aliases": (_net(), "[conv]\nfilters=4\nsize=3\npad=1\nactivation=leaky\n[max]\nsize=2\nstride=2\n"
                 "[conn]\noutput=6\nactivation=linear\n[soft]\n"),
     "avg-alias": (_net(), _conv(4) + "[avg]\n"),
+    # libdarknet sizes its im2col workspace from the conv layers only: keep the conv's the larger.
+    "local": (_net(c=8, h=9, w=9), _conv(4, 3, 2) + "[local]\nfilters=6\nsize=3\nstride=1\npad=1\nactivation=leaky\n"),
+    "local-nopad": (_net(c=8, h=9, w=9), _conv(4, 3, 2) + "[local]\nfilters=5\nsize=2\nstride=1\nactivation=linear\n"),
+    "detection": (_net(c=3, h=6, w=6), _conv(4) + "[connected]\noutput=52\nactivation=linear\n"
+                  "[detection]\nclasses=3\ncoords=4\nrescore=1\nside=2\nnum=2\nsoftmax=1\nsqrt=1\n"),
     "network-alias": ("[network]\nbatch=1\nchannels=3\nheight=8\nwidth=8\n", _conv(4, act="linear")),
 }
 ORIGINAL_ACTIVATIONS = ["linear", "leaky", "relu", "relie", "ramp", "logistic", "loggy", "tanh", "hardtan", "elu",

@@ -40,6 +40,7 @@ SLOW_ORIGINAL = [
     ("cifar.cfg", 32, "logits", None),
     ("resnet152.cfg", 64, "logits", None),
     ("yolov3-openimages.cfg", 96, "full", None),
+    ("yolov1-tiny.cfg", None, "full", None),  # [connected] + [detection]
 ]
 ALEXEYAB = [
     ("yolov4-tiny.cfg", 224),  # route groups
