@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -188,3 +189,30 @@ def test_conversion_does_not_import_paddle(tmp_path: Path) -> None:
 def test_input_shape_for_an_unknown_input(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"'image', which is not an input of inference.pdmodel; its inputs: 'x'"):
         FRONTEND.load([_conv_model(tmp_path / "m")], Options(input_shapes={"image": (1, 3, 8, 8)}))
+
+
+def test_params_beyond_4_gib_use_64_bit_offsets(tmp_path: Path) -> None:
+    """A 4.5 GiB first parameter (a sparse hole, never read) puts the second past 2**32."""
+    from convert.frontends.paddle.params import read_combined, slices
+    from convert.frontends.paddle.program import Var
+
+    big_shape = (9 * 2**27,)  # 1.2e9 float32 = 4.5 GiB
+    from convert.frontends.paddle import framework_pb2 as fw
+
+    desc = fw.VarType.TensorDesc()
+    desc.data_type = 5
+    desc.dims.extend(big_shape)
+    blob = desc.SerializeToString()
+    path = tmp_path / "big.pdiparams"
+    with path.open("wb") as f:
+        f.write(struct.pack("<IQIi", 0, 0, 0, len(blob)) + blob)
+        f.seek(f.tell() + 4 * big_shape[0])
+        f.write(record(B))
+    try:
+        names = ["a.big", "b.small"]
+        recs = read_combined(path, names, {"a.big": Var("a.big", np.dtype("float32"), big_shape),
+                                           "b.small": Var("b.small", np.dtype("float32"), (4,))})
+    except OSError:
+        pytest.skip("no sparse files here")
+    assert recs["b.small"].offset > 2**32
+    np.testing.assert_array_equal(slices(recs["b.small"]).numpy(), B)
