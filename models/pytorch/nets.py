@@ -281,8 +281,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=64)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    # Build through the importable module 'nets' (not __main__), so that the pickled modules name
+    # classes that can be imported again: load them with PYTHONPATH=models/pytorch.
+    import nets
+
     for name in ("resnet", "mobilenetv2", "vit", "yolo"):
-        model = build(name, size=args.size)
+        model = nets.build(name, size=args.size)
         x = torch.rand(1, 3, args.size, args.size, generator=torch.Generator().manual_seed(1))
         torch.jit.save(torch.jit.trace(model, (x,)), args.out / f"{name}.pt")
         torch.export.save(torch.export.export(model, (x,)), args.out / f"{name}.pt2")
