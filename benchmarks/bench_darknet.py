@@ -35,6 +35,8 @@ def _steps(cfg: Path, weights: Path, out: Path, check: bool) -> dict[str, str]:
         "load (IR, lazy)": "from pathlib import Path\nfrom convert.frontends.darknet import FRONTEND\n"
                            f"from convert.ir import Options\nFRONTEND.load([Path(p) for p in {paths}], Options())",
         "convert -> onnx": f"import convert\nconvert.convert({paths}, to='onnx', out={str(out)!r}, check=False)",
+        "... external data": f"import convert\nconvert.convert({paths}, to='onnx', out={str(out)!r}, check=False, "
+                             "external_data=True)",
     }
     if check:
         steps["convert + parity"] = (f"import convert\nr = convert.convert({paths}, to='onnx', out={str(out)!r})\n"
