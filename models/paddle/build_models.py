@@ -126,6 +126,7 @@ def _op_zoo() -> object:
             self.conv = nn.Conv2D(3, 8, 3, padding=[1, 2, 0, 1])
             self.ln = nn.LayerNorm(14)
             self.fc = nn.Linear(14, 6)
+            self.prelu = nn.PReLU(8, 0.2)
 
         def forward(self, x):
             y = self.conv(x)  # paddings [top, bottom, left, right]: 15x15 -> 16x14
@@ -159,6 +160,13 @@ def _op_zoo() -> object:
             outs.append(paddle.unsqueeze(paddle.flatten(z, 1, 2), [0, 3]))
             outs.append(F.log_softmax(paddle.pow(z, 2), axis=1))
             outs.append(paddle.transpose(paddle.reshape(z, [-1, 8, 4, 56]), [0, 3, 1, 2]))
+            outs.append(self.prelu(F.pad(z, [1, 2, 0, 1], mode="reflect")))
+            outs.append(F.pad(z, [2, 0, 1, 1], value=0.25) * 2.0)
+            if not _legacy():  # legacy tracing of argmax fails as well
+                outs.append(paddle.argmax(z, axis=1).astype("float32"))
+            pooled = z.mean(axis=[2, 3], keepdim=True)
+            outs.append(paddle.expand(pooled, [-1, -1, 3, 5]) + paddle.tile(pooled, [1, 1, 3, 5]))
+            outs.append(paddle.gather(z, paddle.to_tensor([3, 0, 5]), axis=1))
             return outs
 
     return Zoo()

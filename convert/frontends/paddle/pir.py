@@ -61,11 +61,12 @@ _SIGNATURES: dict[str, tuple[list[str], list[str]]] = {
     "gather": (["X", "Index", "Axis"], ["Out"]),
     "expand": (["X", "Shape"], ["Out"]),
     "tile": (["X", "RepeatTimes"], ["Out"]),
+    "pad3d": (["X", "Paddings"], ["Out"]),
     "arange": (["Start", "End", "Step"], ["Out"]),
     "layer_norm": (["X", "Scale", "Bias"], ["Y", "Mean", "Variance"]),
-    "pad3d": (["X", "Paddings"], ["Out"]),
     "stack": (["X"], ["Y"]),
     "argmax": (["X", "axis"], ["Out"]),
+    "prelu": (["X", "Alpha"], ["Out"]),
 }
 for _name in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "elementwise_pow",
               "remainder", "floor_divide", "equal", "not_equal", "less_than", "less_equal",

@@ -243,6 +243,37 @@ def _cases() -> dict[str, list[Case]]:
     ln = (flat - flat.mean(-1, keepdims=True)) / np.sqrt(flat.var(-1, keepdims=True) + 1e-5)
     cases["layer_norm"][0].expect = {"Y": (ln * cases["layer_norm"][0].params["g"]
                                            + cases["layer_norm"][0].params["b"]).reshape(x.shape)}
+    slope = np.abs(_r(4)) * 0.3
+    cases["prelu"] = [
+        Case("prelu", {"x": x}, {"mode": "channel"}, params={"a": slope}, inputs={"X": ["x"], "Alpha": ["a"]},
+             expect={"Out": np.where(x > 0, x, slope[:, None, None] * x)}),
+        Case("prelu", {"x": x}, {"mode": "all"}, params={"a": slope[:1]}, inputs={"X": ["x"], "Alpha": ["a"]},
+             expect={"Out": np.where(x > 0, x, slope[0] * x)}),
+    ]
+    x5 = x[:, :, None]
+    cases["pad3d"] = [
+        Case("pad3d", {"x": x5}, {"paddings": [1, 2, 0, 1, 1, 0], "mode": "constant", "value": 0.5},
+             expect={"Out": np.pad(x5, ((0, 0), (0, 0), (1, 0), (0, 1), (1, 2)), constant_values=0.5)}),
+        Case("pad3d", {"x": x5}, {"paddings": [1, 2, 0, 1, 0, 0], "mode": "reflect"},
+             expect={"Out": np.pad(x5, ((0, 0), (0, 0), (0, 0), (0, 1), (1, 2)), mode="reflect")}),
+        Case("pad3d", {"x": x5}, {"paddings": [1, 2, 0, 1, 1, 1], "mode": "replicate"},
+             expect={"Out": np.pad(x5, ((0, 0), (0, 0), (1, 1), (0, 1), (1, 2)), mode="edge")}),
+    ]
+    cases["arg_max"] = [
+        Case("arg_max", {"x": x}, {"axis": 1, "keepdims": False, "dtype": 3}, expect={"Out": np.argmax(x, 1)}),
+        Case("arg_max", {"x": x}, {"axis": -1, "keepdims": True, "dtype": 2},
+             expect={"Out": np.argmax(x, -1)[..., None].astype(np.int32)}),
+        Case("arg_max", {"x": x}, {"axis": 0, "flatten": True, "dtype": 3}, expect={"Out": np.asarray(np.argmax(x))}),
+    ]
+    small = x[0, :, :1]
+    cases["expand_v2"] = [Case("expand_v2", {"x": small}, {"shape": [2, -1, 7, 9]},
+                               expect={"Out": np.broadcast_to(small, (2, 4, 7, 9))})]
+    cases["tile"] = [Case("tile", {"x": x}, {"repeat_times": [2, 1]}, expect={"Out": np.tile(x, [1, 1, 2, 1])}),
+                     Case("tile", {"x": x}, {"repeat_times": [2, 1, 1, 1, 3]},
+                          expect={"Out": np.tile(x[None], [2, 1, 1, 1, 3])})]
+    idx = np.array([2, 0, 3], np.int64)
+    cases["gather"] = [Case("gather", {"x": x, "i": idx}, {"axis": 1}, inputs={"X": ["x"], "Index": ["i"]},
+                            expect={"Out": x[:, idx]})]
     for op, mode, attrs, ref in _interp_cases(x):
         cases.setdefault(op, []).append(Case(op, {"x": x}, {"interp_method": mode, **attrs}, expect={"Out": ref}))
     return cases

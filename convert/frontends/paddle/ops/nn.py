@@ -375,3 +375,46 @@ def layer_norm(op: Op, ctx: PaddleContext) -> None:
         inputs.pop()
     y = ctx.node("LayerNormalization", inputs, {"axis": axis, "epsilon": op.float_("epsilon", default=1e-5)})
     ctx.bind(op, "Y", y)
+
+
+@register("prelu", maps_to="PRelu", notes="mode all/channel/element; NCHW")
+def prelu(op: Op, ctx: PaddleContext) -> None:
+    """prelu(mode) -> PRelu, with the per-channel slope reshaped to [C, 1, ..., 1]."""
+    _nchw(op)
+    x = ctx.input(op, "X")
+    alpha = ctx.input(op, "Alpha")
+    mode = op.str_("mode", default="all")
+    rank = ctx.rank(op, "X")
+    if mode == "channel":
+        if rank is None:
+            raise ValueError("channel-wise prelu needs the input rank")
+        alpha = ctx.node("Reshape", [alpha, ctx.const(np.array([-1] + [1] * (rank - 2), np.int64))])
+    elif mode == "all":
+        alpha = ctx.node("Reshape", [alpha, ctx.const(np.array([1], np.int64))])
+    elif mode != "element":
+        raise ValueError(f"prelu mode '{mode}' is not supported")
+    ctx.bind(op, "Out", ctx.node("PRelu", [x, alpha]))
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
+
+
+@register("pad3d", maps_to="Pad", notes="NCDHW/NCHW-as-5D; constant, reflect, replicate (circular needs opset 19)")
+def pad3d(op: Op, ctx: PaddleContext) -> None:
+    """pad3d(paddings=[left, right, top, bottom, front, back], mode, value) -> Pad on a 5-D input."""
+    layout = op.str_("data_format", default="NCDHW")
+    if layout != "NCDHW":
+        raise ValueError(f"data_format '{layout}' is not supported (only NCDHW)")
+    mode = op.str_("mode", default="constant")
+    if mode not in _PAD_MODES:
+        raise ValueError(f"pad mode '{mode}' is not supported at opset 17")
+    static = ctx.static(op, "Paddings")
+    pads = [int(v) for v in static] if static is not None else op.ints("paddings")
+    if len(pads) != 6:
+        raise ValueError(f"paddings {pads} must have 6 values (or be a constant input)")
+    left, right, top, bottom, front, back = pads
+    onnx_pads = np.array([0, 0, front, top, left, 0, 0, back, bottom, right], np.int64)
+    inputs = [ctx.input(op, "X"), ctx.const(onnx_pads)]
+    if mode == "constant":
+        inputs.append(ctx.const(np.asarray(op.float_("value", "pad_value"), dtype=np.float32)))
+    ctx.bind(op, "Out", ctx.node("Pad", inputs, {"mode": _PAD_MODES[mode]}))

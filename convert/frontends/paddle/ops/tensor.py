@@ -282,3 +282,56 @@ def cast(op: Op, ctx: PaddleContext) -> None:
     """cast(out_dtype | dtype) -> Cast."""
     dtype = _np_dtype(op.attr("out_dtype", op.attr("dtype")))
     ctx.bind(op, "Out", ctx.node("Cast", [ctx.input(op, "X")], {"to": _onnx_dtype(dtype)}))
+
+
+@register("arg_max", "argmax", maps_to="ArgMax(+Cast)", notes="axis, keepdims, flatten, int32/int64 result")
+def arg_max(op: Op, ctx: PaddleContext) -> None:
+    """arg_max(axis, keepdims, flatten, dtype) -> ArgMax (Cast to int32 when asked)."""
+    x = ctx.input(op, "X")
+    static = ctx.static(op, "axis")
+    axis = int(static.reshape(-1)[0]) if static is not None else op.int_("axis")
+    if op.bool_("flatten"):
+        x = ctx.node("Reshape", [x, ctx.const(np.array([-1], np.int64))])
+        axis = 0
+    y = ctx.node("ArgMax", [x], {"axis": axis, "keepdims": int(op.bool_("keepdims"))})
+    dtype = _np_dtype(op.attr("dtype"), "int64")
+    if dtype != np.dtype(np.int64):
+        y = ctx.node("Cast", [y], {"to": _onnx_dtype(dtype)})
+    ctx.bind(op, "Out", y)
+
+
+@register("expand_v2", "expand", maps_to="Expand", notes="shape attribute or tensor; -1 keeps a dim")
+def expand(op: Op, ctx: PaddleContext) -> None:
+    """expand_v2(shape) -> Expand; Paddle's -1 (keep the dim) becomes 1 (broadcast keeps it)."""
+    shape = _int_list_input(op, ctx, "Shape", "expand_shapes_tensor", "shape")
+    if isinstance(shape, np.ndarray):
+        target = ctx.const(np.where(shape == -1, 1, shape).astype(np.int64))
+    else:
+        minus = ctx.node("Equal", [shape, ctx.const(np.array(-1, np.int64))])
+        target = ctx.node("Where", [minus, ctx.const(np.array(1, np.int64)), shape])
+    ctx.bind(op, "Out", ctx.node("Expand", [ctx.input(op, "X"), target]))
+
+
+@register("tile", maps_to="Tile", notes="repeat_times attribute or constant; shorter/longer than the rank")
+def tile(op: Op, ctx: PaddleContext) -> None:
+    """tile(repeat_times) -> Tile, padding repeats with 1s or unsqueezing X to match ranks."""
+    reps = _int_list_input(op, ctx, "RepeatTimes", "repeat_times_tensor", "repeat_times")
+    if not isinstance(reps, np.ndarray):
+        raise ValueError("repeat_times must be constant")
+    x = ctx.input(op, "X")
+    rank = ctx.rank(op, "X")
+    if rank is None:
+        raise ValueError("tile needs the input rank")
+    if len(reps) < rank:
+        reps = np.concatenate([np.ones(rank - len(reps), np.int64), reps])
+    elif len(reps) > rank:
+        x = ctx.node("Unsqueeze", [x, ctx.const(np.arange(len(reps) - rank, dtype=np.int64))])
+    ctx.bind(op, "Out", ctx.node("Tile", [x, ctx.const(reps.astype(np.int64))]))
+
+
+@register("gather", maps_to="Gather", notes="axis attribute or constant Axis input")
+def gather(op: Op, ctx: PaddleContext) -> None:
+    """gather(index, axis) -> Gather."""
+    static = ctx.static(op, "Axis")
+    axis = int(static.reshape(-1)[0]) if static is not None else op.int_("axis")
+    ctx.bind(op, "Out", ctx.node("Gather", [ctx.input(op, "X"), ctx.input(op, "Index")], {"axis": axis}))
