@@ -22,7 +22,8 @@ def render() -> str:
     for keys in sorted(rows.values(), key=lambda k: k[0]):
         row = notes[keys[0]]
         names = ", ".join(f"`{k}`" for k in keys)
-        lines.append(f"| {names} | {row.maps_to} | {row.notes} |")
+        cells = [c.replace("|", "\\|") for c in (row.maps_to, row.notes)]
+        lines.append(f"| {names} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 
