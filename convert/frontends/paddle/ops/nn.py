@@ -114,8 +114,8 @@ def _ksize(op: Op, ctx: PaddleContext) -> list[int]:
 
 
 @register("pool2d", maps_to="MaxPool|AveragePool|GlobalMaxPool|GlobalAveragePool",
-          notes="max/avg; ceil_mode, exclusive, global_pooling; adaptive when the output is 1x1 "
-                "or divides a static input size")
+          notes="max/avg; ceil_mode, exclusive, global_pooling; adaptive over a static HxW "
+                "(uneven windows -> Slice + ReduceMax/ReduceMean)")
 def pool2d(op: Op, ctx: PaddleContext) -> None:
     """pool2d -> (Global)MaxPool / (Global)AveragePool."""
     _nchw(op)
