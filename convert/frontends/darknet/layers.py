@@ -37,7 +37,8 @@ def convolutional(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[convolutional] -> Conv (+ BatchNormalization) (+ activation).
 
     Supports stride, stride_x/stride_y, pad/padding, groups, dilation, batch_normalize. Output size
-    ``(in + 2*pad - dilation*(size-1) - 1) / stride + 1`` with C integer division.
+    ``(in + 2*pad - size) / stride + 1`` with C integer division; a dilated kernel is padded by
+    ``pad*dilation`` (AlexeyAB).
     """
     prev = ctx.prev
     filters = sec.int("filters", 1)
@@ -57,9 +58,17 @@ def convolutional(sec: Section, ctx: DarknetContext) -> LayerOut:
         raise ctx.error(sec, "size, stride and dilation must be positive")
     if groups <= 0 or prev.c % groups or filters % groups:
         raise ctx.error(sec, f"groups={groups} does not divide the {prev.c} input channels and {filters} filters")
-    k_eff = dilation * (size - 1) + 1
-    out_h = _out_dim(sec, ctx, "height", (prev.h + 2 * pad - k_eff) // sy + 1)
-    out_w = _out_dim(sec, ctx, "width", (prev.w + 2 * pad - k_eff) // sx + 1)
+    # AlexeyAB pads a dilated kernel by pad*dilation but keeps the undilated output-size formula.
+    out_h = _out_dim(sec, ctx, "height", (prev.h + 2 * pad - size) // sy + 1)
+    out_w = _out_dim(sec, ctx, "width", (prev.w + 2 * pad - size) // sx + 1)
+    if dilation > 1:
+        k_eff = dilation * (size - 1) + 1
+        real = ((prev.h + 2 * pad * dilation - k_eff) // sy + 1, (prev.w + 2 * pad * dilation - k_eff) // sx + 1)
+        if real != (out_h, out_w):
+            raise ctx.error(sec, f"dilation={dilation} with size={size}, padding={pad}: Darknet's output size "
+                            f"{out_h}x{out_w} differs from the dilated convolution's {real[0]}x{real[1]}",
+                            "Use pad=1 with an odd size.")
+        pad *= dilation
     fan_in = prev.c // groups * size * size
     raw_ms = _BN_MS if bn else 1.0
     bias = ctx.param(sec, "bias", "bias", (filters,))

@@ -331,6 +331,11 @@ class OpenCVDarknet(_Base):
             raise UsageError("this OpenCV has no Darknet importer (OpenCV 5 removed it): pip install "
                              "'opencv-python-headless<5'")
         self.plan = _plan(cfg, options)
+        ignored = sorted({f"{key}=" for sec in self.plan.sections[1:] for key in ("dilation", "stride_x", "stride_y")
+                          if key in sec.options and sec.options[key] not in ("1", sec.options.get("stride", "1"))})
+        if ignored:
+            logger.warning("OpenCV DNN ignores %s in Darknet cfgs: its results for %s are not Darknet's",
+                           ", ".join(ignored), cfg.name)
         self.cv2 = cv2
         self.net = cv2.dnn.readNetFromDarknet(str(cfg), str(weights))
         self.net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)

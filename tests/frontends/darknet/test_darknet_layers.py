@@ -23,6 +23,7 @@ from darknet_helpers import (
 
 from convert.frontends.darknet.activations import ACTIVATIONS, NUMPY_ACTIVATIONS
 from convert.frontends.darknet.layers import LAYERS
+from convert.ir import ModelFormatError
 
 ATOL_FP32 = 1e-5
 
@@ -248,3 +249,46 @@ def test_every_registered_section_and_activation_has_a_test() -> None:
                 covered.add(line.strip("[]"))
     assert set(map(str, LAYERS.keys())) - covered == set()
     assert set(map(str, ACTIVATIONS.keys())) - set(ALEXEYAB_ACTIVATIONS + ORIGINAL_ACTIVATIONS) == set()
+
+
+def _conv_numpy(x: np.ndarray, w: np.ndarray, b: np.ndarray, pad: int, sy: int, sx: int, dil: int,
+                out_hw: tuple[int, int]) -> np.ndarray:
+    """Darknet's im2col convolution (AlexeyAB im2col_cpu_ext), as a direct loop."""
+    _, _, h, wd = x.shape
+    n, _, k, _ = w.shape
+    out = np.zeros((1, n, *out_hw), np.float64)
+    for i in range(out_hw[0]):
+        for j in range(out_hw[1]):
+            for ky in range(k):
+                for kx in range(k):
+                    yy, xx = i * sy - pad + ky * dil, j * sx - pad + kx * dil
+                    if 0 <= yy < h and 0 <= xx < wd:
+                        out[0, :, i, j] += w[:, :, ky, kx] @ x[0, :, yy, xx]
+    return out + b.reshape(1, n, 1, 1)
+
+
+@pytest.mark.parametrize(("opts", "pad", "sy", "sx", "dil", "out_hw"), [
+    ("size=3\npad=1\ndilation=2\n", 2, 1, 1, 2, (7, 9)),
+    ("size=3\npad=1\nstride_x=2\nstride_y=1\n", 1, 1, 2, 1, (7, 5)),
+    ("size=5\npad=1\ndilation=3\n", 6, 1, 1, 3, (7, 9)),
+    ("size=4\npad=1\ndilation=2\n", 0, 1, 1, 0, (0, 0)),
+], ids=["dilation2", "stride_xy", "dilation3-size5", "dilation2-even-size"])
+def test_conv_dilation_and_stride_xy(opts: str, pad: int, sy: int, sx: int, dil: int, out_hw: tuple[int, int],
+                                     tmp_path: Path) -> None:
+    """AlexeyAB pads a dilated kernel by pad*dilation; OpenCV ignores dilation, so a numpy oracle."""
+    x = _x((1, 3, 7, 9))
+    rng = np.random.default_rng(3)
+    k = int(opts.split("size=")[1].split("\n")[0])
+    w = rng.standard_normal((4, 3, k, k)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    cfg = write_cfg(tmp_path, _net(3, 7, 9) + f"[convolutional]\nfilters=4\n{opts}activation=linear\n")
+    weights = write_weights(tmp_path / "net.weights", [b, w])
+    if dil == 0:
+        # An even size: Darknet's size formula and the dilated convolution disagree.
+        with pytest.raises(ModelFormatError, match="dilation=2 with size=4"):
+            convert_to_onnx(cfg, weights, tmp_path / "net.onnx")
+        return
+    (got,) = run_onnx(convert_to_onnx(cfg, weights, tmp_path / "net.onnx")[0], x).values()
+    ref = _conv_numpy(x, w, b, pad, sy, sx, dil, out_hw)
+    assert got.shape == ref.shape
+    assert rel_err(ref, got) <= 1e-5
