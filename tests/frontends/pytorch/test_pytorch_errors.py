@@ -195,3 +195,19 @@ def test_torch_runtime_names_match_the_converted_graph(tmp_path: Path) -> None:
     model = load([path], Options())
     assert [s.name for s in runtime.inputs()] == [v.name for v in model.graph.inputs]
     assert list(runtime.outputs()) == [v.name for v in model.graph.outputs]
+
+
+def test_scripted_torchscript(tmp_path: Path) -> None:
+    """torch.jit.script output converts; data-dependent control flow in it is named, not crashed on."""
+    module = nets().build("mobilenetv2", size=32)
+    path = tmp_path / "scripted.pt"
+    torch.jit.save(torch.jit.script(module), path)
+    x = torch.rand(SHAPE)
+    model = load([path], Options(input_shapes={"x": SHAPE}))
+    (ours,) = run_onnx(to_onnx(model, tmp_path / "s.onnx"), {"x": x.numpy()})
+    with torch.no_grad():
+        assert rel_to_scale(ours, module(x).numpy()) <= REL_TO_SCALE
+    branchy = tmp_path / "branchy.pt"
+    torch.jit.save(torch.jit.script(_small()), branchy)
+    with pytest.raises(UnsupportedOpsError, match="higher_order.cond"):
+        load([branchy], Options(input_shapes={"x": SHAPE}))
