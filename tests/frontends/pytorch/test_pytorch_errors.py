@@ -209,5 +209,5 @@ def test_scripted_torchscript(tmp_path: Path) -> None:
         assert rel_to_scale(ours, module(x).numpy()) <= REL_TO_SCALE
     branchy = tmp_path / "branchy.pt"
     torch.jit.save(torch.jit.script(_small()), branchy)
-    with pytest.raises(UnsupportedOpsError, match="higher_order.cond"):
+    with pytest.raises(UnsupportedOpsError, match=r"higher_order\.cond"):
         load([branchy], Options(input_shapes={"x": SHAPE}))
