@@ -142,8 +142,12 @@ def _export_dynamic_batch(module: torch.nn.Module, example: Sequence[torch.Tenso
     """
     import torch
 
+    auto = getattr(torch.export.Dim, "AUTO", None)
+    if auto is None:
+        options.diagnostics.warn("--dynamic-batch needs torch>=2.6 (torch.export.Dim.AUTO); the batch stays static")
+        return None
     batched = tuple(torch.cat([x, x]) if x.dim() and x.shape[0] == 1 else x for x in example)
-    dynamic = tuple({0: torch.export.Dim.AUTO} if x.dim() else None for x in batched)
+    dynamic = tuple({0: auto} if x.dim() else None for x in batched)
     try:
         with torch.no_grad(), _quiet_torch():
             program = torch.export.export(module, batched, dynamic_shapes=dynamic, strict=False)
