@@ -92,15 +92,21 @@ def _kind(sec: Section) -> str:
 
 def detect_lineage(sections: Sequence[Section]) -> str:
     """Return 'alexeyab' when the cfg uses a feature only the AlexeyAB fork has, else 'original'."""
+    return "alexeyab" if _alexeyab_feature(sections) else "original"
+
+
+def _alexeyab_feature(sections: Sequence[Section]) -> str:
+    """Describe the first AlexeyAB-only feature of the cfg ('' when there is none)."""
     for sec in sections:
         kind = _kind(sec)
         if kind in _ALEXEYAB_SECTIONS:
-            return "alexeyab"
+            return f"[{sec.type}] at {sec.where}"
         if sec.options.get("activation") in _ALEXEYAB_ACTIVATIONS:
-            return "alexeyab"
-        if any((kind, key) in _ALEXEYAB_OPTIONS for key in sec.options):
-            return "alexeyab"
-    return "original"
+            return f"activation={sec.options['activation']} at {sec.where}"
+        for key in sec.options:
+            if (kind, key) in _ALEXEYAB_OPTIONS:
+                return f"[{sec.type}] {key}= at {sec.file}:{sec.option_lines[key]}"
+    return ""
 
 
 def _gaps(sections: Sequence[Section]) -> list[Unsupported]:
@@ -166,7 +172,13 @@ def build_model(cfg: Path, source: WeightSource, options: Options, *, weights_na
     net = sections[0]
     lineage = str(options.get("darknet_lineage", "auto") or "auto")
     if lineage == "auto":
-        lineage = detect_lineage(sections)
+        feature = _alexeyab_feature(sections)
+        lineage = "alexeyab" if feature else "original"
+        options.diagnostics.note(
+            f"{cfg.name}: AlexeyAB lineage ({feature}): batch norm divides by sqrt(var + 1e-5)" if feature else
+            f"{cfg.name}: original Darknet lineage (no AlexeyAB-only feature): batch norm divides by "
+            "sqrt(var) + 1e-6; pass --darknet-lineage alexeyab for AlexeyAB-trained weights"
+        )
     if lineage not in ("original", "alexeyab"):
         raise UsageError(f"--darknet-lineage must be original, alexeyab or auto, got '{lineage}'")
     c, h, w = _input_shape(net, options)
@@ -195,6 +207,9 @@ def build_model(cfg: Path, source: WeightSource, options: Options, *, weights_na
         raise ModelFormatError(f"{cfg.name}: the cfg has no layers after [net].")
     source.finish()
     _warn_unknown_options(body, options)
+    skipped = Counter(_kind(sec) for sec in body if _kind(sec) in ("dropout", "cost"))
+    for kind, count in skipped.items():
+        options.diagnostics.note(f"dropped {count} [{kind}] layer{'s' if count > 1 else ''} (no effect at inference)")
     _mark_outputs(ctx, body, bool(options.get("decode", False)))
     doc = f"Converted from {cfg.name}" + (f" + {weights_name}" if weights_name else "") + f" ({lineage} lineage)"
     model = b.build(doc=doc)
