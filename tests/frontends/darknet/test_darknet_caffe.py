@@ -1,0 +1,27 @@
+"""darknet->caffe through the same IR (no Darknet code in the Caffe exporter), checked by the parity run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from darknet_helpers import SHARED_DARKNET, SYSTEM_CFG, needs_opencv, sized_cfg
+
+import convert
+from convert.frontends.darknet.random_weights import write_random_weights
+
+CASES = [(SHARED_DARKNET / "yolov4-tiny.cfg", 160), (SYSTEM_CFG / "yolov3.cfg", 96)]
+
+
+@needs_opencv
+@pytest.mark.opencv
+@pytest.mark.parametrize(("src", "size"), CASES, ids=[c[0].name for c in CASES])
+def test_darknet_to_caffe_passes_parity(src: Path, size: int, tmp_path: Path) -> None:
+    if "caffe" not in convert.formats.exporter_names():
+        pytest.skip("the Caffe exporter is not part of this installation")
+    if not src.is_file():
+        pytest.skip(f"{src} is absent")
+    cfg = sized_cfg(src, tmp_path, size)
+    weights = write_random_weights(cfg, tmp_path / "w.weights")
+    result = convert.convert([cfg, weights], to="caffe", out=tmp_path / "net.prototxt")
+    assert result.report is not None and result.report.passed, result.report
