@@ -10,6 +10,7 @@ converter actually uses become initializers.
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import os
@@ -46,7 +47,6 @@ logger = logging.getLogger(__name__)
 FOLD_MAX_BYTES = 1 << 20
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-_TORCH_DIR = ""
 
 
 def output_names(count: int) -> list[str]:
@@ -66,13 +66,11 @@ def op_key(target: object) -> str:
     return f"{module.replace('_operator', 'operator')}.{name}" if module else name
 
 
+@functools.lru_cache(maxsize=1)
 def _torch_dir() -> str:
-    global _TORCH_DIR
-    if not _TORCH_DIR:
-        import torch
+    import torch
 
-        _TORCH_DIR = os.path.dirname(os.path.dirname(torch.__file__))
-    return _TORCH_DIR
+    return os.path.dirname(os.path.dirname(torch.__file__))
 
 
 def _module_path(node: object) -> str:
