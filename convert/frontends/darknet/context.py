@@ -19,7 +19,7 @@ from convert.ir import (
 
 from .activations import NUMPY_ACTIVATIONS, emit_activation
 from .cfg import Section
-from .weights import ParamRequest, RandomWeights, WeightSource
+from .weights import ParamRequest, WeightSource
 
 __all__ = ["BN_EPSILON", "DarknetContext", "LayerOut"]
 
@@ -66,11 +66,6 @@ class DarknetContext:
     def diagnostics(self) -> Diagnostics:
         """Where warnings go (errors under --strict)."""
         return self.options.diagnostics
-
-    @property
-    def random(self) -> bool:
-        """Whether parameters are random (their statistics hints matter)."""
-        return isinstance(self.weights, RandomWeights)
 
     # -- places and errors ------------------------------------------------------------------
     def prov(self, sec: Section) -> Provenance:
@@ -141,9 +136,10 @@ class DarknetContext:
         scale = self.param(sec, "bn_scale", "scale", (n,), out_ms=gain_ms)
         mean = self.param(sec, "bn_mean", "mean", (n,), out_ms=out_ms)
         var = self.param(sec, "bn_var", "variance", (n,), out_ms=out_ms)
-        return scale, mean, var, self._adjusted_var(sec, var, n)
+        return scale, mean, var, self.adjusted_var(sec, var, n)
 
-    def _adjusted_var(self, sec: Section, var: Value, n: int) -> Value:
+    def adjusted_var(self, sec: Section, var: Value, n: int) -> Value:
+        """Return the variance to give BatchNormalization for this lineage (lazy for 'original')."""
         if self.lineage != "original":
             return var
         tensor = var.const_value

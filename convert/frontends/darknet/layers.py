@@ -21,8 +21,8 @@ __all__ = ["LAYERS", "LayerFn"]
 LayerFn = Callable[[Section, DarknetContext], LayerOut]
 LAYERS: Registry[LayerFn] = Registry("darknet layers")
 
-# The estimated mean square of the raw output of a batch-normalized layer in random weights.
-_BN_MS = RAND_GAIN_SQ = 100.0
+# Random weights: the mean square of a batch-normalized layer's raw output (see weights.RandomWeights).
+_BN_MS = 100.0
 
 
 def _out_dim(sec: Section, ctx: DarknetContext, what: str, value: int) -> int:
@@ -120,7 +120,7 @@ def connected(sec: Section, ctx: DarknetContext) -> LayerOut:
         scale = ctx.param(sec, "bn_scale", "scale", (outputs,))
         mean = ctx.param(sec, "bn_mean", "mean", (outputs,), out_ms=raw_ms)
         var = ctx.param(sec, "bn_var", "variance", (outputs,), out_ms=raw_ms)
-        var_adj = ctx._adjusted_var(sec, var, outputs)
+        var_adj = ctx.adjusted_var(sec, var, outputs)
         y = b.op("Gemm", [x, weight], {"transB": 0 if transpose else 1}, name=ctx.name(sec), prov=prov)
         y = ctx.reshape(sec, y, [outputs, 1, 1])
         y = ctx.emit_bn(sec, y, scale, bias, mean, var_adj)

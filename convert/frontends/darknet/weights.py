@@ -158,8 +158,6 @@ class RandomWeights:
     array is also written to it (``write_random_weights``).
     """
 
-    GAIN = 10.0
-
     def __init__(self, seed: int = 0, sink: BinaryIO | None = None) -> None:
         self.rng = np.random.default_rng(seed)
         self.sink = sink
