@@ -21,7 +21,7 @@ from .errors import (
     UnsupportedOpsError,
     UsageError,
 )
-from .io import from_proto, save_model, to_proto
+from .io import from_proto, save_model, serialize_inline, to_proto
 from .plugins import Diagnostics, ExporterSpec, FrontendSpec, OpSupport, Options, OptionSpec, ProgressFn
 from .provenance import Provenance, describe, get_provenance, set_provenance
 from .registry import Registry
@@ -97,6 +97,7 @@ __all__ = [
     "passes",
     "save_model",
     "serde",
+    "serialize_inline",
     "set_provenance",
     "to_numpy",
     "to_proto",

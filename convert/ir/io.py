@@ -13,7 +13,7 @@ from collections.abc import Callable
 import onnx_ir as _ir
 from onnx_ir import external_data as _external_data
 
-__all__ = ["from_proto", "save_model", "to_proto"]
+__all__ = ["from_proto", "save_model", "serialize_inline", "to_proto"]
 
 # Tensors in flight while writing external data; the bound on extra memory beyond one tensor.
 _IN_FLIGHT_BYTES = 64 * 1024 * 1024
@@ -25,6 +25,27 @@ def from_proto(proto: object, base_dir: str | os.PathLike[str]) -> _ir.Model:
     for graph in model.graphs():
         _external_data.set_base_dir(graph, os.fspath(base_dir))
     return model
+
+
+def serialize_inline(model: _ir.Model) -> bytes:
+    """Serialize ``model`` with every weight inside the proto (for models under 2 GiB).
+
+    A model written without external data must be self-contained: file slices (absolute locations
+    inside source files such as .pdiparams or .weights) are inlined for the call, then restored.
+    """
+    swapped: list[tuple[_ir.Value, _ir.TensorProtocol]] = []
+    try:
+        for g in model.graphs():
+            for v in g.initializers.values():
+                t = v.const_value
+                if isinstance(t, _ir.ExternalTensor):
+                    swapped.append((v, t))
+                    v.const_value = _ir.Tensor(t.numpy(), name=t.name)
+        proto = _ir.serde.serialize_model(model)
+        return proto.SerializeToString()
+    finally:
+        for v, t in swapped:
+            v.const_value = t
 
 
 def to_proto(model: _ir.Model) -> object:
@@ -45,20 +66,8 @@ def save_model(
     ``progress(done_bytes, total_bytes)`` is called after each tensor written externally.
     """
     if external_data is None:
-        # A model written without external data must be self-contained: file slices (absolute
-        # locations inside source files such as .pdiparams or .weights) are inlined, then restored.
-        swapped: list[tuple[_ir.Value, _ir.TensorProtocol]] = []
-        try:
-            for g in model.graphs():
-                for v in g.initializers.values():
-                    t = v.const_value
-                    if isinstance(t, _ir.ExternalTensor):
-                        swapped.append((v, t))
-                        v.const_value = _ir.Tensor(t.numpy(), name=t.name)
-            _ir.save(model, path)
-        finally:
-            for v, t in swapped:
-                v.const_value = t
+        with open(path, "wb") as f:
+            f.write(serialize_inline(model))
         return
     sizes = [v.const_value.nbytes for g in model.graphs() for v in g.initializers.values()
              if v.const_value is not None and v.const_value.nbytes > size_threshold_bytes]

@@ -117,12 +117,18 @@ def save_onnx(model: ir.Model, path: Path, options: ir.Options) -> list[Path]:
         def progress(done: int, total_bytes: int) -> None:
             options.progress("writing weights", done, total_bytes)
 
-        if external:
-            logger.info("writing %.2f GiB of weights to %s", total / 1024**3, data_name)
-        ir.save_model(model, tmp_model, external_data=data_name, progress=progress)
         try:
-            # By path: the checker then follows external data instead of loading it.
-            onnx.checker.check_model(str(tmp_model))
+            if external:
+                logger.info("writing %.2f GiB of weights to %s", total / 1024**3, data_name)
+                ir.save_model(model, tmp_model, external_data=data_name, progress=progress)
+                # By path: the checker then follows external data instead of loading it.
+                onnx.checker.check_model(str(tmp_model))
+            else:
+                # One serialization: the checker reads the same bytes that are written.
+                data = ir.serialize_inline(model)
+                onnx.checker.check_model(data)
+                tmp_model.write_bytes(data)
+                del data
         except onnx.checker.ValidationError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ir.ExportError(f"the ONNX checker rejected the exported model: {first}") from exc
