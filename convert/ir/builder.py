@@ -107,7 +107,8 @@ class GraphBuilder:
         key = (arr.dtype.str, arr.tobytes(), arr.shape)
         if arr.nbytes <= 4096 and key in self._consts:
             return self._consts[key]
-        value = self.initializer(from_array(np.ascontiguousarray(arr), name=name), name)
+        # np.ascontiguousarray would turn a 0-d array into shape (1,): keep scalars scalar.
+        value = self.initializer(from_array(arr if arr.flags.c_contiguous else arr.copy(), name=name), name)
         if arr.nbytes <= 4096:
             self._consts[key] = value
         return value

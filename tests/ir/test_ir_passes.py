@@ -135,3 +135,9 @@ def test_output_name_taken_by_another_value() -> None:
     model = b.build()
     ir.passes.ValidateGraph()(model)
     assert model.graph.outputs[0].name == "y" and y.name != "y"
+
+
+def test_scalar_constants_stay_scalar() -> None:
+    b = ir.GraphBuilder("scalars")
+    v = b.const(np.array(3, np.int64), "idx")
+    assert list(v.shape) == [] and v.const_value.numpy().shape == ()
