@@ -127,3 +127,41 @@ def test_public_convert_runs_the_parity_check(tmp_path: Path) -> None:
     assert result.report is not None and result.report.passed
     report = convert.verify([cfg, weights], [tmp_path / "y.onnx"], format="darknet", to="onnx")
     assert report.passed
+
+
+@needs_libdarknet
+@pytest.mark.darknet
+def test_input_shape_override_reaches_libdarknet(tmp_path: Path) -> None:
+    """--input-shape resizes the cfg's network in libdarknet too (resize_network)."""
+    src = SYSTEM_CFG / "yolov3-tiny.cfg"
+    if not src.is_file():
+        pytest.skip(f"{src} is not installed")
+    weights = write_random_weights(src, tmp_path / "w.weights")
+    options = Options(input_shapes={"data": (1, 3, 128, 160)})
+    model = FRONTEND.load([src, weights], options)
+    from convert.exporters.onnx import EXPORTER
+    from convert.ir import passes
+
+    passes.standard_pipeline(validate=True)(model)
+    EXPORTER.save(model, tmp_path / "y.onnx", Options())
+    x = seeded_input((1, 3, 128, 160))
+    got = run_onnx(tmp_path / "y.onnx", x)
+    ref = DarknetLib(src, weights, options).run({"data": x})
+    assert got["yolo_16"].shape == (1, 255, 4, 5)
+    compare(ref, got)
+
+
+@pytest.mark.opencv
+@pytest.mark.parametrize("name", ["yolov4-tiny.cfg", "yolov4-csp.cfg"])  # scale_x_y; new_coords
+def test_decode_alexeyab_heads(name: str, tmp_path: Path) -> None:
+    pytest.importorskip("cv2")
+    from darknet_helpers import SHARED_DARKNET
+
+    src = SHARED_DARKNET / name
+    if not src.is_file():
+        pytest.skip(f"{src} is absent")
+    cfg = sized_cfg(src, tmp_path, 96)
+    weights = write_random_weights(cfg, tmp_path / "w.weights")
+    path, options = convert_to_onnx(cfg, weights, tmp_path / "d.onnx", decode=True)
+    x = seeded_input((1, 3, 96, 96))
+    compare(OpenCVDarknet(cfg, weights, options).run({"data": x}), run_onnx(path, x), tol=1e-3)
