@@ -70,7 +70,14 @@ def _shim_path(lib: Path, hdr: Path) -> Path:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         raise UsageError("the libdarknet runtime needs a C compiler (gcc) to build its shim. Install gcc.")
-    cache.mkdir(parents=True, exist_ok=True)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:  # read-only home (CI sandboxes): build in the temporary folder instead
+        cache = Path(tempfile.gettempdir()) / f"convert-toolkit-{os.getuid()}"
+        cache.mkdir(parents=True, exist_ok=True)
+        out = cache / out.name
+        if out.is_file():
+            return out
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "shim.c"
         src.write_text(_SHIM)
