@@ -357,8 +357,11 @@ def crop(sec: Section, ctx: DarknetContext) -> LayerOut:
         raise ctx.error(sec, f"crop {ch}x{cw} does not fit the {prev.h}x{prev.w} input")
     dh, dw = (prev.h - ch) // 2, (prev.w - cw) // 2
     y = prev.value
-    if (ch, cw) != (prev.h, prev.w):
-        y = ctx.slice(sec, y, [2, 3], [dh, dw], [dh + ch, dw + cw])
+    # One axis per Slice: Caffe can express single-axis slices without a reference blob.
+    if ch != prev.h:
+        y = ctx.slice(sec, y, [2], [dh], [dh + ch], suffix="rows")
+    if cw != prev.w:
+        y = ctx.slice(sec, y, [3], [dw], [dw + cw], suffix="cols")
     ms = prev.ms
     if not noadjust:
         b = ctx.b
