@@ -37,6 +37,8 @@ def _ops() -> Sequence[OpSupport]:
     for key in EMITTERS.keys():  # noqa: SIM118 (Registry is not iterable)
         layer, limits = NOTES.get(str(key), ("", ""))
         rows.append(OpSupport(op=str(key), maps_to=layer, notes=limits))
+    rows.append(OpSupport("HardSigmoid", "Power + ReLU/Power/Eltwise", "decomposed exactly (decompose.py)"))
+    rows.append(OpSupport("HardSwish", "HardSigmoid + Eltwise PROD", "decomposed exactly (decompose.py)"))
     return rows
 
 

@@ -4,8 +4,9 @@ Caffe is a family of dialects. The exporter writes plain BVLC constructs wheneve
 the op exactly and uses a dialect feature only when nothing plain does:
 
 * ``bvlc`` (default): BVLC master. Floor-rounded pooling that pads cannot express is written as
-  ``round_mode: FLOOR`` (BVLC field 13, CEIL = 0 / FLOOR = 1); Clip is the ``Clip`` layer;
-  nearest upsampling is a fixed-weight grouped Deconvolution. No Permute.
+  ``round_mode: FLOOR`` (BVLC field 13, CEIL = 0 / FLOOR = 1); Clip, HardSigmoid and HardSwish are
+  written with ReLU/Power/Eltwise (exact, and loadable where BVLC master's ``Clip`` layer is not:
+  older BVLC, OpenCV); nearest upsampling is a fixed-weight grouped Deconvolution. No Permute.
 * ``ssd``: the SSD-era fork, OpenCV and most vendor NPU toolchains. Floor pooling is
   ``ceil_mode: false`` (their field 13 is a bool, default true: the same wire number as
   ``round_mode`` with the opposite meaning); Transpose is ``Permute``; Clip(0, 6) is ``ReLU6``;
@@ -28,7 +29,6 @@ class Flavor:
     floor_pooling: str  # "round_mode" or "ceil_mode"
     permute: bool = False
     relu6: bool = False
-    clip: bool = True
     upsample: bool = False
     normalize: bool = False
     interp: bool = False
@@ -36,7 +36,7 @@ class Flavor:
 
 FLAVORS = {
     "bvlc": Flavor("bvlc", "round_mode"),
-    "ssd": Flavor("ssd", "ceil_mode", permute=True, relu6=True, clip=False, upsample=True, normalize=True),
+    "ssd": Flavor("ssd", "ceil_mode", permute=True, relu6=True, upsample=True, normalize=True),
     "pspnet": Flavor("pspnet", "round_mode", interp=True),
 }
 

@@ -404,7 +404,8 @@ def prelu(node: Node, ctx: EmitContext) -> Emitted:
 
 @EMITTERS.register("Clip")
 def clip(node: Node, ctx: EmitContext) -> Emitted:
-    """Clip -> ReLU (min 0, no max), ReLU6 (0..6, ssd) or Clip (bvlc)."""
+    """Clip -> ReLU (min 0, no max) or ReLU6 (0..6, ssd); other constant bounds were decomposed before
+    emission into ReLU/Power/Eltwise (``decompose.py``), so what reaches here otherwise has computed bounds."""
     lo = (
         float(ctx.small(node.inputs[1], "min").reshape(-1)[0])
         if len(node.inputs) > 1 and node.inputs[1] is not None
@@ -419,12 +420,7 @@ def clip(node: Node, ctx: EmitContext) -> Emitted:
         return ctx.layer(node, "ReLU", [node.inputs[0]])
     if lo == 0.0 and hi == 6.0 and ctx.flavor.relu6:
         return ctx.layer(node, "ReLU6", [node.inputs[0]])
-    if not ctx.flavor.clip:
-        raise NotExpressible(f"Clip({lo}, {hi}) has no {ctx.flavor.name} layer (only Clip(0, 6) -> ReLU6)")
-    e = ctx.layer(node, "Clip", [node.inputs[0]])
-    e.layer.clip_param.min = lo if lo is not None else float(np.finfo(np.float32).min)
-    e.layer.clip_param.max = hi if hi is not None else float(np.finfo(np.float32).max)
-    return e
+    raise NotExpressible(f"Clip({lo}, {hi}) needs constant bounds to be written as ReLU/Power/Eltwise")
 
 
 def _power(
@@ -459,7 +455,7 @@ for _op, _t in (
     ("LeakyRelu", "ReLU negative_slope"),
     ("Elu", "ELU"),
     ("PRelu", "PReLU"),
-    ("Clip", "ReLU / ReLU6 / Clip"),
+    ("Clip", "ReLU / ReLU6 (ssd) / ReLU-Power-Eltwise (exact, any Caffe)"),
     ("Sqrt", "Power 0.5"),
     ("Neg", "Power scale -1"),
     ("Reciprocal", "Power -1"),

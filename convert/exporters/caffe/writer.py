@@ -34,6 +34,7 @@ from convert.ir import (
 
 from . import layers_tensor  # noqa: F401  (registers the tensor emitters)
 from .context import Blob, EmitContext, Emitted, NotExpressible
+from .decompose import DecomposeBoundedActivations
 from .flavor import Flavor, flavor
 from .layers import CAFFE_DOMAIN, EMITTERS
 from .legalize import LegalizeForCaffe
@@ -69,19 +70,20 @@ def _key(node: object) -> str:
     return op if domain in ("", "ai.onnx") else f"{domain}::{op}"
 
 
-def _prepare(model: Model) -> Model:
+def _prepare(model: Model, flav: Flavor) -> Model:
     """Return a legalised copy of ``model`` (structure cloned, tensors shared; the caller's is untouched)."""
     model = model.clone()
     graph = model.graph
     if any(v.shape is None for n in graph for v in n.outputs if v is not None):
         passes.InferShapes()(model)
+    DecomposeBoundedActivations(flav)(model)
     LegalizeForCaffe()(model)
     return model
 
 
 def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[Emitted], list[Unsupported]]:
     """Emit every node; return ``(NetParameter without blobs, layers, gaps)``."""
-    model = _prepare(model)
+    model = _prepare(model, flav)
     graph = model.graph
     ctx = EmitContext(graph, flav)
     pb = ctx.pb

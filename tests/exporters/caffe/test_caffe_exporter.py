@@ -180,6 +180,24 @@ CASES: dict[str, tuple[str, dict[str, np.ndarray], str]] = {
         },
         "ssd",
     ),
+    "bounded_activations": (
+        HEAD
+        + """
+    g (float[1, 4, 8, 8] x) => (float[1, 4, 8, 8] a, float[1, 4, 8, 8] b, float[1, 4, 8, 8] c,
+                                float[1, 4, 8, 8] d, float[1, 4, 8, 8] e) {
+        s = Mul (x, three)
+        a = HardSwish (s)
+        b = HardSigmoid <alpha = 0.3, beta = 0.4> (s)
+        c = Clip (s, zero, six)
+        d = Clip (s, lo, hi)
+        e = Clip (s, , hi)
+    }""",
+        {
+            "three": np.array(3.0, np.float32), "zero": np.array(0.0, np.float32),
+            "six": np.array(6.0, np.float32), "lo": np.array(-0.5, np.float32), "hi": np.array(0.8, np.float32),
+        },
+        "bvlc",
+    ),
     "unary_misc": (
         HEAD
         + """
@@ -469,7 +487,6 @@ DIALECT_ONLY = {
         "Interp",
     ),
     "upsample_ssd": ('y = Resize <mode = "nearest"> (x, , sc)', "ssd", "Upsample"),
-    "clip_bvlc": ("y = Clip (x, lo, hi)", "bvlc", "Clip"),
 }
 
 

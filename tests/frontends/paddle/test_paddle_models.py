@@ -90,7 +90,7 @@ def test_paddle_to_onnx_matches_paddle_inference(built: dict[str, Path], net: st
         assert err <= tol, f"{net} ({fmt}) output '{name}': max rel error {err:.2e} > {tol:.0e}"
 
 
-CAFFE_NETS = ["mobilenet_v1", "resnet18", "squeezenet", "densenet121"]
+CAFFE_NETS = ["mobilenet_v1", "mobilenet_v2", "mobilenet_v3_small", "resnet18", "squeezenet", "densenet121"]
 # The OpenCV runtime runs without Winograd 3x3 convolutions (with them resnet18 measured up to
 # 1.03e-5); every net is held to the 1e-5.
 RTOL_CAFFE: dict[str, float] = {}
