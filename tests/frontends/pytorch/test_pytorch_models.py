@@ -19,7 +19,7 @@ SIZE = 64
 NAMES = ("resnet", "mobilenetv2", "vit", "yolo")
 # The Caffe dialect OpenCV reads for each net: 'ssd' has ReLU6 and ceil_mode pooling; 'bvlc'
 # writes nearest upsampling as a Deconvolution, which OpenCV runs (it has no 'Upsample' layer).
-CAFFE = {"resnet": "ssd", "mobilenetv2": "ssd", "yolo": "bvlc"}
+CAFFE = {"resnet": "bvlc", "mobilenetv2": "bvlc", "yolo": "bvlc"}  # the default flavor serves every net
 
 
 @pytest.fixture(scope="module")
