@@ -13,7 +13,7 @@ from collections.abc import Callable
 import onnx_ir as _ir
 from onnx_ir import external_data as _external_data
 
-__all__ = ["from_proto", "save_model", "serialize_inline", "to_proto"]
+__all__ = ["from_proto", "load_file", "save_model", "serialize_inline", "to_proto"]
 
 # Tensors in flight while writing external data; the bound on extra memory beyond one tensor.
 _IN_FLIGHT_BYTES = 64 * 1024 * 1024
@@ -46,6 +46,13 @@ def serialize_inline(model: _ir.Model) -> bytes:
     finally:
         for v, t in swapped:
             v.const_value = t
+
+
+def load_file(path: str | os.PathLike[str]) -> _ir.Model:
+    """Load an ONNX file written by a tool we ran ourselves (external data resolved lazily, and
+    confined to its folder by onnx_ir). User-supplied files go through the ONNX frontend instead,
+    which checks every external-data location up front."""
+    return _ir.load(os.fspath(path))
 
 
 def to_proto(model: _ir.Model) -> object:

@@ -54,7 +54,7 @@ def _error_lines(text: str) -> str:
 
 
 def load_via_paddle2onnx(paths: Sequence[Path], options: Options) -> Model:
-    """Convert with paddle2onnx (in a child process) and read the result with the ONNX frontend.
+    """Convert with paddle2onnx (in a child process) and read the ONNX it wrote into the IR.
 
     Raises:
         UsageError: paddle2onnx is not installed, or the files are missing.
@@ -67,7 +67,7 @@ def load_via_paddle2onnx(paths: Sequence[Path], options: Options) -> Model:
         raise UsageError(f"{files.program.name}: --via paddle2onnx needs a combined .pdiparams file")
     if importlib.util.find_spec("paddle2onnx") is None:
         raise UsageError(INSTALL_HINT)
-    from convert.formats import frontend
+    from convert.ir import load_file
 
     with tempfile.TemporaryDirectory(prefix="convert-p2o-") as tmp:
         out = Path(tmp) / (files.program.stem + ".onnx")
@@ -87,7 +87,7 @@ def load_via_paddle2onnx(paths: Sequence[Path], options: Options) -> Model:
         if not out.is_file() or out.stat().st_size == 0:
             raise ConversionError(f"{files.program.name} (paddle2onnx)",
                                   f"no ONNX model was written; paddle2onnx said: {said}")
-        model = frontend("onnx").load([out], options)
+        model = load_file(out)
         # Keep the weights once the temporary folder is gone.
         _materialize(model)
     model.doc_string = f"converted from Paddle {files.program.name} by paddle2onnx"
