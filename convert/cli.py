@@ -460,6 +460,7 @@ def _run_inspect(ctx: click.Context, **kw: object) -> int:
     fmt = formats.normalize(str(kw["fmt"])) if kw.get("fmt") else formats.detect_format(paths)
     model = api.load(paths, format=fmt, **({"input_shapes": _parse_shapes(kw["input_shape"])}  # type: ignore[arg-type]
                                              if kw.get("input_shape") else {}))
+    ir.passes.InferShapes()(model)  # output shapes for the listing; reads no weight
     stats = ir.model_stats(model)
 
     def shape(v: ir.Value) -> str:

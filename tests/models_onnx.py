@@ -147,3 +147,25 @@ def reshapes(opset: int = 17) -> onnx.ModelProto:
     model = parser.parse_model(text)
     onnx.checker.check_model(model)
     return model
+
+
+def simple_cnn(opset: int = 17, seed: int = 0) -> onnx.ModelProto:
+    """Conv-Relu-MaxPool-Flatten-Gemm: what every destination (Caffe included) can express."""
+    rng = np.random.default_rng(seed)
+    w = {
+        "w1": (rng.standard_normal((8, 3, 3, 3)) / np.sqrt(27)).astype(np.float32),
+        "b1": (rng.standard_normal(8) * 0.1).astype(np.float32),
+        "fc_w": (rng.standard_normal((10, 8 * 16 * 16)) / 40).astype(np.float32),
+        "fc_b": (rng.standard_normal(10) * 0.1).astype(np.float32),
+    }
+    text = f"""
+    <ir_version: 8, opset_import: ["" : {opset}]>
+    cnn (float[1, 3, 32, 32] x) => (float[1, 10] y) {{
+        c = Conv <kernel_shape = [3, 3], pads = [1, 1, 1, 1]> (x, w1, b1)
+        r = Relu (c)
+        p = MaxPool <kernel_shape = [2, 2], strides = [2, 2]> (r)
+        f = Flatten <axis = 1> (p)
+        y = Gemm <transB = 1> (f, fc_w, fc_b)
+    }}
+    """
+    return _with_weights(text, w)

@@ -149,6 +149,29 @@ def test_check_inspect_formats_ops(model: Path, tmp_path: Path) -> None:
     assert r.returncode == 2
 
 
+def test_inspect_every_format(model: Path, tmp_path: Path) -> None:
+    """`convert inspect` reads each source format (Caffe, Darknet and PyTorch where available)."""
+    root = Path(__file__).resolve().parents[1]
+    onnx.save(models_onnx.simple_cnn(), str(tmp_path / "cnn.onnx"))
+    r = sh("convert onnx:caffe cnn.onnx -o net.prototxt -q", tmp_path)
+    assert r.returncode == 0, r.stderr
+    cases = [("net.prototxt net.caffemodel", "[caffe]", "x: FLOAT 1x3x32x32")]
+    tiny = Path("/usr/share/darknet/cfg/yolov3-tiny.cfg")
+    if tiny.exists():
+        assert sh(f"convert random-weights darknet {tiny} -o yt.weights", tmp_path).returncode == 0
+        cases.append((f"{tiny} yt.weights", "[darknet]", "FLOAT 1x255x13x13"))
+    try:
+        import torch  # noqa: F401
+
+        cases.append((str(root / "models" / "pytorch" / "sample.pt"), "[pytorch]", "output: FLOAT 1x10"))
+    except ImportError:
+        pass
+    for args, fmt, words in cases:
+        r = sh(f"convert inspect {args}", tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert fmt in r.stdout and words in r.stdout and "parameters:" in r.stdout, r.stdout
+
+
 def test_help_teaches_and_imports_no_framework(tmp_path: Path) -> None:
     code = ("import sys, runpy; sys.argv=['convert','--help']\n"
             "try:\n    runpy.run_module('convert', run_name='__main__')\nexcept SystemExit: pass\n"
