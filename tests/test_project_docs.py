@@ -36,3 +36,9 @@ def test_lint_clean() -> None:
     r = subprocess.run([sys.executable, "-m", "ruff", "check", "--output-format", "concise", "convert", "tests",
                         "benchmarks", "models", "scripts"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-4000:]
+
+
+def test_test_module_names_are_unique() -> None:
+    """pytest imports test modules by basename here: two test_x.py files break collection."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
