@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from convert._proto.rules import caffe_pool_size
 from convert.ir import Node, Registry, TensorProtocol, Value
 
 from .context import Blob, EmitContext, Emitted, NotExpressible
@@ -163,13 +164,6 @@ _note("ConvTranspose", "Deconvolution", "2-D; symmetric pads; no output_padding"
 
 
 # ---- pooling ----------------------------------------------------------------------------------------
-def caffe_pool_size(size: int, k: int, s: int, p: int, ceil: bool, any_pad: bool) -> int:
-    """Return Caffe's pooled size: ceil (or floor) rounding, then the last-window clip."""
-    span = size + 2 * p - k
-    out = (-(-span // s) if ceil else span // s) + 1
-    if any_pad and (out - 1) * s >= size + p:
-        out -= 1
-    return out
 
 
 def _pool(node: Node, ctx: EmitContext, method: int, *, caffe_divisor: bool = False) -> Emitted:

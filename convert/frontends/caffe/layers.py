@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from convert._proto.rules import caffe_pool_size
 from convert.ir import DataType, Registry, TensorType, Value
 
 from .context import CaffeContext
@@ -180,13 +181,6 @@ def _rank4(layer: LayerDef, ctx: CaffeContext, x: Value) -> tuple[int, int, int,
 
 
 # ---- pooling ----------------------------------------------------------------------------------------
-def caffe_pool_size(size: int, k: int, s: int, p: int, ceil: bool, any_pad: bool) -> int:
-    """Return Caffe's pooled size: ceil (or floor) rounding, then the last-window clip."""
-    span = size + 2 * p - k
-    out = (-(-span // s) if ceil else span // s) + 1
-    if any_pad and (out - 1) * s >= size + p:
-        out -= 1
-    return out
 
 
 @LAYERS.register("Pooling")

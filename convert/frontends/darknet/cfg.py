@@ -9,9 +9,10 @@ and otherwise expects ``key=value``. Numbers are read with C's ``atoi``/``atof``
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from convert.ir import ModelFormatError
 
@@ -33,6 +34,7 @@ def _atof(text: str) -> float | None:
 
 _Int = int
 _Float = float
+_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -94,23 +96,13 @@ class Section:
 
     def ints(self, key: str, default: Sequence[_Int] | None = None) -> list[_Int]:
         """Return a comma-separated list of integers (empty items skipped)."""
-        raw = self.get(key)
-        if raw is None:
-            if default is None:
-                raise ModelFormatError(f"{self.where}: [{self.type}] needs option '{key}'. Add it to the cfg.")
-            return list(default)
-        out = []
-        for item in raw.split(","):
-            if not item:
-                continue
-            value = _atoi(item)
-            if value is None:
-                raise self._bad(key, "a list of integers")
-            out.append(value)
-        return out
+        return self._list(key, default, _atoi, "a list of integers")
 
     def floats(self, key: str, default: Sequence[_Float] | None = None) -> list[_Float]:
         """Return a comma-separated list of floats (empty items skipped)."""
+        return self._list(key, default, _atof, "a list of numbers")
+
+    def _list(self, key: str, default: Sequence[_T] | None, parse: Callable[[str], _T | None], what: str) -> list[_T]:
         raw = self.get(key)
         if raw is None:
             if default is None:
@@ -120,9 +112,9 @@ class Section:
         for item in raw.split(","):
             if not item:
                 continue
-            value = _atof(item)
+            value = parse(item)
             if value is None:
-                raise self._bad(key, "a list of numbers")
+                raise self._bad(key, what)
             out.append(value)
         return out
 
