@@ -21,7 +21,7 @@ from .errors import (
     UnsupportedOpsError,
     UsageError,
 )
-from .io import from_proto, load_file, save_model, serialize_inline, to_proto
+from .io import from_proto, load_file, save_inline_streamed, save_model, serialize_inline, to_proto
 from .plugins import Diagnostics, ExporterSpec, FrontendSpec, OpSupport, Options, OptionSpec, ProgressFn
 from .provenance import Provenance, describe, get_provenance, set_provenance
 from .registry import Registry
@@ -96,6 +96,7 @@ __all__ = [
     "load_file",
     "model_stats",
     "passes",
+    "save_inline_streamed",
     "save_model",
     "serde",
     "serialize_inline",

@@ -124,11 +124,8 @@ def save_onnx(model: ir.Model, path: Path, options: ir.Options) -> list[Path]:
                 # By path: the checker then follows external data instead of loading it.
                 onnx.checker.check_model(str(tmp_model))
             else:
-                # One serialization: the checker reads the same bytes that are written.
-                data = ir.serialize_inline(model)
-                onnx.checker.check_model(data)
-                tmp_model.write_bytes(data)
-                del data
+                # Streamed: memory stays near the largest tensor (see ir.save_inline_streamed).
+                ir.save_inline_streamed(model, tmp_model, check=onnx.checker.check_model, progress=progress)
         except onnx.checker.ValidationError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ir.ExportError(f"the ONNX checker rejected the exported model: {first}") from exc
