@@ -112,31 +112,9 @@ def _conv_params(layer: LayerDef) -> _Conv:
 @LAYERS.register("Convolution")
 def convolution(layer: LayerDef, ctx: CaffeContext) -> None:
     """Convolution -> Conv (group, dilation, pad/stride/kernel scalar or h/w); 2-D only."""
-    x = ctx.input(layer)
-    n, c, h, w = _rank4(layer, ctx, x)
-    cp = _conv_params(layer)
-    if cp.axis != 1:
+    if _conv_params(layer).axis != 1:
         raise ctx.error(layer, "convolution_param.axis other than 1 is not supported")
-    (kh, kw), (ph, pw), (sh, sw), (dh, dw) = cp.k, cp.p, cp.s, cp.d
-    g, m = cp.group, cp.num_output
-    if kh <= 0 or kw <= 0:
-        raise ctx.error(layer, "kernel_size is missing")
-    if c % g or m % g:
-        raise ctx.error(layer, f"group {g} does not divide channels {c} / num_output {m}")
-    wt = ctx.weight(layer, ctx.blob(layer, 0, (m, c // g, kh, kw), "weight"), "weight")
-    inputs = [x, wt]
-    if cp.bias:
-        inputs.append(ctx.weight(layer, ctx.blob(layer, 1, (m,), "bias"), "bias"))
-    oh = (h + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
-    ow = (w + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
-    attrs = {
-        "kernel_shape": [kh, kw],
-        "pads": [ph, pw, ph, pw],
-        "strides": [sh, sw],
-        "dilations": [dh, dw],
-        "group": g,
-    }
-    ctx.set_top(layer, ctx.op(layer, "Conv", inputs, attrs, (n, m, oh, ow)))
+    _convolution(layer, ctx, transposed=False)
 
 
 _note("Convolution", "Conv", "2-D; axis 1")
@@ -145,6 +123,10 @@ _note("Convolution", "Conv", "2-D; axis 1")
 @LAYERS.register("Deconvolution")
 def deconvolution(layer: LayerDef, ctx: CaffeContext) -> None:
     """Deconvolution -> ConvTranspose (same weight layout: C_in x C_out/g x kh x kw)."""
+    _convolution(layer, ctx, transposed=True)
+
+
+def _convolution(layer: LayerDef, ctx: CaffeContext, *, transposed: bool) -> None:
     x = ctx.input(layer)
     n, c, h, w = _rank4(layer, ctx, x)
     cp = _conv_params(layer)
@@ -154,12 +136,17 @@ def deconvolution(layer: LayerDef, ctx: CaffeContext) -> None:
         raise ctx.error(layer, "kernel_size is missing")
     if c % g or m % g:
         raise ctx.error(layer, f"group {g} does not divide channels {c} / num_output {m}")
-    wt = ctx.weight(layer, ctx.blob(layer, 0, (c, m // g, kh, kw), "weight"), "weight")
+    weight_shape = (c, m // g, kh, kw) if transposed else (m, c // g, kh, kw)
+    wt = ctx.weight(layer, ctx.blob(layer, 0, weight_shape, "weight"), "weight")
     inputs = [x, wt]
     if cp.bias:
         inputs.append(ctx.weight(layer, ctx.blob(layer, 1, (m,), "bias"), "bias"))
-    oh = sh * (h - 1) + dh * (kh - 1) + 1 - 2 * ph
-    ow = sw * (w - 1) + dw * (kw - 1) + 1 - 2 * pw
+    if transposed:
+        oh = sh * (h - 1) + dh * (kh - 1) + 1 - 2 * ph
+        ow = sw * (w - 1) + dw * (kw - 1) + 1 - 2 * pw
+    else:
+        oh = (h + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
+        ow = (w + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
     attrs = {
         "kernel_shape": [kh, kw],
         "pads": [ph, pw, ph, pw],
@@ -167,7 +154,8 @@ def deconvolution(layer: LayerDef, ctx: CaffeContext) -> None:
         "dilations": [dh, dw],
         "group": g,
     }
-    ctx.set_top(layer, ctx.op(layer, "ConvTranspose", inputs, attrs, (n, m, oh, ow)))
+    op = "ConvTranspose" if transposed else "Conv"
+    ctx.set_top(layer, ctx.op(layer, op, inputs, attrs, (n, m, oh, ow)))
 
 
 _note("Deconvolution", "ConvTranspose", "2-D")
