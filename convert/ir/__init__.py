@@ -11,6 +11,7 @@ import onnx_ir as _ir
 
 from . import passes
 from .builder import CANONICAL_OPSET, GraphBuilder, NameAuthority
+from .edit import replace_value
 from .errors import (
     ConversionError,
     ConvertError,
@@ -96,6 +97,7 @@ __all__ = [
     "load_file",
     "model_stats",
     "passes",
+    "replace_value",
     "save_inline_streamed",
     "save_model",
     "serde",

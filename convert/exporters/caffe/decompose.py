@@ -25,9 +25,9 @@ from convert.ir import (
     Shape,
     TensorType,
     Value,
-    convenience,
     from_array,
     get_provenance,
+    replace_value,
     set_provenance,
 )
 from convert.ir.passes import Pass, PassResult
@@ -122,11 +122,5 @@ class DecomposeBoundedActivations(Pass):
         return self._affine(low, 1.0, lo)
 
     def _replace(self, node: Node, new: Value) -> None:
-        old = node.outputs[0]
-        name = old.name
-        for i, out in enumerate(self._graph.outputs):
-            if out is old:
-                self._graph.outputs[i] = new
-        convenience.replace_all_uses_with(old, new)
+        replace_value(self._graph, node.outputs[0], new)
         self._graph.remove(node, safe=True)
-        new.name = name

@@ -40,6 +40,7 @@ from convert.ir import (
     convenience,
     from_array,
     get_provenance,
+    replace_value,
     set_provenance,
 )
 from convert.ir.passes import Pass, PassResult
@@ -150,13 +151,8 @@ class LegalizeForCaffe(Pass):
         new_out.shape = old_out.shape
         new_out.type = old_out.type
         graph.insert_before(old, new)
-        name = old_out.name
-        for i, out in enumerate(graph.outputs):
-            if out is old_out:
-                graph.outputs[i] = new_out
-        convenience.replace_all_uses_with(old_out, new_out)
+        replace_value(graph, old_out, new_out)
         graph.remove(old, safe=True)
-        new_out.name = name
 
     # -- rules --------------------------------------------------------------------------------
     def _matmul_add(self, graph: Graph, node: Node) -> bool:
@@ -186,13 +182,8 @@ class LegalizeForCaffe(Pass):
         add_out = add.outputs[0]
         graph.insert_before(node, gemm)
         gemm.outputs[0].shape, gemm.outputs[0].type = add_out.shape, add_out.type
-        name = add_out.name
-        for i, o in enumerate(graph.outputs):
-            if o is add_out:
-                graph.outputs[i] = gemm.outputs[0]
-        convenience.replace_all_uses_with(add_out, gemm.outputs[0])
+        replace_value(graph, add_out, gemm.outputs[0])
         graph.remove([add, node], safe=True)
-        gemm.outputs[0].name = name
         return True
 
     def _global_reduce(self, graph: Graph, node: Node) -> bool:

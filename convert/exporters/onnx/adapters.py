@@ -175,16 +175,8 @@ def _gelu(ctx: _Ctx, node: ir.Node) -> None:
 
 
 def _replace(ctx: _Ctx, node: ir.Node, new: ir.Value) -> None:
-    old = node.outputs[0]
-    name = old.name
-    was_output = old.is_graph_output()
-    ir.convenience.replace_all_uses_with(old, new)
-    if was_output:
-        for i, out in enumerate(ctx.graph.outputs):
-            if out is old:
-                ctx.graph.outputs[i] = new
+    ir.replace_value(ctx.graph, node.outputs[0], new)
     ctx.graph.remove(node, safe=True)
-    new.name = name
 
 
 class _NotExpressibleError(Exception):

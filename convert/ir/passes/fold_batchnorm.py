@@ -17,6 +17,7 @@ import logging
 import numpy as np
 import onnx_ir as _ir
 
+from ..edit import replace_value
 from ..tensors import lazy
 from .base import Pass, PassResult
 
@@ -101,13 +102,5 @@ class FoldBatchNorm(Pass):
         else:
             conv.resize_inputs(3)
             conv.replace_input_with(2, b_new)
-        y = bn.outputs[0]
-        x = conv.outputs[0]
-        name = y.name
-        # Graph outputs first: onnx_ir refuses to replace the uses of a value that is still an output.
-        for i, out in enumerate(graph.outputs):
-            if out is y:
-                graph.outputs[i] = x
-        _ir.convenience.replace_all_uses_with(y, x)
+        replace_value(graph, bn.outputs[0], conv.outputs[0])
         graph.remove(bn, safe=True)
-        x.name = name

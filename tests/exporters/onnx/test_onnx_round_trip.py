@@ -114,3 +114,22 @@ def test_dynamic_batch(tmp_path: Path) -> None:
     ref = np.concatenate([_run(src, {"x": x[i : i + 1]})[0] for i in range(3)])
     assert got.shape == (3, 10)
     assert float(np.abs(got - ref).max()) / float(np.abs(ref).max()) <= ATOL_FP32
+
+
+def test_adapter_on_a_graph_output(tmp_path: Path) -> None:
+    """A decomposed op whose result is the graph output keeps the output's name."""
+    text = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2, 4] x) => (float[2, 4] y) {
+        s = Constant <value = float[4] {1, 2, 3, 4}> ()
+        y = LayerNormalization <axis = -1> (x, s)
+    }
+    """
+    src = tmp_path / "ln.onnx"
+    onnx.save(onnx.parser.parse_model(text), str(src))
+    out = tmp_path / "ln13.onnx"
+    convert.convert(src, to="onnx", out=out, opset=13, check=False, validate=True)
+    assert [o.name for o in onnx.load(str(out)).graph.output] == ["y"]
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)}
+    ref, got = _run(src, feeds)[0], _run(out, feeds)[0]
+    assert float(np.abs(ref - got).max()) / float(np.abs(ref).max()) <= ATOL_FP32
