@@ -22,7 +22,7 @@ from .errors import (
     UnsupportedOpsError,
     UsageError,
 )
-from .io import from_proto, load_file, save_inline_streamed, save_model, serialize_inline, to_proto
+from .io import from_proto, load_file, save_inline_streamed, save_model, serialize_inline
 from .plugins import Diagnostics, ExporterSpec, FrontendSpec, OpSupport, Options, OptionSpec, ProgressFn
 from .provenance import Provenance, describe, get_provenance, set_provenance
 from .registry import Registry
@@ -104,7 +104,6 @@ __all__ = [
     "serialize_inline",
     "set_provenance",
     "to_numpy",
-    "to_proto",
 ]
 
 

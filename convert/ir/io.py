@@ -16,7 +16,7 @@ import onnx
 import onnx_ir as _ir
 from onnx_ir import external_data as _external_data
 
-__all__ = ["from_proto", "load_file", "save_inline_streamed", "save_model", "serialize_inline", "to_proto"]
+__all__ = ["from_proto", "load_file", "save_inline_streamed", "save_model", "serialize_inline"]
 
 # Tensors in flight while writing external data; the bound on extra memory beyond one tensor.
 _IN_FLIGHT_BYTES = 64 * 1024 * 1024
@@ -181,26 +181,18 @@ def load_file(path: str | os.PathLike[str]) -> _ir.Model:
     return _ir.load(os.fspath(path))
 
 
-def to_proto(model: _ir.Model) -> object:
-    """Serialize to an ``onnx.ModelProto`` (this reads every weight into the proto)."""
-    return _ir.serde.serialize_model(model)
-
-
 def save_model(
     model: _ir.Model,
     path: str | os.PathLike[str],
     *,
-    external_data: str | None,
+    external_data: str,
     progress: Callable[[int, int], None] | None = None,
     size_threshold_bytes: int = 1024,
 ) -> None:
-    """Write ``model`` to ``path``; with ``external_data`` (a file name beside it) stream weights there.
+    """Write ``model`` to ``path``, streaming its weights into ``external_data`` (a file name beside it).
 
     ``progress(done_bytes, total_bytes)`` is called after each tensor written externally.
     """
-    if external_data is None:
-        save_inline_streamed(model, path, progress=progress)
-        return
     sizes = [v.const_value.nbytes for g in model.graphs() for v in g.initializers.values()
              if v.const_value is not None and v.const_value.nbytes > size_threshold_bytes]
     total = sum(sizes)
