@@ -141,7 +141,7 @@ def _check_export(ex: ir.ExporterSpec, model: ir.Model, opts: ir.Options) -> Non
         gaps = list(ex.check(model, opts))
         if gaps:
             raise ir.UnsupportedOpsError(
-                f"the model ({model.graph.name or 'graph'})", gaps, what=f"op for {ex.name}",
+                f"export to {ex.name}: the model '{model.graph.name or 'graph'}'", gaps,
                 hint=f"Run `convert ops {ex.name}` for what {ex.name} can express; nothing was written.",
             )
 

@@ -122,11 +122,17 @@ class EmitContext:
     def shape(value: Value | None) -> tuple[int, ...]:
         """Return the static shape of ``value``; NotExpressible when unknown."""
         if value is None or value.shape is None:
-            raise NotExpressible("the shape of its input is unknown (run shape inference)")
+            raise NotExpressible(
+                f"the shape of '{getattr(value, 'name', None) or 'its input'}' is unknown and Caffe layers are "
+                "sized from it; give the model's input shape with --input-shape NAME=1,3,224,224"
+            )
         dims = []
         for d in value.shape:
             if not isinstance(d, int):
-                raise NotExpressible(f"'{value.name}' has a symbolic dimension; Caffe needs static shapes")
+                raise NotExpressible(
+                    f"'{value.name}' has a symbolic dimension ({d}); Caffe needs static shapes: "
+                    "fix it with --input-shape NAME=1,3,224,224"
+                )
             dims.append(int(d))
         return tuple(dims)
 

@@ -183,6 +183,8 @@ def _pool(node: Node, ctx: EmitContext, method: int, *, caffe_divisor: bool = Fa
     ph, pw = pads[0], pads[1]
     any_pad = bool(ph or pw)
     want = (y[2], y[3])
+    if want == (1, 1) and _covers_input(node, x, (kh, kw), pads, method):
+        return _global(method)(node, ctx)
     ceil_ok = all(
         caffe_pool_size(x[2 + i], (kh, kw)[i], (sh, sw)[i], (ph, pw)[i], True, any_pad) == want[i] for i in range(2)
     )
@@ -214,6 +216,22 @@ def _pool(node: Node, ctx: EmitContext, method: int, *, caffe_divisor: bool = Fa
         else:
             pp.round_mode = pp.FLOOR
     return e
+
+
+def _covers_input(node: Node, x: tuple[int, ...], kernel: tuple[int, int], pads: list[int], method: int) -> bool:
+    """Return True when the pool's single window sees the whole input and nothing else counts.
+
+    Then it is global pooling whatever the pads (old files write Inception's last 7x7 pool over a
+    6x6 map with bottom/right pads): max ignores padding, and an average that excludes pads
+    (count_include_pad=0) divides by the input's size, as Caffe's global pooling does.
+    """
+    begin, end = pads[:2], pads[2:] if len(pads) == 4 else pads[:2]
+    for i in range(2):
+        if begin[i] < 0 or kernel[i] - begin[i] < x[2 + i]:
+            return False
+    if method == 1 and _int(node, "count_include_pad", 0):
+        return kernel == (x[2], x[3]) and not any(begin) and not any(end)
+    return True
 
 
 @EMITTERS.register("MaxPool")

@@ -76,6 +76,10 @@ def _prepare(model: Model, flav: Flavor) -> Model:
     graph = model.graph
     if any(v.shape is None for n in graph for v in n.outputs if v is not None):
         passes.InferShapes()(model)
+    # Caffe holds weights as blobs: a weight computed from constants (ConstantOfShape, Transpose
+    # of an initializer, as old ONNX files have) becomes a lazy constant, evaluated when written.
+    if passes.FoldWeights()(model).modified:
+        passes.EliminateDeadCode()(model)
     DecomposeBoundedActivations(flav)(model)
     LegalizeForCaffe()(model)
     return model

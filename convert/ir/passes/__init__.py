@@ -6,6 +6,7 @@ from .base import Pass, PassManager, PassResult
 from .dce import EliminateDeadCode
 from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
+from .fold_weights import FoldWeights
 from .shape_inference import InferShapes
 from .toposort import TopologicalSort
 from .validate import GraphInvariantError, ValidateGraph
@@ -14,6 +15,7 @@ __all__ = [
     "EliminateDeadCode",
     "FoldBatchNorm",
     "FoldConstants",
+    "FoldWeights",
     "GraphInvariantError",
     "InferShapes",
     "Pass",

@@ -16,12 +16,12 @@ import onnx_ir as _ir
 from ..tensors import from_array
 from .base import Pass, PassResult
 
-__all__ = ["FoldConstants"]
+__all__ = ["NEVER_FOLD", "FoldConstants", "run_reference"]
 
 logger = logging.getLogger(__name__)
 
 # Ops whose value depends on more than their inputs, or that are too costly to evaluate here.
-_NEVER = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
           "Bernoulli", "If", "Loop", "Scan", "SequenceConstruct", "Dropout"}
 
 
@@ -46,7 +46,7 @@ class FoldConstants(Pass):
         opset = graph.opset_imports.get("", 17)
         folded = 0
         for node in list(graph):
-            if node.domain not in ("", "ai.onnx") or node.op_type in _NEVER:
+            if node.domain not in ("", "ai.onnx") or node.op_type in NEVER_FOLD:
                 continue
             if any(o.is_graph_output() for o in node.outputs):
                 continue
@@ -83,7 +83,7 @@ class FoldConstants(Pass):
                 tensor = value.as_tensor()
                 return [tensor.numpy()] if tensor.nbytes <= self.max_bytes else None
             try:
-                return [np.asarray(r) for r in _run_reference(node, [], opset)]
+                return run_reference(_ir.serde.serialize_node(node), len(node.outputs), [], opset)
             except Exception:
                 return None
         arrays = []
@@ -98,7 +98,7 @@ class FoldConstants(Pass):
         if not arrays:
             return None  # a source op (random, ...) that is not a Constant
         try:
-            results = _run_reference(node, arrays, opset)
+            results = run_reference(_ir.serde.serialize_node(node), len(node.outputs), arrays, opset)
         except Exception as exc:  # the reference lacks the op or rejects it: leave it
             logger.debug("not folding %s: %s", node.name, exc)
             return None
@@ -107,13 +107,16 @@ class FoldConstants(Pass):
         return results
 
 
-def _run_reference(node: _ir.Node, arrays: list[np.ndarray | None], opset: int) -> list[np.ndarray]:
+def run_reference(proto: object, n_outputs: int, arrays: list[np.ndarray | None], opset: int) -> list[np.ndarray]:
+    """Run one serialized node (a NodeProto) on ``arrays`` with onnx's reference implementation."""
     import onnx
     from onnx.reference import ReferenceEvaluator
 
-    proto = _ir.serde.serialize_node(node)
+    node_proto = onnx.NodeProto()
+    node_proto.CopyFrom(proto)  # type: ignore[arg-type]
+    proto = node_proto
     in_names = [f"i{i}" if a is not None else "" for i, a in enumerate(arrays)]
-    out_names = [f"o{i}" for i in range(len(node.outputs))]
+    out_names = [f"o{i}" for i in range(n_outputs)]
     del proto.input[:]
     proto.input.extend(in_names)
     del proto.output[:]
