@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from convert.formats import normalize, runtime_module
-from convert.ir import ModelFormatError, Options, UsageError
+from convert.ir import ConvertError, ModelFormatError, Options, UsageError
 
 from .compare import OutputResult, ParityReport, compare_one, compare_outputs, match_outputs
 from .runtime import Runtime, TensorSpec
@@ -132,6 +132,20 @@ def _rename_feeds(feeds: Mapping[str, np.ndarray], source: Sequence[TensorSpec],
     return {d: feeds[s] for s, d in zip(src_names, dst_names, strict=True)}
 
 
+class RuntimeFailedError(ConvertError):
+    """A framework's runtime raised while running a model: the verdict cannot be given."""
+
+
+def _run(runtime: Runtime, what: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    try:
+        return runtime.run(feeds)
+    except ConvertError:
+        raise
+    except Exception as exc:  # the framework's own error (cv2.error, RuntimeError...): no verdict
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+        raise RuntimeFailedError(f"{runtime.name} could not run {what}: {type(exc).__name__}: {first}") from exc
+
+
 def run_parity(
     source_format: str,
     source_paths: Sequence[Path],
@@ -151,8 +165,8 @@ def run_parity(
     feeds = resolve_inputs(src, inputs, options, seed=seed)
     dst = open_runtime(dest_format, dest_paths, options)
     src_specs = list(src.inputs())
-    ref = src.run(feeds)
-    got = dst.run(_rename_feeds(feeds, src_specs, list(dst.inputs())))
+    ref = _run(src, "the source model", feeds)
+    got = _run(dst, "the converted model", _rename_feeds(feeds, src_specs, list(dst.inputs())))
     report = ParityReport(
         source=normalize(source_format), source_runtime=src.name, source_device=src.device,
         dest=normalize(dest_format), dest_runtime=dst.name, dest_device=dst.device,
