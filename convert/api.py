@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from . import formats, ir
-from .parity import DEFAULT_ATOL, DEFAULT_RTOL, ParityReport, open_runtime, resolve_inputs, run_parity
+from .parity import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TOL, ParityReport, open_runtime, resolve_inputs, run_parity
 
 __all__ = ["ConversionResult", "convert", "load", "routes", "save", "supported_ops", "verify"]
 
@@ -174,6 +174,7 @@ def convert(
     rtol: float = DEFAULT_RTOL,
     inputs: PathLike | Mapping[str, np.ndarray] | None = None,
     seed: int = 0,
+    tol: float = DEFAULT_TOL,
     fold_batchnorm: bool = True,
     validate: bool = False,
     progress: ir.ProgressFn | None = None,
@@ -189,7 +190,9 @@ def convert(
         out: the output path (a folder puts ``<stem><suffix>`` in it); default ``./<stem><suffix>``.
         format: the source format; guessed from the files when omitted.
         check: run the parity check after converting.
-        atol, rtol: the parity tolerances (``|ours-ref| <= atol + rtol*|ref|``).
+        tol: the parity verdict: an output passes when ``max|ours-ref| / max|ref| <= tol`` and the
+            reference output has a real spread.
+        atol, rtol: numpy's elementwise rule ``|ours-ref| <= atol + rtol*|ref|``, reported beside the verdict.
         inputs: parity inputs (``.npy``/``.npz`` path or a name->array mapping); seeded random by default.
         seed: the seed of the random parity inputs.
         fold_batchnorm: fold BatchNormalization into the preceding Conv.
@@ -259,7 +262,7 @@ def convert(
     if src_runtime is not None:
         try:
             result.report = run_parity(fmt, paths, ex.name, written, options=opts, atol=atol, rtol=rtol,
-                                       inputs=feeds, seed=seed, source_runtime=src_runtime)
+                                       inputs=feeds, seed=seed, source_runtime=src_runtime, tol=tol)
         except ir.ConvertError as exc:
             result.parity_error = f"the parity check failed to run: {exc}"
     result.seconds = time.perf_counter() - start
@@ -278,6 +281,7 @@ def verify(
     rtol: float = DEFAULT_RTOL,
     inputs: PathLike | Mapping[str, np.ndarray] | None = None,
     seed: int = 0,
+    tol: float = DEFAULT_TOL,
     **options: object,
 ) -> ParityReport:
     """Compare a model already converted with its source, each in its own runtime."""
@@ -292,7 +296,8 @@ def verify(
         if not p.exists():
             raise ir.UsageError(f"{p}: no such file or folder")
     feeds = Path(inputs) if isinstance(inputs, (str, Path)) else inputs
-    return run_parity(fmt, src_paths, dfmt, dst_paths, options=opts, atol=atol, rtol=rtol, inputs=feeds, seed=seed)
+    return run_parity(fmt, src_paths, dfmt, dst_paths, options=opts, atol=atol, rtol=rtol, inputs=feeds, seed=seed,
+                      tol=tol)
 
 
 def routes() -> list[tuple[str, str]]:

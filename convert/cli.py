@@ -318,7 +318,7 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
     try:
         result = api.convert(
             paths, to=dst, out=out, format=src_fmt, check=bool(kw.pop("check")),  # type: ignore[arg-type]
-            atol=float(kw.pop("atol")), rtol=float(kw.pop("rtol")),  # type: ignore[arg-type]
+            atol=float(kw.pop("atol")), rtol=float(kw.pop("rtol")), tol=float(kw.pop("tol")),  # type: ignore[arg-type]
             inputs=kw.pop("inputs"), seed=int(kw.pop("seed")),  # type: ignore[arg-type]
             fold_batchnorm=bool(kw.pop("fold_bn")), validate=bool(kw.get("debug")),
             progress=progress, on_loaded=on_loaded, **options,
@@ -358,10 +358,15 @@ def _convert_options(func):  # type: ignore[no-untyped-def]
                      help="ONNX opset to write (13-21 tested); fails loudly if an op cannot be expressed."),
         click.option("--check/--no-check", default=True, show_default=True,
                      help="Run the parity check: source runtime vs converted model on the same inputs."),
+        click.option("--tol", type=float, default=api.DEFAULT_TOL, show_default=True,
+                     help="Parity verdict: an output passes when max|ours-ref| / max|ref| <= TOL (error relative "
+                          "to the output's scale, which float32 rounding in deep nets respects) and the reference "
+                          "output has a real spread; a near-constant reference is NOT VERIFIED, never PASS."),
         click.option("--atol", type=float, default=api.DEFAULT_ATOL, show_default=True,
-                     help="Parity: absolute tolerance."),
+                     help="Parity: absolute tolerance of the elementwise rule, reported beside the verdict."),
         click.option("--rtol", type=float, default=api.DEFAULT_RTOL, show_default=True,
-                     help="Parity: relative tolerance (|ours-ref| <= atol + rtol*|ref|)."),
+                     help="Parity: relative tolerance of the elementwise rule |ours-ref| <= atol + rtol*|ref| "
+                          "(reported as 'allclose'; it does not decide the verdict)."),
         click.option("--input-shape", multiple=True, metavar="NAME=1,3,224,224",
                      help="Shape of an input without a fixed shape (repeat for several inputs)."),
         click.option("--inputs", type=click.Path(path_type=Path), metavar="FILE.npz",
@@ -421,7 +426,8 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
         src, dst, inputs = _parse_route(args, None, None)
     report = api.verify(
         [Path(p) for p in inputs], against, format=src, to=dst,  # type: ignore[arg-type]
-        atol=float(kw["atol"]), rtol=float(kw["rtol"]), inputs=kw["inputs"], seed=int(kw["seed"]),  # type: ignore[arg-type]
+        atol=float(kw["atol"]), rtol=float(kw["rtol"]), tol=float(kw["tol"]),  # type: ignore[arg-type]
+        inputs=kw["inputs"], seed=int(kw["seed"]),  # type: ignore[arg-type]
         input_shapes=_parse_shapes(kw["input_shape"]), device=kw["device"],  # type: ignore[arg-type]
     )
     click.echo(report.table())
@@ -436,8 +442,12 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
 @click.argument("args", nargs=-1, required=True, metavar="[ROUTE] SOURCE...")
 @click.option("--against", multiple=True, required=True, metavar="OUT",
               help="The converted model (repeat for several files, e.g. .prototxt and .caffemodel).")
-@click.option("--atol", type=float, default=api.DEFAULT_ATOL, show_default=True)
-@click.option("--rtol", type=float, default=api.DEFAULT_RTOL, show_default=True)
+@click.option("--tol", type=float, default=api.DEFAULT_TOL, show_default=True,
+              help="Verdict: max|ours-ref| / max|ref| <= TOL per output, with a reference that has spread.")
+@click.option("--atol", type=float, default=api.DEFAULT_ATOL, show_default=True,
+              help="Elementwise rule, reported beside the verdict.")
+@click.option("--rtol", type=float, default=api.DEFAULT_RTOL, show_default=True,
+              help="Elementwise rule, reported beside the verdict.")
 @click.option("--input-shape", multiple=True, metavar="NAME=1,3,224,224")
 @click.option("--inputs", type=click.Path(path_type=Path), metavar="FILE.npz")
 @click.option("--seed", type=int, default=0, show_default=True)

@@ -35,6 +35,7 @@ __all__ = [
 
 DEFAULT_ATOL = 1e-4
 DEFAULT_RTOL = 1e-3
+DEFAULT_TOL = 1e-4  # the verdict: max|ours - ref| / max|ref| per output
 
 
 def open_runtime(fmt: str, paths: Sequence[Path], options: Options) -> Runtime:
@@ -158,6 +159,7 @@ def run_parity(
     inputs: Path | Mapping[str, np.ndarray] | None = None,
     seed: int = 0,
     source_runtime: Runtime | None = None,
+    tol: float = DEFAULT_TOL,
 ) -> ParityReport:
     """Run both models on the same inputs and compare every output."""
     options = options or Options()
@@ -170,12 +172,12 @@ def run_parity(
     report = ParityReport(
         source=normalize(source_format), source_runtime=src.name, source_device=src.device,
         dest=normalize(dest_format), dest_runtime=dst.name, dest_device=dst.device,
-        atol=atol, rtol=rtol, inputs={k: list(v.shape) for k, v in feeds.items()},
+        atol=atol, rtol=rtol, tol=tol, inputs={k: list(v.shape) for k, v in feeds.items()},
         seed=seed if inputs is None else None,
     )
     try:
         pairs = match_outputs(list(ref), list(got))
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    report.outputs = [compare_one(r, ref[r], g, got[g], atol, rtol) for r, g in pairs]
+    report.outputs = [compare_one(r, ref[r], g, got[g], atol, rtol, tol) for r, g in pairs]
     return report

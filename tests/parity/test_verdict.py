@@ -1,0 +1,103 @@
+"""The parity verdict: error relative to the output's scale, and no PASS on a degenerate reference.
+
+Each case runs two real ONNX files in ONNX Runtime through `convert check` and recomputes the
+expected numbers with numpy here, independently of the product's comparison code.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+TOL = 1e-4  # the documented default of --tol
+
+
+def _mlp(path: Path, w: np.ndarray, b: np.ndarray) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def _check(src: Path, against: Path, tmp_path: Path, *extra: str) -> tuple[int, dict, str]:
+    report = tmp_path / "r.json"
+    np.savez(tmp_path / "x.npz", x=_seeded_x())
+    result = subprocess.run([sys.executable, "-m", "convert", "check", "onnx:onnx", str(src), "--against",
+                             str(against), "--report", str(report), "--inputs", str(tmp_path / "x.npz"), *extra],
+                            capture_output=True, text=True, timeout=120)
+    data = json.loads(report.read_text()) if report.exists() else {}
+    return result.returncode, data, result.stdout + result.stderr
+
+
+def _run(path: Path, x: np.ndarray) -> np.ndarray:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def _seeded_x() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
+
+
+def test_small_error_on_a_near_zero_element_passes(tmp_path: Path) -> None:
+    """One element near zero off by more than atol + rtol*|ref|, the output right to 1e-6 of its scale."""
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((8, 16)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32) * 100  # scale ~100: float32 rounding is ~1e-5 absolute
+    w[0] *= 1e-4  # output column 0 stays near zero
+    b[0] = 0.0
+    _mlp(tmp_path / "a.onnx", w, b)
+    b2 = b.copy()
+    b2[0] += 2e-4  # elementwise: 2e-4 > atol 1e-4 where |ref| is small; relative to the scale: ~2e-6
+    _mlp(tmp_path / "b.onnx", w, b2)
+    x = _seeded_x()
+    ref, got = _run(tmp_path / "a.onnx", x), _run(tmp_path / "b.onnx", x)
+    expected = float(np.abs(got - ref).max() / np.abs(ref).max())
+    assert expected < TOL
+    code, data, text = _check(tmp_path / "a.onnx", tmp_path / "b.onnx", tmp_path)
+    out = data["outputs"][0]
+    assert code == 0, text
+    assert out["verdict"] == "PASS"
+    assert out["allclose_bad"] >= 1, "the case must be one the elementwise rule fails"
+    assert abs(out["rel_to_scale"] - expected) <= 1e-3 * expected
+
+
+def test_two_percent_weight_error_fails(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((8, 16)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    _mlp(tmp_path / "a.onnx", w, b)
+    w2 = w.copy()
+    w2[3, 5] *= 1.02
+    _mlp(tmp_path / "b.onnx", w2, b)
+    x = _seeded_x()
+    ref, got = _run(tmp_path / "a.onnx", x), _run(tmp_path / "b.onnx", x)
+    expected = float(np.abs(got - ref).max() / np.abs(ref).max())
+    assert expected > TOL
+    code, data, text = _check(tmp_path / "a.onnx", tmp_path / "b.onnx", tmp_path)
+    assert code == 1, text
+    assert data["outputs"][0]["verdict"] == "FAIL" and data["passed"] is False
+
+
+def test_degenerate_reference_is_not_verified(tmp_path: Path) -> None:
+    """Zero weights: both models output the constant bias, so agreement proves nothing."""
+    w = np.zeros((8, 16), np.float32)
+    b = np.full(8, 0.5, np.float32)
+    _mlp(tmp_path / "a.onnx", w, b)
+    _mlp(tmp_path / "b.onnx", w, b)
+    ref = _run(tmp_path / "a.onnx", _seeded_x())
+    assert float(ref.std()) == 0.0
+    code, data, text = _check(tmp_path / "a.onnx", tmp_path / "b.onnx", tmp_path)
+    assert code == 1, text
+    assert data["outputs"][0]["verdict"] == "NOT VERIFIED"
+    assert "NOT VERIFIED" in text and "--inputs" in text
