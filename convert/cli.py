@@ -6,7 +6,8 @@
     convert inspect model.onnx        convert formats        convert ops darknet
 
 Exit status: 0 converted (and parity passed), 1 converted but parity failed or could not run,
-2 could not convert (usage, malformed or unsupported model), 130 interrupted. Only this module prints.
+2 could not convert (usage, malformed or unsupported model), 3 internal error (a bug in convert),
+130 interrupted. Only this module prints.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = ["main"]
 
 EXIT_PARITY = 1
 EXIT_USAGE = 2
+EXIT_INTERNAL = 3  # a bug in convert itself, never the user's input
 
 _HELP = """Convert a model between PyTorch, Darknet, PaddlePaddle, Caffe and ONNX, then check that the
 converted model computes what the original does (the parity check, on by default).
@@ -54,7 +56,8 @@ Other commands:
 \b
 Exit status: 0 converted and parity passed (or --no-check); 1 converted but parity
 failed or could not run (e.g. the source framework is not installed); 2 could not
-convert (usage, malformed or unsupported model; one line per problem); 130 interrupted.
+convert (usage, malformed or unsupported model; one line per problem); 3 internal
+error: a bug in convert, reported as such (--debug shows the traceback); 130 interrupted.
 Nothing is left at the output path when it could not convert.
 """
 
@@ -320,7 +323,7 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
             paths, to=dst, out=out, format=src_fmt, check=bool(kw.pop("check")),  # type: ignore[arg-type]
             atol=float(kw.pop("atol")), rtol=float(kw.pop("rtol")), tol=float(kw.pop("tol")),  # type: ignore[arg-type]
             inputs=kw.pop("inputs"), seed=int(kw.pop("seed")),  # type: ignore[arg-type]
-            fold_batchnorm=bool(kw.pop("fold_bn")), validate=bool(kw.get("debug")),
+            fold_batchnorm=bool(kw.pop("fold_bn")), validate=bool(kw.get("debug_flag")),
             progress=progress, on_loaded=on_loaded, **options,
         )
     finally:
@@ -404,6 +407,16 @@ def _guard(func, ctx: click.Context, debug: bool, **kw: object) -> None:  # type
     except KeyboardInterrupt:
         _err("interrupted; nothing was left at the output path")
         ctx.exit(130)
+    except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
+        raise
+    except Exception as exc:  # anything else is a bug in convert, not a problem with the user's model
+        if debug:
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0]
+        _err(f"internal error: {type(exc).__name__}: {first}")
+        _err("this is a bug in convert, not a problem with your model: please report it with the command "
+             "line and the traceback that --debug prints")
+        ctx.exit(EXIT_INTERNAL)
     ctx.exit(code or 0)
 
 
