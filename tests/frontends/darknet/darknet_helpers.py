@@ -17,7 +17,7 @@ from convert.ir import Options, passes
 from convert.parity.runtimes.darknet import DarknetLib, OpenCVDarknet, find_libdarknet
 
 ROOT = Path(__file__).resolve().parents[3]
-SHARED_DARKNET = ROOT.parent / "shared" / "models" / "darknet"
+ALEXEYAB_CFGS = ROOT / "models" / "darknet"  # AlexeyAB cfgs, committed (see its README)
 SYSTEM_CFG = Path("/usr/share/darknet/cfg")
 
 RTOL_HEAD = 1e-4  # max|ours - ref| / max|ref| on every head

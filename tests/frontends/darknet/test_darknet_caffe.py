@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from darknet_helpers import SHARED_DARKNET, SYSTEM_CFG, needs_opencv, sized_cfg
+from darknet_helpers import ALEXEYAB_CFGS, SYSTEM_CFG, needs_opencv, sized_cfg
 
 import convert
 from convert.frontends.darknet.random_weights import write_random_weights
 
-CASES = [(SHARED_DARKNET / "yolov4-tiny.cfg", 160), (SYSTEM_CFG / "yolov3.cfg", 96)]
+CASES = [(ALEXEYAB_CFGS / "yolov4-tiny.cfg", 160), (SYSTEM_CFG / "yolov3.cfg", 96)]
 
 
 @needs_opencv

@@ -155,9 +155,9 @@ def test_input_shape_override_reaches_libdarknet(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["yolov4-tiny.cfg", "yolov4-csp.cfg"])  # scale_x_y; new_coords
 def test_decode_alexeyab_heads(name: str, tmp_path: Path) -> None:
     pytest.importorskip("cv2")
-    from darknet_helpers import SHARED_DARKNET
+    from darknet_helpers import ALEXEYAB_CFGS
 
-    src = SHARED_DARKNET / name
+    src = ALEXEYAB_CFGS / name
     if not src.is_file():
         pytest.skip(f"{src} is absent")
     cfg = sized_cfg(src, tmp_path, 96)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from darknet_helpers import SHARED_DARKNET, SYSTEM_CFG, needs_libdarknet, needs_opencv, parity, sized_cfg
+from darknet_helpers import ALEXEYAB_CFGS, SYSTEM_CFG, needs_libdarknet, needs_opencv, parity, sized_cfg
 
 # (cfg, input size or None to keep the cfg's, what to compare): "full" = the cfg as it is,
 # "logits" = without its trailing [softmax]/[cost], "both" = both.
@@ -58,10 +58,7 @@ def _system(name: str) -> Path:
 
 
 def _shared(name: str) -> Path:
-    path = SHARED_DARKNET / name
-    if not path.is_file():
-        pytest.skip(f"{path} is absent (../shared/models/darknet)")
-    return path
+    return ALEXEYAB_CFGS / name
 
 
 def _run_original(name: str, size: int | None, mode: str, replace: dict[str, str] | None, tmp_path: Path) -> None:

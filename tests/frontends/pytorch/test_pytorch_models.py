@@ -99,7 +99,7 @@ def test_weights_are_not_copied(saved: dict[str, dict[str, object]]) -> None:
 @pytest.mark.parametrize("name", sorted(CAFFE))
 def test_to_caffe(saved: dict[str, dict[str, object]], name: str, fmt: str, tmp_path: Path) -> None:
     pytest.importorskip("cv2")
-    caffe = pytest.importorskip("convert.exporters.caffe")
+    import convert.exporters.caffe as caffe
     from convert.ir import Options, passes
     from convert.parity.runtimes.opencv_caffe import open_runtime
 
@@ -116,7 +116,7 @@ def test_to_caffe(saved: dict[str, dict[str, object]], name: str, fmt: str, tmp_
 
 def test_vit_to_caffe_names_what_caffe_lacks(saved: dict[str, dict[str, object]]) -> None:
     """Attention and LayerNorm have no Caffe layer: the export lists them, it does not crash."""
-    caffe = pytest.importorskip("convert.exporters.caffe")
+    import convert.exporters.caffe as caffe
     from convert.frontends.pytorch import load_module
     from convert.ir import Options, UnsupportedOpsError, passes
 
@@ -132,7 +132,6 @@ def test_headline_cli(tmp_path: Path, dest: str, capsys: pytest.CaptureFixture[s
     """`convert pytorch->caffe sample.pt` (the README's first demo) converts and passes parity."""
     if dest == "caffe":
         pytest.importorskip("cv2")
-        pytest.importorskip("convert.exporters.caffe")
     import importlib.util
 
     from convert.cli import main
