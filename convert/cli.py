@@ -342,7 +342,9 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
     elif result.report is None:
         verdict = "parity not checked (--no-check)"
     else:
-        verdict = f"parity {'PASS' if result.report.passed else 'FAIL'} ({result.report.dest_device})"
+        notes = len(result.report.notes)
+        verdict = (f"parity {'PASS' if result.report.passed else 'FAIL'} ({result.report.dest_device}"
+                   + (f"; {notes} NOTE{'S' if notes > 1 else ''}: see above" if notes else "") + ")")
     status = "OK" if result.ok else "FAIL"
     main_out = result.outputs[0] if result.outputs else "-"
     click.echo(f"{status} {result.route} | {result.nodes} nodes | {_human(result.params)} params | "

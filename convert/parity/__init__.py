@@ -174,6 +174,7 @@ def run_parity(
         dest=normalize(dest_format), dest_runtime=dst.name, dest_device=dst.device,
         atol=atol, rtol=rtol, tol=tol, inputs={k: list(v.shape) for k, v in feeds.items()},
         seed=seed if inputs is None else None,
+        notes=[*getattr(src, "notes", []), *getattr(dst, "notes", [])],
     )
     try:
         pairs = match_outputs(list(ref), list(got))

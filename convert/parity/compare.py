@@ -66,6 +66,7 @@ class ParityReport:
     tol: float = 1e-4
     outputs: list[OutputResult] = field(default_factory=list)
     seed: int | None = 0
+    notes: list[str] = field(default_factory=list)  # what the references could not verify
 
     @property
     def passed(self) -> bool:
@@ -99,6 +100,7 @@ class ParityReport:
         out.append(f"{verdict}: {sum(o.passed for o in self.outputs)}/{len(self.outputs)} outputs within "
                    f"tol={self.tol:g} of the output's scale (max|ours-ref| / max|ref|); "
                    f"allclose: atol={self.atol:g} rtol={self.rtol:g}; inputs: {shapes}")
+        out += [f"NOTE: {note}" for note in self.notes]
         unverified = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED"]
         if unverified:
             out.append(f"NOT VERIFIED: the reference output{'s' if len(unverified) > 1 else ''} "

@@ -91,8 +91,12 @@ def _kind(sec: Section) -> str:
 
 
 def detect_lineage(sections: Sequence[Section]) -> str:
-    """Return 'alexeyab' when the cfg uses a feature only the AlexeyAB fork has, else 'original'."""
-    return "alexeyab" if _alexeyab_feature(sections) else "original"
+    """Return 'alexeyab' when the cfg uses a feature only the AlexeyAB fork has, else 'ambiguous'.
+
+    An ambiguous cfg runs in both forks; ``--darknet-lineage auto`` then converts it with
+    AlexeyAB's formulas (the fork most .weights in use come from) and says it assumed so.
+    """
+    return "alexeyab" if _alexeyab_feature(sections) else "ambiguous"
 
 
 def _alexeyab_feature(sections: Sequence[Section]) -> str:
@@ -171,13 +175,15 @@ def build_model(cfg: Path, source: WeightSource, options: Options, *, weights_na
         raise UnsupportedOpsError(cfg.name, gaps, what=what, hint="Run `convert ops darknet` for the supported list.")
     net = sections[0]
     lineage = str(options.get("darknet_lineage", "auto") or "auto")
+    assumed = False
     if lineage == "auto":
         feature = _alexeyab_feature(sections)
-        lineage = "alexeyab" if feature else "original"
+        lineage, assumed = "alexeyab", not feature
         options.diagnostics.note(
             f"{cfg.name}: AlexeyAB lineage ({feature}): batch norm divides by sqrt(var + 1e-5)" if feature else
-            f"{cfg.name}: original Darknet lineage (no AlexeyAB-only feature): batch norm divides by "
-            "sqrt(var) + 1e-6; pass --darknet-lineage alexeyab for AlexeyAB-trained weights"
+            f"{cfg.name}: lineage ASSUMED AlexeyAB: the cfg uses no feature of either fork alone, and most "
+            ".weights in use were trained with AlexeyAB's darknet (batch norm divides by sqrt(var + 1e-5)); "
+            "for weights trained with pjreddie's original darknet pass --darknet-lineage original"
         )
     if lineage not in ("original", "alexeyab"):
         raise UsageError(f"--darknet-lineage must be original, alexeyab or auto, got '{lineage}'")
@@ -213,7 +219,7 @@ def build_model(cfg: Path, source: WeightSource, options: Options, *, weights_na
     _mark_outputs(ctx, body, bool(options.get("decode", False)))
     doc = f"Converted from {cfg.name}" + (f" + {weights_name}" if weights_name else "") + f" ({lineage} lineage)"
     model = b.build(doc=doc)
-    model.metadata_props["convert:darknet_lineage"] = lineage
+    model.metadata_props["convert:darknet_lineage"] = lineage + (" (assumed)" if assumed else "")
     return model
 
 

@@ -215,6 +215,7 @@ class _Base:
     name: str
     device: str = "cpu"
     plan: _Plan
+    notes: list[str]  # what this reference cannot verify, shown in the parity report
 
     def inputs(self) -> Sequence[TensorSpec]:
         """One input, ``data``: 1 x C x H x W."""
@@ -399,11 +400,38 @@ def open_runtime(paths: Sequence[Path], options: Options) -> _Base:
 
     cfg, weights = split_paths([Path(p) for p in paths])
     if weights is None:
-        raise UsageError("the Darknet runtime needs the .weights file as well as the .cfg")
+        if not options.get("random_weights", False):
+            raise UsageError("the Darknet runtime needs the .weights file as well as the .cfg")
+        # --random-weights: the reference runs the very weights the frontend generated (same seed,
+        # same generator), written to a temporary .weights file that both runtimes read at load.
+        import tempfile
+
+        from convert.frontends.darknet.random_weights import write_random_weights
+
+        with tempfile.TemporaryDirectory(prefix="convert-darknet-") as tmp:
+            generated = write_random_weights(cfg, Path(tmp) / (cfg.stem + ".weights"),
+                                             seed=int(str(options.get("seed", 0) or 0)), options=options)
+            return open_runtime([cfg, generated], options)
     choice = os.environ.get("CONVERT_DARKNET_RUNTIME", "")
-    lineage = str(options.get("darknet_lineage", "auto") or "auto")
-    if lineage == "auto":
-        lineage = detect_lineage(parse_cfg(cfg))
-    if choice == "libdarknet" or (not choice and lineage == "original" and find_libdarknet() is not None):
-        return DarknetLib(cfg, weights, options)
-    return OpenCVDarknet(cfg, weights, options)
+    chosen = str(options.get("darknet_lineage", "auto") or "auto")
+    cfg_kind = detect_lineage(parse_cfg(cfg))  # 'alexeyab' (its features) or 'ambiguous'
+    converted = "alexeyab" if chosen == "auto" else chosen  # what the frontend wrote (see loader.load)
+    runtime: _Base
+    if choice == "libdarknet" or (not choice and cfg_kind == "ambiguous" and find_libdarknet() is not None):
+        runtime = DarknetLib(cfg, weights, options)
+        if converted != "original":
+            runtime.notes = [
+                "lineage NOT VERIFIED: libdarknet is pjreddie's original Darknet, whose batch norm divides by "
+                "sqrt(var) + 1e-6; the conversion used AlexeyAB's sqrt(var + 1e-5)"
+                + (" (assumed: the cfg fits both forks)" if chosen == "auto" else "")
+                + ". The two agree only while variances are large (random weights); with trained statistics "
+                "check against the fork the weights come from (--darknet-lineage original for pjreddie's)"
+            ]
+        return runtime
+    runtime = OpenCVDarknet(cfg, weights, options)
+    runtime.notes = [
+        "batch norm NOT VERIFIED: OpenCV's Darknet importer normalises with its own epsilon, neither "
+        "lineage's; with trained (small) variances its outputs differ from both Darknets, with random weights "
+        "the difference is below the tolerance"
+    ]
+    return runtime

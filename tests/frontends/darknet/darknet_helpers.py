@@ -117,6 +117,8 @@ def compare(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], tol: f
 def parity(cfg: Path, tmp: Path, runtime: str, *, seed: int = 0, tol: float = RTOL_HEAD,
            weights: Path | None = None, **extra: object) -> dict[str, float]:
     """Random weights for ``cfg``, convert, run ours and the reference, compare every output."""
+    if runtime == "libdarknet":  # pjreddie's Darknet: compare the conversion made for its lineage
+        extra.setdefault("darknet_lineage", "original")
     if weights is None:
         weights = write_random_weights(cfg, tmp / (cfg.stem + ".weights"), seed=seed)
     onnx_path, options = convert_to_onnx(cfg, weights, tmp / (cfg.stem + ".onnx"), **extra)

@@ -121,3 +121,33 @@ def test_batchnorm_epsilon_follows_the_lineage(tmp_path: Path) -> None:
     parity(cfg, tmp_path, "libdarknet", weights=weights)
     with pytest.raises(AssertionError, match="relative error"):
         parity(cfg, tmp_path, "libdarknet", weights=weights, darknet_lineage="alexeyab")
+
+
+@needs_libdarknet
+@pytest.mark.darknet
+def test_auto_lineage_is_assumed_alexeyab_and_the_report_says_unverified(tmp_path: Path) -> None:
+    """An ambiguous cfg converts with AlexeyAB's batch norm, and the verdict says libdarknet cannot check that.
+
+    With tiny variances the two formulas differ: a pjreddie reference fails the AlexeyAB conversion
+    (so a wrong lineage is caught when the reference matches the weights' fork), and with random
+    weights the report carries the NOT VERIFIED note instead of a bare PASS.
+    """
+    import json
+    import subprocess
+    import sys
+
+    cfg = write_cfg(tmp_path, NET + "[convolutional]\nbatch_normalize=1\nfilters=3\nsize=1\nactivation=linear\n")
+    rng = np.random.default_rng(0)
+    arrays = [rng.normal(0, 1, 3), np.ones(3), np.zeros(3), np.full(3, 4e-6), rng.normal(0, 1, 6)]
+    weights = write_weights(tmp_path / "w.weights", arrays)
+    report = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "convert", "darknet:onnx", str(cfg), str(weights), "-o", str(tmp_path / "o.onnx"),
+           "--report", str(report)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert "lineage ASSUMED AlexeyAB" in done.stderr
+    data = json.loads(report.read_text())
+    assert any("lineage NOT VERIFIED" in n for n in data["notes"])
+    assert done.returncode == 1 and not data["passed"], "pjreddie's formula differs at tiny variances"
+    done = subprocess.run([*cmd, "--darknet-lineage", "original"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(report.read_text())["notes"] == []
