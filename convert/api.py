@@ -6,6 +6,7 @@ shows as ``--decode``, ``--caffe-flavor`` ...) are passed by their ``dest`` name
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -102,9 +103,14 @@ def load(src: Sources, *, format: str | None = None, **options: object) -> ir.Mo
     return _load(fe, paths, opts)
 
 
+def _exists(p: Path) -> bool:
+    """A file, a folder, or a prefix naming files (Paddle's inference/model for model.json + .pdiparams)."""
+    return p.exists() or any(p.parent.glob(p.name + ".*"))
+
+
 def _load(fe: ir.FrontendSpec, paths: Sequence[Path], opts: ir.Options) -> ir.Model:
     for p in paths:
-        if not p.exists():
+        if not _exists(p):
             raise ir.UsageError(f"{p}: no such file or folder")
     if fe.check_support is not None:
         gaps = list(fe.check_support(paths, opts))
@@ -143,6 +149,42 @@ def _check_export(ex: ir.ExporterSpec, model: ir.Model, opts: ir.Options) -> Non
             raise ir.UnsupportedOpsError(
                 f"export to {ex.name}: the model '{model.graph.name or 'graph'}'", gaps,
                 hint=f"Run `convert ops {ex.name}` for what {ex.name} can express; nothing was written.",
+            )
+
+
+def _files_read(paths: Sequence[Path], model: ir.Model) -> set[Path]:
+    """Every file a conversion reads: the inputs (a folder's files, a prefix's files) and weight files."""
+    found = set(ir.source_files(model))
+    for p in paths:
+        if p.is_dir():
+            found.update(q.resolve() for q in p.iterdir() if q.is_file())
+        elif p.exists():
+            found.add(p.resolve())
+        else:  # a prefix such as inference/model for model.json + model.pdiparams
+            found.update(q.resolve() for q in p.parent.glob(p.name + ".*") if q.is_file())
+    return found
+
+
+def written_candidates(target: Path, ex: ir.ExporterSpec) -> list[Path]:
+    """The files an export to ``target`` may write: the main file, companions, ONNX external data."""
+    names = [target, target.with_name(target.name + ".data"), target.with_suffix(ex.suffix)]
+    names += [target.with_suffix(c) for c in ex.companions]
+    names += [target.with_name(target.name + s) for s in (ex.suffix, *ex.companions)]
+    return names
+
+
+def refuse_overwrite(read: set[Path], written: Sequence[Path]) -> None:
+    """Refuse, before writing anything, an output path that is one of the files the conversion reads.
+
+    Raises:
+        UsageError: naming the file and the input it would destroy.
+    """
+    for w in written:
+        resolved = w.resolve()
+        if resolved in read or (w.exists() and any(r.exists() and os.path.samefile(w, r) for r in read)):
+            raise ir.UsageError(
+                f"refusing to write '{w}': it is one of the files this conversion reads, and writing it "
+                "would destroy the input. Choose another -o."
             )
 
 
@@ -249,6 +291,7 @@ def convert(
             feeds = resolve_inputs(src_runtime, Path(inputs) if isinstance(inputs, (str, Path)) else inputs,
                                    opts, seed=seed)
     target = default_output(paths, ex, out) if paths else Path(out or ("model" + ex.suffix))
+    refuse_overwrite(_files_read(paths, model), written_candidates(target, ex))
     ir.passes.standard_pipeline(fold_batchnorm=fold_batchnorm, validate=validate)(model)
     _check_export(ex, model, opts)
     written = list(ex.save(model, target, opts))
@@ -293,7 +336,7 @@ def verify(
         specs.append(formats.exporter(dfmt))
     opts = make_options(specs, options)
     for p in [*src_paths, *dst_paths]:
-        if not p.exists():
+        if not _exists(p):
             raise ir.UsageError(f"{p}: no such file or folder")
     feeds = Path(inputs) if isinstance(inputs, (str, Path)) else inputs
     return run_parity(fmt, src_paths, dfmt, dst_paths, options=opts, atol=atol, rtol=rtol, inputs=feeds, seed=seed,

@@ -284,8 +284,9 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
     src, dst, inputs = _parse_route(args, kw.pop("src_format"), kw.pop("dst_format"))  # type: ignore[arg-type]
     paths = [Path(p) for p in inputs]
     for p in paths:
-        if not p.exists():
-            raise ir.UsageError(f"{p}: no such file or folder")
+        # A prefix (Paddle's inference/model for model.json + model.pdiparams) names no file itself.
+        if not p.exists() and not any(p.parent.glob(p.name + ".*")):
+            raise ir.UsageError(f"{p}: no such file or folder (nor files named {p.name}.*)")
     progress = _Progress(sys.stderr.isatty() and not kw["quiet"])
     options: dict[str, object] = {
         "opset": kw.pop("opset"),
@@ -309,6 +310,8 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
             options[opt.dest] = value
     out = kw.pop("output")
     report_path = kw.pop("report")
+    if report_path and any(Path(str(report_path)).resolve() == p.resolve() for p in paths):
+        raise ir.UsageError(f"refusing to write the report to '{report_path}': it is an input of this conversion")
     quiet = bool(kw.pop("quiet"))
     loaded: dict[str, object] = {}
 

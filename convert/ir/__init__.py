@@ -36,6 +36,7 @@ from .tensors import (
     from_array,
     is_file_slice,
     lazy,
+    source_files,
     to_numpy,
 )
 
@@ -103,6 +104,7 @@ __all__ = [
     "serde",
     "serialize_inline",
     "set_provenance",
+    "source_files",
     "to_numpy",
 ]
 

@@ -31,6 +31,8 @@ def from_proto(proto: object, base_dir: str | os.PathLike[str]) -> _ir.Model:
 
 
 def _varint(value: int) -> bytes:
+    if value < 0:  # a negative length would loop forever below; frontends refuse negative dims first
+        raise ValueError(f"cannot frame a negative length {value}")
     out = bytearray()
     while True:
         byte = value & 0x7F

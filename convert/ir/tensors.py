@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import onnx_ir as _ir
@@ -22,6 +23,7 @@ __all__ = [
     "from_array",
     "is_file_slice",
     "lazy",
+    "source_files",
     "to_numpy",
 ]
 
@@ -79,6 +81,17 @@ def lazy(
         return _ir.Tensor(np.ascontiguousarray(func(), dtype=dt.numpy()), name=name)
 
     return _ir.LazyTensor(compute, dt, _ir.Shape(tuple(int(d) for d in shape)), name=name)
+
+
+def source_files(model: _ir.Model) -> set[Path]:
+    """Return every file the model's file-slice tensors read (resolved paths)."""
+    found: set[Path] = set()
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            tensor = value.const_value
+            if isinstance(tensor, _ir.ExternalTensor):
+                found.add(Path(tensor.path).resolve())
+    return found
 
 
 def is_file_slice(tensor: object) -> bool:

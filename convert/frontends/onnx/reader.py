@@ -9,6 +9,7 @@ with an error that says which tensor and why.
 from __future__ import annotations
 
 import os
+import stat as _stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -93,19 +94,61 @@ def _check_external(path: Path, proto: onnx.ModelProto) -> None:
         if not target.exists():
             raise ir.ModelFormatError(f"{where}: its external data file '{location}' does not exist")
         stat = target.resolve().stat()
+        if not _stat.S_ISREG(stat.st_mode):
+            raise ir.ModelFormatError(
+                f"{where}: its external data '{location}' is not a regular file (a FIFO, device or folder). Refused."
+            )
         if stat.st_nlink > 1:
             raise ir.ModelFormatError(
                 f"{where}: external data file '{location}' has {stat.st_nlink} hard links, which the "
                 "IR refuses (a hard link can smuggle a file from outside the folder in). "
                 f"Copy it to break the link: cp --remove-destination \"$(readlink -f {location})\" {location}"
             )
-        offset = int(info.get("offset", 0) or 0)
-        length = info.get("length")
-        size = sizes.setdefault(target, stat.st_size)
-        if length is not None and offset + int(length) > size:
+        try:
+            offset = int(info.get("offset", 0) or 0)
+            length = None if info.get("length") in (None, "") else int(info["length"])
+        except ValueError:
             raise ir.ModelFormatError(
-                f"{where}: needs bytes {offset:,}..{offset + int(length):,} of '{location}', "
+                f"{where}: external data offset/length must be integers, got "
+                f"offset={info.get('offset')!r} length={info.get('length')!r}"
+            ) from None
+        if offset < 0 or (length is not None and length < 0):
+            raise ir.ModelFormatError(f"{where}: negative external data offset/length ({offset}, {length})")
+        size = sizes.setdefault(target, stat.st_size)
+        if length is None:
+            item = _FIXED_SIZE.get(tensor.data_type)
+            if item is not None:
+                length = item
+                for d in tensor.dims:
+                    length *= d
+        if length is not None and offset + length > size:
+            raise ir.ModelFormatError(
+                f"{where}: needs bytes {offset:,}..{offset + length:,} of '{location}', "
                 f"which has only {size:,} bytes. Is the data file truncated?"
+            )
+
+
+_FIXED_SIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 14: 8, 15: 16, 16: 2}
+
+
+def _check_tensors(path: Path, proto: onnx.ModelProto) -> None:
+    """Refuse tensors whose dims are negative or disagree with their stored bytes."""
+    for tensor in _tensors(proto.graph):
+        where = f"{path.name}: tensor '{tensor.name}'"
+        if any(d < 0 for d in tensor.dims):
+            raise ir.ModelFormatError(f"{where} has a negative dimension {list(tensor.dims)}. Is the file corrupt?")
+        if tensor.data_location == onnx.TensorProto.EXTERNAL or not tensor.HasField("raw_data"):
+            continue
+        size = _FIXED_SIZE.get(tensor.data_type)
+        if size is None:
+            continue
+        count = 1
+        for d in tensor.dims:
+            count *= d
+        if count * size != len(tensor.raw_data):
+            raise ir.ModelFormatError(
+                f"{where}: its dims {list(tensor.dims)} need {count * size:,} bytes but it stores "
+                f"{len(tensor.raw_data):,}. Is the file corrupt?"
             )
 
 
@@ -157,6 +200,7 @@ def read_onnx(paths: Sequence[Path], options: ir.Options) -> ir.Model:
         )
     path = Path(paths[0])
     proto = _load_proto(path)
+    _check_tensors(path, proto)
     _check_external(path, proto)
     unsupported = _unsupported(path, proto)
     if unsupported:

@@ -174,8 +174,16 @@ def read_separate(folder: Path, names: Sequence[str], vars_: Mapping[str, Var]) 
         ModelFormatError: a file is missing, truncated, or does not match the program.
     """
     records: dict[str, ParamRecord] = {}
+    base = folder.resolve()
     for index, pname in enumerate(names):
         path = folder / pname
+        # A parameter name is a file name inside the model's folder: '..', an absolute path or a
+        # symbolic link leading out would read (and copy into the output) a file from elsewhere.
+        if os.path.isabs(pname) or base not in path.resolve().parents:
+            raise ModelFormatError(
+                f"{folder}: parameter '{pname}' names a file outside the model's folder. Refused for safety: "
+                "per-parameter files must be plain names beside the program"
+            )
         if not path.is_file():
             raise ModelFormatError(f"{folder}: no params file for parameter '{pname}' (expected a combined "
                                    f".pdiparams or a file named '{pname}')")

@@ -216,3 +216,43 @@ def test_params_beyond_4_gib_use_64_bit_offsets(tmp_path: Path) -> None:
         pytest.skip("no sparse files here")
     assert recs["b.small"].offset > 2**32
     np.testing.assert_array_equal(slices(recs["b.small"]).numpy(), B)
+
+
+def test_parameter_name_leaving_the_folder_is_refused(tmp_path: Path) -> None:
+    """A per-parameter file named '../outside/secret_w' must not be read (its bytes would reach the output)."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret_w").write_bytes(record(W))
+    name = "../outside/secret_w"
+    ops = [SynthOp("conv2d", {"Input": ["x"], "Filter": [name]}, {"Output": ["conv.tmp_0"]},
+                   {"strides": [1, 1], "paddings": [1, 1]})]
+    path = write_program(folder / "inference.pdmodel", feeds={"x": ([-1, 3, 8, 8], "float32")}, ops=ops,
+                         fetches=["conv.tmp_0"], params={name: W},
+                         shapes={"conv.tmp_0": ([-1, 4, 8, 8], "float32")})
+    with pytest.raises(ModelFormatError, match="outside the model's folder"):
+        FRONTEND.load([path], Options())
+    cmd = [sys.executable, "-m", "convert", "paddle:onnx", str(folder), "-o", str(tmp_path / "o.onnx")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "outside the model's folder" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_prefix_form_through_the_cli(tmp_path: Path) -> None:
+    _conv_model(tmp_path / "m")
+    cmd = [sys.executable, "-m", "convert", "paddle:onnx", str(tmp_path / "m" / "inference"), "-o",
+           str(tmp_path / "o.onnx"), "--no-check"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "o.onnx").is_file()
+
+
+def test_output_over_the_params_file_is_refused(tmp_path: Path) -> None:
+    path = _conv_model(tmp_path / "m")
+    params = path.with_suffix(".pdiparams")
+    before = params.read_bytes()
+    cmd = [sys.executable, "-m", "convert", "paddle:onnx", str(tmp_path / "m"), "-o", str(params)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "refusing to write" in r.stderr, r.stderr
+    assert params.read_bytes() == before
