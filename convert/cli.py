@@ -362,8 +362,9 @@ def _convert_options(func):  # type: ignore[no-untyped-def]
                      help="Output path (a folder puts <stem><suffix> in it). Default: ./<stem><suffix>."),
         click.option("--from", "src_format", metavar="SRC", help="Source format, instead of a ROUTE."),
         click.option("--to", "dst_format", metavar="DST", help="Destination format, instead of a ROUTE."),
-        click.option("--opset", type=int, default=17, show_default=True,
-                     help="ONNX opset to write (13-21 tested); fails loudly if an op cannot be expressed."),
+        click.option("--opset", type=int, default=None,
+                     help="ONNX opset to write (13-21 tested); default: an ONNX source keeps its own opset, "
+                          "other sources get 17. Fails loudly if an op cannot be expressed."),
         click.option("--check/--no-check", default=True, show_default=True,
                      help="Run the parity check: source runtime vs converted model on the same inputs."),
         click.option("--tol", type=float, default=api.DEFAULT_TOL, show_default=True,

@@ -72,7 +72,7 @@ class Options:
     input_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     strict: bool = False
     dynamic_batch: bool = False
-    opset: int = 17
+    opset: int | None = None  # None: an ONNX source keeps its opset, other sources get 17
     external_data: bool | None = None
     extra: dict[str, object] = field(default_factory=dict)
     diagnostics: Diagnostics = field(default_factory=Diagnostics)

@@ -87,7 +87,8 @@ def save_onnx(model: ir.Model, path: Path, options: ir.Options) -> list[Path]:
         UnsupportedOpsError: ops that cannot be expressed at the requested opset.
         ExportError: the target folder is not writable, or the checker rejects the result.
     """
-    opset = int(options.opset)
+    # No --opset: keep the model's own (an ONNX source's; 17, the IR's canonical opset, otherwise).
+    opset = int(options.opset) if options.opset is not None else int(model.graph.opset_imports.get("", 17))
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ir.UsageError(f"--opset {opset} is out of range: this onnx supports {MIN_OPSET}..{MAX_OPSET}")
     adapt_opset(model, opset)

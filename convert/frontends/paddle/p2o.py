@@ -73,7 +73,7 @@ def load_via_paddle2onnx(paths: Sequence[Path], options: Options) -> Model:
         out = Path(tmp) / (files.program.stem + ".onnx")
         env = dict(os.environ, POLYGRAPHY_AUTOINSTALL_DEPS="0")
         cmd = [sys.executable, "-c", _CHILD, str(files.program), str(files.params), str(out),
-               str(int(options.opset))]
+               str(int(options.opset if options.opset is not None else 17))]
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace")
         except OSError as exc:
