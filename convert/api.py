@@ -196,7 +196,7 @@ def default_output(paths: Sequence[Path], ex: ir.ExporterSpec, out: PathLike | N
         target = Path.cwd() / (stem + ex.suffix)
     else:
         target = Path(out)
-        if target.is_dir():
+        if target.is_dir() or str(out).endswith(("/", os.sep)):  # `-o newdir/` names a folder, made if need be
             target = target / (stem + ex.suffix)
     if any(target.resolve() == p.resolve() for p in paths if p.exists()):
         raise ir.UsageError(f"the output {target} would overwrite the input; choose another path with -o")
@@ -294,6 +294,8 @@ def convert(
     refuse_overwrite(_files_read(paths, model), written_candidates(target, ex))
     ir.passes.standard_pipeline(fold_batchnorm=fold_batchnorm, validate=validate)(model)
     _check_export(ex, model, opts)
+    if out is not None and str(out).endswith(("/", os.sep)):  # `-o newdir/`: the user asked for a folder
+        target.parent.mkdir(parents=True, exist_ok=True)
     written = list(ex.save(model, target, opts))
     stats = ir.model_stats(model)
     result = ConversionResult(
@@ -308,6 +310,8 @@ def convert(
                                        inputs=feeds, seed=seed, source_runtime=src_runtime, tol=tol)
         except ir.ConvertError as exc:
             result.parity_error = f"the parity check failed to run: {exc}"
+    if result.report is not None:  # the report records the seed whenever the inputs were seeded
+        result.report.seed = seed if inputs is None else None
     result.seconds = time.perf_counter() - start
     result.notes = list(opts.diagnostics.notes)
     result.warnings = list(opts.diagnostics.warnings)

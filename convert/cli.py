@@ -349,7 +349,7 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
         verdict = (f"parity {'PASS' if result.report.passed else 'FAIL'} ({result.report.dest_device}"
                    + (f"; {notes} NOTE{'S' if notes > 1 else ''}: see above" if notes else "") + ")")
     status = "OK" if result.ok else "FAIL"
-    main_out = result.outputs[0] if result.outputs else "-"
+    main_out = " + ".join(str(p) for p in result.outputs) if result.outputs else "-"
     click.echo(f"{status} {result.route} | {result.nodes} nodes | {_human(result.params)} params | "
                f"{result.seconds:.1f} s | {main_out} | {verdict}")
     return 0 if result.ok else EXIT_PARITY
@@ -358,7 +358,7 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
 def _convert_options(func):  # type: ignore[no-untyped-def]
     opts = [
         click.argument("args", nargs=-1, required=True, metavar="ROUTE INPUT..."),
-        click.option("-o", "--output", type=click.Path(path_type=Path),
+        click.option("-o", "--output", type=click.Path(),
                      help="Output path (a folder puts <stem><suffix> in it). Default: ./<stem><suffix>."),
         click.option("--from", "src_format", metavar="SRC", help="Source format, instead of a ROUTE."),
         click.option("--to", "dst_format", metavar="DST", help="Destination format, instead of a ROUTE."),
@@ -426,7 +426,24 @@ def _guard(func, ctx: click.Context, debug: bool, **kw: object) -> None:  # type
     ctx.exit(code or 0)
 
 
-@cli.command("to", hidden=True, context_settings={"max_content_width": 100})
+class _ConvertContext(click.Context):
+    @property
+    def command_path(self) -> str:
+        """`convert`, not `convert to`: the internal command name never shows in messages."""
+        path = super().command_path
+        return path[: -len(" to")] if path.endswith(" to") else path
+
+
+class _ConvertCommand(click.Command):
+    """The conversion command: its usage line is the tool's own, not the internal name `to`."""
+
+    context_class = _ConvertContext
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage("convert", "ROUTE INPUT... [-o OUT] [OPTIONS]   (convert --help for more)")
+
+
+@cli.command("to", cls=_ConvertCommand, hidden=True, context_settings={"max_content_width": 100})
 @_convert_options
 @_common
 @click.pass_context

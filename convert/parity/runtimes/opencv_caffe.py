@@ -85,7 +85,12 @@ class OpenCVCaffeRuntime:
                 consumed[t] = False
                 writer[t] = (layer.name, i)
         self._outputs = [t for t in order if not consumed[t]]
-        self._pins = [writer[t] for t in self._outputs]
+        # OpenCV 4.x sometimes names a layer after its top instead of its own name (a one-layer net
+        # does): ask for the layer by the name OpenCV actually gave it.
+        self._pins = [
+            (layer, i) if self._net.getLayerId(layer) >= 0 or self._net.getLayerId(top) < 0 else (top, 0)
+            for top, (layer, i) in ((t, writer[t]) for t in self._outputs)
+        ]
 
     def inputs(self) -> Sequence[TensorSpec]:
         """Return the net's inputs."""
