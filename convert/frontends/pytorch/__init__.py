@@ -10,11 +10,12 @@ converter; an ExportedProgram is lowered as it is. One op table (``ops``) serves
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from convert.ir import FrontendSpec, Model, OpSupport, Options, OptionSpec, Unsupported, UsageError
+from convert.ir import FrontendSpec, Model, ModelFormatError, OpSupport, Options, OptionSpec, Unsupported, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -43,7 +44,16 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
         script_input_names,
         script_to_program,
     )
-    from .files import CHECKPOINT, EXPORTED_PROGRAM, TORCHSCRIPT, classify, load_checkpoint, traced_input_shapes
+    from .files import (
+        CHECKPOINT,
+        EXPORTED_PROGRAM,
+        TORCHSCRIPT,
+        check_archive,
+        check_pt2_payloads,
+        classify,
+        load_checkpoint,
+        traced_input_shapes,
+    )
 
     if not paths:
         raise UsageError("pytorch: no model file given")
@@ -53,12 +63,25 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
     source = path.name
     kind = classify(path)
     if kind == EXPORTED_PROGRAM:
-        program = torch.export.load(path)
+        check_pt2_payloads(path, trust=bool(options.get("trust_pickle", False)))
+        try:
+            program = torch.export.load(path)
+        except (RuntimeError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+            raise ModelFormatError(f"{source}: not a readable ExportedProgram ({type(exc).__name__}: "
+                                   f"{(str(exc).strip().splitlines() or [''])[0]})") from exc
         if options.input_shapes:
             options.diagnostics.note(f"{source}: --input-shape ignored, the ExportedProgram fixes its input shapes")
         return program, None, source
     if kind == TORCHSCRIPT:
-        script = torch.jit.load(path, map_location="cpu")  # type: ignore[no-untyped-call]
+        check_archive(path)
+        try:
+            script = torch.jit.load(path, map_location="cpu")  # type: ignore[no-untyped-call]
+        except RuntimeError as exc:
+            message = (str(exc).strip().splitlines() or [""])[0]
+            if "torchvision::" in str(exc):
+                raise UsageError(f"{source} uses torchvision's operators ({message}); install torchvision "
+                                 "matching your torch") from exc
+            raise ModelFormatError(f"{source}: not a readable TorchScript file ({message})") from exc
         if options.dynamic_batch:
             options.diagnostics.warn(f"--dynamic-batch: not supported for TorchScript files ({source}); "
                                      "the batch stays static. Save the model with torch.export instead")

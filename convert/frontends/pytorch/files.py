@@ -21,7 +21,8 @@ from convert.ir import ModelFormatError, Options, UsageError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["CHECKPOINT", "EXPORTED_PROGRAM", "TORCHSCRIPT", "classify", "load_checkpoint", "load_factory",
+__all__ = ["CHECKPOINT", "EXPORTED_PROGRAM", "TORCHSCRIPT", "check_archive", "check_pt2_payloads",
+           "classify", "load_checkpoint", "load_factory",
            "traced_input_shapes"]
 
 TORCHSCRIPT = "torchscript"
@@ -65,6 +66,88 @@ class _ShapesOnly(pickle.Unpickler):
 
     def persistent_load(self, pid: object) -> object:
         return None
+
+
+# An archive member that inflates past both bounds is an archive bomb, not a model part.
+_MAX_INFLATION = 200
+_MAX_SMALL_MEMBER = 256 * 2**20
+
+
+def check_archive(path: Path) -> None:
+    """Refuse a zip whose members inflate out of proportion (a 6 MB file expanding to gigabytes).
+
+    Raises:
+        ModelFormatError: naming the member and its sizes.
+    """
+    try:
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise ModelFormatError(f"{path.name}: not a readable zip archive ({exc})") from exc
+    for info in infos:
+        if info.file_size > _MAX_SMALL_MEMBER and info.file_size > _MAX_INFLATION * max(info.compress_size, 1):
+            raise ModelFormatError(
+                f"{path.name}: member '{info.filename}' inflates from {info.compress_size:,} to "
+                f"{info.file_size:,} bytes; refused as an archive bomb"
+            )
+
+
+_PAYLOAD_CONFIGS = ("/data/weights/model_weights_config.json", "/data/constants/model_constants_config.json")
+
+
+def _pickled_members(zf: zipfile.ZipFile) -> list[str]:
+    """The members of a .pt2 that torch.export.load unpickles (sample inputs, pickled weights/constants)."""
+    import json
+
+    names = zf.namelist()
+    found = [n for n in names if "/data/sample_inputs/" in n]
+    for name in names:
+        if not name.endswith(_PAYLOAD_CONFIGS):
+            continue
+        folder = name.rsplit("/", 1)[0]
+        try:
+            config = json.loads(zf.read(name)).get("config", {})
+        except (ValueError, AttributeError) as exc:
+            raise ModelFormatError(f"{name}: not a valid payload config ({exc})") from exc
+        for meta in config.values() if isinstance(config, dict) else ():
+            if not isinstance(meta, dict):
+                continue
+            constant = name.endswith("model_constants_config.json")
+            if meta.get("use_pickle") or (constant and not meta.get("tensor_meta")):
+                found.append(f"{folder}/{meta.get('path_name', '')}")
+    return found
+
+
+def check_pt2_payloads(path: Path, *, trust: bool) -> None:
+    """Refuse a .pt2 whose pickled members hold anything but tensors and plain data, unless trusted.
+
+    ``torch.export.load`` unpickles sample inputs and some weights with the full unpickler, which
+    runs code named in the file. Each such member must load with torch's weights-only unpickler.
+
+    Raises:
+        UsageError: a member needs the full unpickler and ``--trust-pickle`` was not given.
+    """
+    import io
+
+    import torch
+
+    check_archive(path)
+    if trust:
+        return
+    with zipfile.ZipFile(path) as zf:
+        for member in _pickled_members(zf):
+            try:
+                data = zf.read(member)
+            except KeyError:
+                continue  # torch.export.load reports missing members itself
+            try:
+                torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+            except Exception as exc:
+                raise UsageError(
+                    f"{path.name}: member '{member}' is a pickle that the safe (weights-only) unpickler refuses "
+                    f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}); loading it "
+                    "would run code from the file. If you trust the file, pass --trust-pickle"
+                ) from exc
 
 
 def traced_input_shapes(path: Path) -> list[tuple[int, ...]] | None:
