@@ -403,14 +403,18 @@ def prelu(node: Node, ctx: EmitContext) -> Emitted:
     shared = count == 1
     if not shared and (len(x) < 2 or count != x[1] or len(non1) != 1 or len(dims) - non1[0] != len(x) - 1):
         raise NotExpressible(f"slope of shape {dims} is not per-channel")
+    if shared and len(x) < 2:
+        raise NotExpressible("a shared slope needs a channel axis")
+    # A shared slope is written per channel (repeated): Caffe wants a 0-axis blob for channel_shared
+    # and aborts on a [1] blob, while OpenCV cannot load a 0-axis blob; C equal slopes load in both.
+    channels = x[1] if shared else count
     e = ctx.layer(
         node,
         "PReLU",
         [node.inputs[0]],
-        blobs=[_Deferred(lambda: np.asarray(slope.numpy(), np.float32).reshape(-1), (count,))],
+        blobs=[_Deferred(lambda: np.broadcast_to(np.asarray(slope.numpy(), np.float32).reshape(-1), (channels,))
+                         .copy(), (channels,))],
     )
-    if shared:
-        e.layer.prelu_param.channel_shared = True
     return e
 
 
