@@ -36,6 +36,11 @@ __all__ = [
 DEFAULT_ATOL = 1e-4
 DEFAULT_RTOL = 1e-3
 DEFAULT_TOL = 1e-4  # the verdict: max|ours - ref| / max|ref| per output
+# Sizes given to free dimensions when no --input-shape says otherwise (the table prints the shapes
+# used): batch 1, an image's height and width 224, any other free dimension 32. A size of 1 would
+# check a detector on a 1x1 image and a recogniser on a 1-pixel-wide line.
+FREE_SPATIAL = 224
+FREE_OTHER = 32
 
 
 def open_runtime(fmt: str, paths: Sequence[Path], options: Options) -> Runtime:
@@ -56,11 +61,16 @@ def _concrete_shape(spec: TensorSpec, options: Options) -> tuple[int, ...]:
     if spec.name in options.input_shapes:
         return tuple(options.input_shapes[spec.name])
     dims = []
-    for d in spec.shape:
-        if isinstance(d, int) and d >= 0:
+    rank = len(spec.shape)
+    for i, d in enumerate(spec.shape):
+        if isinstance(d, int) and d > 0:
             dims.append(d)
+        elif i == 0:
+            dims.append(1)  # batch
+        elif rank == 4 and i >= 2:
+            dims.append(FREE_SPATIAL)  # an image's free height/width
         else:
-            dims.append(1)
+            dims.append(FREE_OTHER)  # channels of unknown count, sequence lengths...
     return tuple(dims)
 
 

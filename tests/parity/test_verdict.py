@@ -101,3 +101,21 @@ def test_degenerate_reference_is_not_verified(tmp_path: Path) -> None:
     assert code == 1, text
     assert data["outputs"][0]["verdict"] == "NOT VERIFIED"
     assert "NOT VERIFIED" in text and "--inputs" in text
+
+
+def test_free_dimensions_get_realistic_sizes_and_are_reported(tmp_path: Path) -> None:
+    """No --input-shape: batch 1, free height/width 224 (not 1), and the shapes used are in the report."""
+    w = numpy_helper.from_array(np.random.default_rng(4).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, "H", "W"])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "a.onnx")
+    report = tmp_path / "r.json"
+    result = subprocess.run([sys.executable, "-m", "convert", "onnx:onnx", str(tmp_path / "a.onnx"), "-o",
+                             str(tmp_path / "b.onnx"), "--report", str(report)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(report.read_text())["inputs"] == {"x": [1, 3, 224, 224]}
+    assert "inputs: x 1x3x224x224" in result.stdout
