@@ -16,7 +16,7 @@ import onnx_ir as _ir
 from ..tensors import from_array
 from .base import Pass, PassResult
 
-__all__ = ["NEVER_FOLD", "FoldConstants", "run_reference"]
+__all__ = ["NEVER_FOLD", "FoldConstants", "replace_by_constants", "run_reference"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,14 +53,8 @@ class FoldConstants(Pass):
             results = self._evaluate(node, opset)
             if results is None:
                 continue
-            for out, arr in zip(node.outputs, results, strict=True):
-                name = out.name or "folded"
-                const = _ir.Value(name=name + "__c", shape=_ir.Shape(arr.shape),
-                                  type=_ir.TensorType(_ir.DataType.from_numpy(arr.dtype)),
-                                  const_value=from_array(arr, name=name + "__c"))
-                graph.register_initializer(const)
-                _ir.convenience.replace_all_uses_with(out, const)
-            graph.remove(node, safe=True)
+            replace_by_constants(graph, node, [from_array(arr, name=(out.name or "folded") + "__c")
+                                               for out, arr in zip(node.outputs, results, strict=True)])
             folded += 1
         if folded:
             logger.debug("folded %d constant nodes", folded)
@@ -105,6 +99,16 @@ class FoldConstants(Pass):
         if any(r.nbytes > self.max_bytes or r.dtype == object for r in results):
             return None
         return results
+
+
+def replace_by_constants(graph: _ir.Graph, node: _ir.Node, tensors: list[_ir.TensorProtocol]) -> None:
+    """Replace ``node`` by one initializer per output, holding ``tensors`` (named after them)."""
+    for out, tensor in zip(node.outputs, tensors, strict=True):
+        const = _ir.Value(name=tensor.name, shape=_ir.Shape(tensor.shape), type=_ir.TensorType(tensor.dtype),
+                          const_value=tensor)
+        graph.register_initializer(const)
+        _ir.convenience.replace_all_uses_with(out, const)
+    graph.remove(node, safe=True)
 
 
 def run_reference(proto: object, n_outputs: int, arrays: list[np.ndarray | None], opset: int) -> list[np.ndarray]:

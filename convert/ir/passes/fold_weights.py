@@ -22,7 +22,7 @@ import onnx_ir as _ir
 
 from ..tensors import lazy
 from .base import Pass, PassResult
-from .fold_constants import NEVER_FOLD, run_reference
+from .fold_constants import NEVER_FOLD, replace_by_constants, run_reference
 
 __all__ = ["FoldWeights"]
 
@@ -53,15 +53,10 @@ class FoldWeights(Pass):
             shapes = [_static_shape(o) for o in node.outputs]
             if any(s is None for s in shapes):
                 continue
-            for index, (out, shape) in enumerate(zip(node.outputs, shapes, strict=True)):
-                assert shape is not None and out.dtype is not None  # checked above
-                name = (out.name or "folded") + "__w"
-                tensor = lazy(_Evaluate(node, index, opset), out.dtype, shape, name=name)
-                const = _ir.Value(name=name, shape=_ir.Shape(shape), type=_ir.TensorType(out.dtype),
-                                  const_value=tensor)
-                graph.register_initializer(const)
-                _ir.convenience.replace_all_uses_with(out, const)
-            graph.remove(node, safe=True)
+            tensors = [lazy(_Evaluate(node, index, opset), out.dtype, shape, name=(out.name or "folded") + "__w")
+                       for index, (out, shape) in enumerate(zip(node.outputs, shapes, strict=True))
+                       if shape is not None and out.dtype is not None]  # all are: checked above
+            replace_by_constants(graph, node, tensors)
             folded += 1
         if folded:
             logger.debug("folded %d constant nodes into lazy weights", folded)
