@@ -41,13 +41,14 @@ class OutputResult:
     note: str = ""
     allclose_bad: int = 0
     degenerate: bool = False
+    differs: bool = False  # clearly different whatever the reference's spread (shape, NaN, error)
 
     @property
     def verdict(self) -> str:
-        """PASS, FAIL, or NOT VERIFIED (a degenerate reference)."""
-        if self.degenerate and self.rel_to_scale != math.inf and not self.note.startswith("NaN"):
-            return "NOT VERIFIED"
-        return "PASS" if self.passed else "FAIL"
+        """PASS, FAIL, or NOT VERIFIED (a degenerate reference on which both sides agree)."""
+        if self.passed:
+            return "PASS"
+        return "NOT VERIFIED" if self.degenerate and not self.differs else "FAIL"
 
 
 @dataclass(slots=True)
@@ -140,7 +141,7 @@ def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol
             note = f"reshaped from {got.shape}"
         else:
             return OutputResult(name, ref_name, tuple(got.shape), math.inf, math.inf, math.inf, 0.0, 0.0, 0.0,
-                                False, f"shape {tuple(got.shape)} != reference {tuple(ref.shape)}")
+                                False, f"shape {tuple(got.shape)} != reference {tuple(ref.shape)}", differs=True)
     else:
         note = ""
     if ref.dtype.kind in "biu" and got.dtype.kind in "biu":
@@ -164,13 +165,14 @@ def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol
     allclose_bad = int(np.count_nonzero(diff > atol + rtol * np.abs(np.where(finite, r64, 0.0))))
     std = float(rf.std()) if rf.size else 0.0
     degenerate = scale < 1e-6 or std <= 1e-6 * scale
-    passed = (not nan_mismatch) and rel_to_scale <= tol and not degenerate
+    within = rel_to_scale <= tol or (scale < 1e-6 and max_abs <= atol)  # near-zero outputs: absolute error
+    passed = (not nan_mismatch) and within and not degenerate
     if nan_mismatch:
         note = "NaN where the reference has none"
     elif degenerate:
         note = (note + "; " if note else "") + "reference is degenerate (near zero or constant)"
     return OutputResult(name, ref_name, tuple(ref.shape), max_abs, max_rel, rel_to_scale, cosine, scale, std,
-                        passed, note, allclose_bad, degenerate)
+                        passed, note, allclose_bad, degenerate, nan_mismatch or not within)
 
 
 def compare_outputs(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], *,

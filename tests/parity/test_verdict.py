@@ -119,3 +119,13 @@ def test_free_dimensions_get_realistic_sizes_and_are_reported(tmp_path: Path) ->
     assert result.returncode == 0, result.stderr
     assert json.loads(report.read_text())["inputs"] == {"x": [1, 3, 224, 224]}
     assert "inputs: x 1x3x224x224" in result.stdout
+
+
+def test_degenerate_reference_with_a_clear_difference_fails(tmp_path: Path) -> None:
+    """A constant reference proves nothing when both agree, but a converted output 20% off is a FAIL."""
+    w = np.zeros((8, 16), np.float32)
+    _mlp(tmp_path / "a.onnx", w, np.full(8, 0.5, np.float32))
+    _mlp(tmp_path / "b.onnx", w, np.full(8, 0.6, np.float32))
+    code, data, text = _check(tmp_path / "a.onnx", tmp_path / "b.onnx", tmp_path)
+    assert code == 1, text
+    assert data["outputs"][0]["verdict"] == "FAIL"
