@@ -419,6 +419,7 @@ def open_runtime(paths: Sequence[Path], options: Options) -> _Base:
     runtime: _Base
     if choice == "libdarknet" or (not choice and cfg_kind == "ambiguous" and find_libdarknet() is not None):
         runtime = DarknetLib(cfg, weights, options)
+        runtime.notes = []
         if converted != "original":
             runtime.notes = [
                 "lineage NOT VERIFIED: libdarknet is pjreddie's original Darknet, whose batch norm divides by "
