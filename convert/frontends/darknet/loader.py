@@ -143,6 +143,11 @@ def check_support(paths: Sequence[Path], options: Options) -> list[Unsupported]:
     return _gaps(parse_cfg(cfg))
 
 
+# Sanity limits on the input: a corrupt cfg (width=1000000000) must be one line, not a MemoryError.
+MAX_SIDE = 16384
+MAX_CHANNELS = 65536
+
+
 def _input_shape(net: Section, options: Options) -> tuple[int, int, int]:
     c = net.int("channels", 3)
     h = net.int("height", 0)
@@ -157,6 +162,9 @@ def _input_shape(net: Section, options: Options) -> tuple[int, int, int]:
             return net.int("inputs", 0), 1, 1
         raise ModelFormatError(f"{net.where}: [net] needs positive width, height and channels "
                                f"(found {w}x{h}x{c}). Set them in the cfg or pass --input-shape.")
+    if max(h, w) > MAX_SIDE or c > MAX_CHANNELS:
+        raise ModelFormatError(f"{net.where}: [net] input {w}x{h}x{c} is beyond any network's size (width and "
+                               f"height at most {MAX_SIDE}, channels at most {MAX_CHANNELS}). Is the cfg corrupt?")
     return c, h, w
 
 

@@ -150,3 +150,17 @@ def test_cli_exits_2_and_writes_nothing(case: str, tmp_path: Path) -> None:
     assert "net.cfg" in proc.stderr
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.cfg", "net.weights"]
+
+
+@pytest.mark.parametrize("option", ["width=1000000000", "height=100000", "channels=10000000"])
+def test_absurd_input_size_is_one_line(tmp_path: Path, option: str) -> None:
+    """A corrupt [net] size must not reach a MemoryError (with --decode it used to)."""
+    key = option.split("=")[0]
+    text = (ROOT / "models" / "darknet" / "yolov4-tiny.cfg").read_text()
+    lines = [option if ln.strip().startswith(f"{key}=") else ln for ln in text.splitlines()]
+    cfg = tmp_path / "huge.cfg"
+    cfg.write_text("\n".join(lines) + "\n")
+    result = subprocess.run([sys.executable, "-m", "convert", "darknet:onnx", str(cfg), "--random-weights", "--decode",
+                             "-o", str(tmp_path / "o.onnx")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "beyond any network's size" in result.stderr and "Traceback" not in result.stderr
