@@ -183,11 +183,25 @@ _note("LRN", "LRN")
 
 @EMITTERS.register("Softmax")
 def softmax(node: Node, ctx: EmitContext) -> Emitted:
-    """Softmax(axis) -> Softmax axis."""
-    rank = len(ctx.shape(node.inputs[0]))
-    axis = _int(node, "axis", -1)
+    """Softmax(axis) -> Softmax axis.
+
+    Before opset 13 ONNX's Softmax flattens the input to 2-D at ``axis`` (default 1) and normalises
+    over everything from ``axis`` on; Caffe's normalises over ``axis`` alone. The two agree when the
+    dimensions after ``axis`` are all 1 (a classifier's [N, C, 1, 1] scores), which needs the shape.
+    """
+    x = ctx.shape(node.inputs[0])
+    rank = len(x)
+    opset = node.version or ctx.graph.opset_imports.get("", ctx.graph.opset_imports.get("ai.onnx", 13))
+    old = opset < 13
+    axis = _int(node, "axis", 1 if old else -1)
+    axis = axis + rank if axis < 0 else axis
+    if old and any(d != 1 for d in x[axis + 1:]):
+        raise NotExpressible(
+            f"Softmax at opset {opset} normalises over dims {list(range(axis, rank))} of {list(x)} together; "
+            "Caffe's Softmax normalises over one axis only"
+        )
     e = ctx.layer(node, "Softmax", [node.inputs[0]])
-    e.layer.softmax_param.axis = axis + rank if axis < 0 else axis
+    e.layer.softmax_param.axis = axis
     return e
 
 

@@ -207,6 +207,7 @@ def read_onnx(paths: Sequence[Path], options: ir.Options) -> ir.Model:
         raise ir.UnsupportedOpsError(path.name, unsupported, hint="Run `convert ops onnx` for what is supported.")
     model = ir.from_proto(proto, path.parent.resolve())
     del proto
+    _weights_are_not_inputs(model)
     source = path.name
     for node in model.graph.all_nodes():
         if not node.metadata_props.get("convert:source_file"):
@@ -215,12 +216,32 @@ def read_onnx(paths: Sequence[Path], options: ir.Options) -> ir.Model:
     return model
 
 
+def _weights_are_not_inputs(model: ir.Model) -> None:
+    """Drop main-graph inputs that have an initializer: they are weights, not runtime inputs.
+
+    IR version 3 required every initializer to be listed as a graph input too (the early model-zoo
+    files), and exporters asked to ``keep_initializers_as_inputs`` still write that layout. Left as
+    inputs, shape inference treats them as unknown runtime tensors and the converted model and the
+    parity check would take every weight as an input. (IR >= 4 gives such an input a meaning, "a
+    default the caller may override"; no model this toolkit converts relies on overriding a weight.)
+    """
+    graph = model.graph
+    for i in reversed(range(len(graph.inputs))):
+        if graph.inputs[i].is_initializer():
+            graph.inputs.pop(i)  # pop(): slice deletion leaves values marked as inputs
+
+
 def _apply_input_shapes(model: ir.Model, options: ir.Options) -> None:
     if not options.input_shapes:
         return
     by_name = {v.name: v for v in model.graph.inputs}
     for name, shape in options.input_shapes.items():
         value = by_name.get(name)
+        if value is None and name in model.graph.initializers:
+            raise ir.UsageError(
+                f"--input-shape names '{name}', a weight (initializer) of the model, not a runtime input; "
+                f"inputs: {', '.join(by_name) or '(none)'}"
+            )
         if value is None:
             raise ir.UsageError(
                 f"--input-shape names '{name}', which is not an input; inputs: {', '.join(by_name)}"

@@ -84,7 +84,8 @@ def squeezenet(opset: int, x_shape: list[object] | None = None) -> onnx.ModelPro
     x = b.op("Dropout", [x], ratio=0.5)
     x = b.conv(x, 32, 10, 1)
     x = b.op("GlobalAveragePool", [x])
-    return b.model(x_shape or [1, 3, 64, 64], b.op("Flatten", [x]), opset)
+    # As the zoo's SqueezeNet ends: Softmax on the [N, C, 1, 1] scores with the pre-13 default axis 1.
+    return b.model(x_shape or [1, 3, 64, 64], b.op("Softmax", [x]), opset)
 
 
 def vgg(opset: int, x_shape: list[object] | None = None) -> onnx.ModelProto:
@@ -218,3 +219,41 @@ def test_unknown_input_shape_is_refused_then_converts_with_input_shape(tmp_path:
     assert result.returncode == 0, result.stderr
     assert "PASS" in result.stdout
     assert (tmp_path / "vgg.prototxt").read_text().count("round_mode: FLOOR") == 3
+
+
+@pytest.mark.parametrize("opset", [7, 9])
+def test_weights_listed_as_inputs_are_constants_not_inputs(tmp_path: Path, opset: int) -> None:
+    """Initializers listed as graph inputs are weights: neither output file nor the parity check takes them."""
+    model = resnet(opset)
+    assert len(model.graph.input) > 1 + len(model.graph.initializer) // 2
+    src = tmp_path / "resnet.onnx"
+    onnx.save(model, src)
+    result = _convert(src, tmp_path / "resnet.prototxt")
+    assert result.returncode == 0, result.stderr
+    assert "inputs: x 1x3x54x54" in result.stdout  # the parity check fed one input
+    text = (tmp_path / "resnet.prototxt").read_text()
+    assert text.count('type: "Input"') == 1
+    out = tmp_path / "resnet2.onnx"
+    result = subprocess.run([sys.executable, "-m", "convert", "onnx:onnx", str(src), "-o", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert [i.name for i in onnx.load(out).graph.input] == ["x"]
+    assert [i.name for i in ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).get_inputs()] == ["x"]
+
+    result = _convert(src, tmp_path / "w.prototxt", "--input-shape", f"{model.graph.initializer[0].name}=1,2")
+    assert result.returncode == 2
+    assert "weight (initializer)" in result.stderr and "inputs: x" in result.stderr
+
+
+def test_old_softmax_over_several_axes_is_refused(tmp_path: Path) -> None:
+    """Softmax before opset 13 normalises over every dim from its axis on; Caffe's over one axis only."""
+    b = _Net(6)
+    x = b.conv("x", 3, 4, 3, pad=1)
+    model = b.model([1, 3, 8, 8], b.op("Softmax", [x]), 9)
+    src = tmp_path / "sm.onnx"
+    onnx.save(model, src)
+    result = _convert(src, tmp_path / "sm.prototxt")
+    assert result.returncode == 2, result.stdout
+    assert "Softmax" in result.stderr and "normalises over one axis only" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == [src]
