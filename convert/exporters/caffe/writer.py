@@ -38,6 +38,7 @@ from .decompose import DecomposeBoundedActivations
 from .flavor import Flavor, flavor
 from .layers import CAFFE_DOMAIN, EMITTERS
 from .legalize import LegalizeForCaffe
+from .old_opsets import AttributesToInputs
 
 if TYPE_CHECKING:
     from convert._proto import caffe_pb2
@@ -80,6 +81,7 @@ def _prepare(model: Model, flav: Flavor) -> Model:
     # of an initializer, as old ONNX files have) becomes a lazy constant, evaluated when written.
     if passes.FoldWeights()(model).modified:
         passes.EliminateDeadCode()(model)
+    AttributesToInputs()(model)  # Clip/Pad/Slice of opsets < 10/11 in the form the emitters read
     DecomposeBoundedActivations(flav)(model)
     LegalizeForCaffe()(model)
     return model

@@ -257,3 +257,35 @@ def test_old_softmax_over_several_axes_is_refused(tmp_path: Path) -> None:
     assert "Softmax" in result.stderr and "normalises over one axis only" in result.stderr
     assert "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == [src]
+
+
+def mobilenet(opset: int, x_shape: list[object] | None = None) -> onnx.ModelProto:
+    """Pre-opset-11 operand attributes: Clip(0, 6) bounds, Pad pads, Slice starts/ends/axes."""
+    b = _Net(7)
+    x = b.conv("x", 3, 8, 3, stride=2, pad=1, relu=False)  # 30 -> 15
+    x = b.op("Clip", [x], min=0.0, max=6.0)
+    dw = b.op("Conv", [x, b.weight((8, 1, 3, 3)), b.weight((8,), 0.1)], kernel_shape=[3, 3], pads=[1] * 4, group=8)
+    x = b.op("Clip", [dw], min=-1.0, max=4.0)
+    x = b.op("Slice", [x], starts=[0, 1], ends=[1000, 13], axes=[1, 2])  # channels 0..7, rows 1..12
+    x = b.op("Pad", [x], pads=[0, 0, 1, 1, 0, 0, 1, 1], mode="constant")
+    x = b.op("AveragePool", [x], kernel_shape=[3, 3], strides=[2, 2])  # 14x17 -> 6x8 (ceil: 7x8)
+    x = b.op("Flatten", [x])
+    return b.model(x_shape or [1, 3, 30, 30], b.op("Gemm", [x, b.weight((10, 8 * 6 * 8)), b.weight((10,), 0.1)],
+                                                  transB=1), opset)
+
+
+@pytest.mark.parametrize("opset", [7, 8, 9])
+@pytest.mark.parametrize("flavor", ["bvlc", "ssd"])
+def test_attribute_operands_of_old_opsets(tmp_path: Path, opset: int, flavor: str) -> None:
+    model = mobilenet(opset)
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    result = _convert(src, tmp_path / "m.prototxt", "--caffe-flavor", flavor)
+    assert result.returncode == 0, result.stderr
+    assert "PASS" in result.stdout
+    x = np.random.default_rng(8).standard_normal([1, 3, 30, 30]).astype(np.float32)
+    ref = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0].reshape(-1)
+    assert float(ref.max() - ref.min()) > MIN_SPREAD * float(np.abs(ref).max()), "degenerate reference"
+    if flavor == "ssd":
+        err = float(np.abs(_opencv(tmp_path / "m.prototxt", x) - ref).max() / np.abs(ref).max())
+        assert err <= BOUND, f"opset {opset}: max error {err:.2e} of the output's scale"
