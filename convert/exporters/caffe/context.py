@@ -118,23 +118,35 @@ class EmitContext:
         return name
 
     # -- values -------------------------------------------------------------------------------
-    @staticmethod
-    def shape(value: Value | None) -> tuple[int, ...]:
+    def shape(self, value: Value | None) -> tuple[int, ...]:
         """Return the static shape of ``value``; NotExpressible when unknown."""
         if value is None or value.shape is None:
             raise NotExpressible(
                 f"the shape of '{getattr(value, 'name', None) or 'its input'}' is unknown and Caffe layers are "
-                "sized from it; give the model's input shape with --input-shape NAME=1,3,224,224"
+                f"sized from it; give the model's input shape with {self.input_shape_hint()}"
             )
         dims = []
         for d in value.shape:
             if not isinstance(d, int):
                 raise NotExpressible(
                     f"'{value.name}' has a symbolic dimension ({d}); Caffe needs static shapes: "
-                    "fix it with --input-shape NAME=1,3,224,224"
+                    f"fix it with {self.input_shape_hint()}"
                 )
             dims.append(int(d))
         return tuple(dims)
+
+    def input_shape_hint(self) -> str:
+        """Return ``--input-shape NAME=...`` for each runtime input whose shape is not static."""
+        hints = []
+        for v in self.graph.inputs:
+            if v.is_initializer():
+                continue
+            dims = list(v.shape) if v.shape is not None else None
+            if dims is not None and all(isinstance(d, int) for d in dims):
+                continue
+            shown = ",".join(str(d) if isinstance(d, int) else "?" for d in dims) if dims else "1,3,224,224"
+            hints.append(f"--input-shape {v.name}={shown}")
+        return " ".join(hints) if hints else "--input-shape NAME=1,3,224,224"
 
     @staticmethod
     def const(value: Value | None) -> TensorProtocol | None:

@@ -192,7 +192,16 @@ def _pool(node: Node, ctx: EmitContext, method: int, *, caffe_divisor: bool = Fa
         caffe_pool_size(x[2 + i], (kh, kw)[i], (sh, sw)[i], (ph, pw)[i], False, any_pad) == want[i] for i in range(2)
     )
     if not (ceil_ok or floor_ok):
-        raise NotExpressible(f"no Caffe rounding gives the output size {list(want)} with pads ({ph}, {pw})")
+        sizes = {
+            mode: [caffe_pool_size(x[2 + i], (kh, kw)[i], (sh, sw)[i], (ph, pw)[i], mode == "ceil", any_pad)
+                   for i in range(2)]
+            for mode in ("ceil", "floor")
+        }
+        raise NotExpressible(
+            f"its output is {list(want)} from {list(x[2:])} (kernel {[kh, kw]}, stride {[sh, sw]}, pads {pads}), but "
+            f"Caffe, which pads symmetrically (pad ({ph}, {pw})), gives {sizes['ceil']} rounding up and "
+            f"{sizes['floor']} rounding down: no Caffe rounding reproduces it"
+        )
     if method == 1 and not caffe_divisor:
         overhang = any((want[i] - 1) * (sh, sw)[i] + (kh, kw)[i] > x[2 + i] + 2 * (ph, pw)[i] for i in range(2))
         include = _int(node, "count_include_pad", 0)

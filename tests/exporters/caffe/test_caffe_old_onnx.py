@@ -289,3 +289,23 @@ def test_attribute_operands_of_old_opsets(tmp_path: Path, opset: int, flavor: st
     if flavor == "ssd":
         err = float(np.abs(_opencv(tmp_path / "m.prototxt", x) - ref).max() / np.abs(ref).max())
         assert err <= BOUND, f"opset {opset}: max error {err:.2e} of the output's scale"
+
+
+@pytest.mark.parametrize("op", ["AveragePool", "MaxPool"])
+def test_pool_size_no_caffe_rounding_gives_is_refused(tmp_path: Path, op: str) -> None:
+    """End-only pads: ONNX gives 10 from 10 (kernel 3, stride 1, pads 0/2); Caffe's symmetric pad 0 gives 8."""
+    b = _Net(9)
+    x = b.conv("x", 3, 4, 1)
+    attrs = {"count_include_pad": 1} if op == "AveragePool" else {}
+    x = b.op(op, [x], kernel_shape=[3, 3], strides=[1, 1], pads=[0, 0, 2, 2], **attrs)
+    model = b.model([1, 3, 10, 10], b.op("Flatten", [x]), 9)
+    src = tmp_path / "p.onnx"
+    onnx.save(model, src)
+    assert ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.zeros((1, 3, 10, 10), np.float32)})[0].shape == (1, 4 * 10 * 10)
+    result = _convert(src, tmp_path / "p.prototxt")
+    assert result.returncode == 2, result.stdout
+    assert "Traceback" not in result.stderr
+    assert f"({op})" in result.stderr and "no Caffe rounding reproduces it" in result.stderr
+    assert "[10, 10] from [10, 10]" in result.stderr and "[8, 8] rounding up" in result.stderr
+    assert list(tmp_path.iterdir()) == [src]
