@@ -103,14 +103,14 @@ def load(src: Sources, *, format: str | None = None, **options: object) -> ir.Mo
     return _load(fe, paths, opts)
 
 
-def _exists(p: Path) -> bool:
+def exists_or_prefix(p: Path) -> bool:
     """A file, a folder, or a prefix naming files (Paddle's inference/model for model.json + .pdiparams)."""
     return p.exists() or any(p.parent.glob(p.name + ".*"))
 
 
 def _load(fe: ir.FrontendSpec, paths: Sequence[Path], opts: ir.Options) -> ir.Model:
     for p in paths:
-        if not _exists(p):
+        if not exists_or_prefix(p):
             raise ir.UsageError(f"{p}: no such file or folder")
     if fe.check_support is not None:
         gaps = list(fe.check_support(paths, opts))
@@ -340,7 +340,7 @@ def verify(
         specs.append(formats.exporter(dfmt))
     opts = make_options(specs, options)
     for p in [*src_paths, *dst_paths]:
-        if not _exists(p):
+        if not exists_or_prefix(p):
             raise ir.UsageError(f"{p}: no such file or folder")
     feeds = Path(inputs) if isinstance(inputs, (str, Path)) else inputs
     return run_parity(fmt, src_paths, dfmt, dst_paths, options=opts, atol=atol, rtol=rtol, inputs=feeds, seed=seed,

@@ -285,7 +285,7 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
     paths = [Path(p) for p in inputs]
     for p in paths:
         # A prefix (Paddle's inference/model for model.json + model.pdiparams) names no file itself.
-        if not p.exists() and not any(p.parent.glob(p.name + ".*")):
+        if not api.exists_or_prefix(p):
             raise ir.UsageError(f"{p}: no such file or folder (nor files named {p.name}.*)")
     progress = _Progress(sys.stderr.isatty() and not kw["quiet"])
     options: dict[str, object] = {

@@ -116,11 +116,7 @@ def _check_external(path: Path, proto: onnx.ModelProto) -> None:
             raise ir.ModelFormatError(f"{where}: negative external data offset/length ({offset}, {length})")
         size = sizes.setdefault(target, stat.st_size)
         if length is None:
-            item = _FIXED_SIZE.get(tensor.data_type)
-            if item is not None:
-                length = item
-                for d in tensor.dims:
-                    length *= d
+            length = _expected_bytes(tensor)
         if length is not None and offset + length > size:
             raise ir.ModelFormatError(
                 f"{where}: needs bytes {offset:,}..{offset + length:,} of '{location}', "
@@ -128,7 +124,16 @@ def _check_external(path: Path, proto: onnx.ModelProto) -> None:
             )
 
 
-_FIXED_SIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 14: 8, 15: 16, 16: 2}
+def _expected_bytes(tensor: onnx.TensorProto) -> int | None:
+    """Bytes the tensor's dims need in raw form (packed 4-bit types included); None for strings."""
+    try:
+        bits = ir.DataType(tensor.data_type).bitwidth
+    except (ValueError, TypeError):  # STRING, UNDEFINED, or a type this onnx_ir does not know
+        return None
+    count = 1
+    for d in tensor.dims:
+        count *= d
+    return (count * bits + 7) // 8
 
 
 def _check_tensors(path: Path, proto: onnx.ModelProto) -> None:
@@ -139,15 +144,10 @@ def _check_tensors(path: Path, proto: onnx.ModelProto) -> None:
             raise ir.ModelFormatError(f"{where} has a negative dimension {list(tensor.dims)}. Is the file corrupt?")
         if tensor.data_location == onnx.TensorProto.EXTERNAL or not tensor.HasField("raw_data"):
             continue
-        size = _FIXED_SIZE.get(tensor.data_type)
-        if size is None:
-            continue
-        count = 1
-        for d in tensor.dims:
-            count *= d
-        if count * size != len(tensor.raw_data):
+        need = _expected_bytes(tensor)
+        if need is not None and need != len(tensor.raw_data):
             raise ir.ModelFormatError(
-                f"{where}: its dims {list(tensor.dims)} need {count * size:,} bytes but it stores "
+                f"{where}: its dims {list(tensor.dims)} need {need:,} bytes but it stores "
                 f"{len(tensor.raw_data):,}. Is the file corrupt?"
             )
 
