@@ -18,7 +18,8 @@ from convert.formats import normalize, runtime_module
 from convert.ir import ConvertError, ModelFormatError, Options, UsageError
 
 from .compare import OutputResult, ParityReport, compare_one, compare_outputs, match_outputs
-from .locate import Location, locate
+from .locate import Location
+from .locate import locate as locate_layers
 from .runtime import Runtime, TensorSpec
 
 __all__ = [
@@ -213,10 +214,8 @@ def _locate(source_format: str, source_paths: Sequence[Path], dest_format: str, 
             tol: float) -> Location:
     """Run the localisation; a failure there is reported in the location, never in place of the verdict."""
     try:
-        return locate(source_format, source_paths, dest_format, dest_paths, src, feeds, dst_feeds, options, tol)
-    except Exception as exc:
-        if options.get("debug"):
-            raise
+        return locate_layers(source_format, source_paths, dest_format, dest_paths, src, feeds, dst_feeds, options, tol)
+    except Exception as exc:  # the verdict stands; --debug logs the traceback
         logger.debug("localisation failed", exc_info=True)
         first = (str(exc).strip().splitlines() or [""])[0]
         return Location(tol=tol, unavailable=f"the layer-by-layer run failed ({type(exc).__name__}: {first})")

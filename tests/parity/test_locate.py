@@ -254,3 +254,34 @@ def test_paddle_source_says_localisation_is_unavailable(tmp_path: Path) -> None:
 
     loc = locate("paddle", [], "onnx", [], None, {}, {}, Options(), 1e-4)  # type: ignore[arg-type]
     assert loc.unavailable and "paddle" in loc.lines()[0]
+
+
+def test_gradual_float_rounding_is_not_named_a_jump_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The naming rule: over tol *and* 10x every earlier layer's error (errors built here, by hand)."""
+    from convert.ir import Options
+    from convert.parity import locate as loc_mod
+
+    rng = np.random.default_rng(0)
+    ref = {f"l{i}": [rng.standard_normal((1, 8, 4, 4)).astype(np.float32)] for i in range(6)}
+    errors = [1e-6, 3e-5, 8e-5, 1.3e-4, 2e-4, 1e-2]  # rounding grows past tol at l3; l5 jumps
+    got = {k: (f"'{k}'", [v[0] + np.float32(e) * np.abs(v[0]).max() * np.sign(rng.standard_normal(v[0].shape))
+                         .astype(np.float32)]) for (k, v), e in zip(ref.items(), errors, strict=True)}
+    monkeypatch.setitem(loc_mod._SOURCES, "onnx", lambda *a: ref)
+    monkeypatch.setitem(loc_mod._DESTS, "caffe", lambda *a: got)
+    result = loc_mod.locate("onnx", [], "caffe", [], None, {}, {}, Options(), 1e-4)  # type: ignore[arg-type]
+    assert result.first_bad is not None and result.first_bad.key == "l5", result.lines()
+    got.pop("l5")
+    result = loc_mod.locate("onnx", [], "caffe", [], None, {}, {}, Options(), 1e-4)  # type: ignore[arg-type]
+    assert result.first_bad is None and "grows gradually" in result.lines()[0]
+
+
+def test_in_memory_module_is_localised(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(REPO / "models/pytorch"))
+    try:
+        from nets import build
+    finally:
+        sys.path.pop(0)
+    result = api.convert(build("resnet"), torch.randn(1, 3, 64, 64), to="onnx", out=tmp_path / "m.onnx", locate=True)
+    assert result.report is not None and result.report.location is not None
+    _assert_clean(result.report)
