@@ -417,6 +417,59 @@ def test_torchvision_family_block(name: str, tmp_path: Path) -> None:
         assert rel_to_scale(ours, module(x).numpy()) <= REL_TO_SCALE
 
 
+class _FastMHA(nn.Module):
+    """nn.MultiheadAttention's weights through its fused inference kernel, called by name."""
+
+    def __init__(self, need_weights: bool) -> None:
+        super().__init__()
+        self.mha = nn.MultiheadAttention(16, 4, batch_first=True)
+        self.need_weights = need_weights
+
+    def forward(self, x: torch.Tensor, pad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        m = self.mha
+        mask = pad[:, 0, 0] > 0.5  # [B, S] key padding, True = ignore
+        out, weights = torch._native_multi_head_attention(
+            x, x, x, 16, 4, m.in_proj_weight, m.in_proj_bias, m.out_proj.weight, m.out_proj.bias,
+            mask, self.need_weights, True, 1)
+        return (out, weights) if self.need_weights else (out, out.sum(-1))
+
+
+@pytest.mark.parametrize("need_weights", [True, False], ids=["weights", "no_weights"])
+def test_native_multi_head_attention(need_weights: bool, tmp_path: Path) -> None:
+    """The fused MHA kernel (torchvision ViT's eval fast path) matches eager and nn.MultiheadAttention."""
+    from convert.frontends.pytorch import load_module
+
+    torch.manual_seed(0)
+    module = _FastMHA(need_weights).eval()
+    gen = torch.Generator().manual_seed(1)
+    xs = (torch.randn(2, 5, 16, generator=gen), torch.rand(2, 1, 1, 5, generator=gen))
+    with torch.no_grad():
+        ref, _ = module.mha(xs[0], xs[0], xs[0], key_padding_mask=xs[1][:, 0, 0] > 0.5)
+        assert rel_to_scale(module(*xs)[0].numpy(), ref.numpy()) <= REL_TO_SCALE
+    model = load_module(module, xs)
+    assert "aten._native_multi_head_attention" in model.meta["convert:aten_ops"]
+    _check(model, module, xs, tmp_path / "mha.onnx")
+
+
+@pytest.mark.parametrize("norm_first,activation", [(False, "relu"), (True, "gelu")], ids=["post_relu", "pre_gelu"])
+def test_transformer_encoder_layer_fast_path(norm_first: bool, activation: str, tmp_path: Path) -> None:
+    """A TorchScript trace of nn.TransformerEncoderLayer under no_grad holds one fused op; it matches eager."""
+    from convert.frontends.pytorch.capture import script_to_program
+    from convert.frontends.pytorch.lower import lower_program
+    from convert.ir import Options
+
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, activation=activation, batch_first=True,
+                                       norm_first=norm_first).eval()
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        traced = torch.jit.trace(layer, (x,), check_trace=False)
+    program = script_to_program(traced, (x,), "layer")
+    model = lower_program(program, source="layer", options=Options())
+    assert "aten._transformer_encoder_layer_fwd" in model.meta["convert:aten_ops"]
+    _check(model, layer, (x,), tmp_path / "layer.onnx")
+
+
 def test_every_converter_is_exercised() -> None:
     """Every op-table key is produced by some case above (run in this session) or is listed."""
     from convert.frontends.pytorch.ops import OPS
