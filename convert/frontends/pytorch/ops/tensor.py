@@ -217,7 +217,7 @@ def narrow(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.op("Slice", [call.tensor("self"), ctx.ints([start]), ctx.ints([end]), ctx.ints([axis])])
 
 
-@lowers("aten.expand", "aten.expand_copy", "aten.broadcast_to", to="Expand")
+@lowers("aten.expand", "aten.expand_copy", "aten.broadcast_to", "aten.expand_as", to="Expand")
 def expand(call: OpCall, ctx: LowerContext) -> Value:
     """Lower expand to Expand with the static output shape."""
     return ctx.op("Expand", [call.tensor("self"), _target(call, ctx, expand=True)])
