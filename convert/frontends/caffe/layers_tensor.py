@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 
-from convert.ir import Value
+from convert.ir import DataType, TensorType, Value
 
 from .context import CaffeContext
 from .layers import LAYERS, _axis, _has, _note, _p, _rank4
@@ -428,3 +428,125 @@ def interp(layer: LayerDef, ctx: CaffeContext) -> None:
 
 
 _note("Interp", "Resize(linear, align_corners)", "no pad_beg/pad_end")
+
+
+# ---- tiling, reductions, arg-max, mean-variance normalisation ----------------------------------------
+@LAYERS.register("Tile")
+def tile(layer: LayerDef, ctx: CaffeContext) -> None:
+    """Tile -> Tile: ``tiles`` copies along ``axis`` (default 1)."""
+    tp = _p(layer, "tile_param")
+    x = ctx.input(layer)
+    shape = ctx.shape(x)
+    axis = _axis(int(tp.axis), len(shape))
+    tiles = int(tp.tiles)
+    if not 0 <= axis < len(shape) or tiles < 1:
+        raise ctx.error(layer, f"tile_param axis {tp.axis} / tiles {tp.tiles} do not fit a {len(shape)}-d bottom")
+    repeats = [tiles if i == axis else 1 for i in range(len(shape))]
+    out = tuple(d * r for d, r in zip(shape, repeats, strict=True))
+    ctx.set_top(layer, ctx.op(layer, "Tile", [x, ctx.const(repeats, np.int64)], None, out))
+
+
+_note("Tile", "Tile")
+
+def _reduce(ctx: CaffeContext, layer: LayerDef, op: str, x: Value, axes: list[int], keepdims: int,
+            out: tuple[int, ...], suffix: str = "") -> Value:
+    """A Reduce* node in the IR's opset 17: ReduceSum takes its axes as an input, the others as an attribute."""
+    if op == "ReduceSum":
+        return ctx.op(layer, op, [x, ctx.const(axes, np.int64)], {"keepdims": keepdims}, out, suffix=suffix)
+    return ctx.op(layer, op, [x], {"axes": axes, "keepdims": keepdims}, out, suffix=suffix)
+
+
+# Caffe's ReductionParameter.ReductionOp: SUM = 1, ASUM = 2, SUMSQ = 3, MEAN = 4.
+_REDUCTIONS = {1: "ReduceSum", 2: "ReduceL1", 3: "ReduceSumSquare", 4: "ReduceMean"}
+
+
+@LAYERS.register("Reduction")
+def reduction(layer: LayerDef, ctx: CaffeContext) -> None:
+    """Reduction -> Reshape to (dims before axis, -1), a Reduce* over the last axis, times coeff.
+
+    Caffe reduces every axis from ``axis`` (default 0) to the end; the top keeps the leading axes
+    (a scalar when axis is 0).
+    """
+    rp = _p(layer, "reduction_param")
+    op = _REDUCTIONS.get(int(rp.operation))
+    if op is None:
+        raise ctx.error(layer, f"reduction_param operation {rp.operation} is not SUM, ASUM, SUMSQ or MEAN")
+    x = ctx.input(layer)
+    shape = ctx.shape(x)
+    axis = _axis(int(rp.axis), len(shape))
+    lead = tuple(shape[:axis])
+    flat = (*lead, int(np.prod(shape[axis:], dtype=np.int64)))
+    y = ctx.op(layer, "Reshape", [x, ctx.const(flat, np.int64)], None, flat, suffix="_flat")
+    y = _reduce(ctx, layer, op, y, [len(flat) - 1], 0, lead, "_reduce" if float(rp.coeff) != 1.0 else "")
+    if float(rp.coeff) != 1.0:
+        y = ctx.op(layer, "Mul", [y, ctx.const(float(rp.coeff))], None, lead)
+    ctx.set_top(layer, y)
+
+
+_note("Reduction", "ReduceSum / ReduceL1 / ReduceSumSquare / ReduceMean", "over every axis from axis")
+
+
+@LAYERS.register("ArgMax")
+def argmax(layer: LayerDef, ctx: CaffeContext) -> None:
+    """ArgMax (top_k 1) -> ArgMax + Cast to float; ``out_max_val`` gives the maximum (with ``axis``)
+    or [index, maximum] along dim 1 (without ``axis``, over each item's flattened values)."""
+    ap = _p(layer, "argmax_param")
+    if int(ap.top_k) != 1:
+        raise ctx.error(layer, f"argmax_param top_k {ap.top_k}: only top_k 1 is supported")
+    x = ctx.input(layer)
+    shape = ctx.shape(x)
+    if _has(ap, "axis"):
+        axis = _axis(int(ap.axis), len(shape))
+        out = tuple(1 if i == axis else d for i, d in enumerate(shape))
+        if ap.out_max_val:
+            ctx.set_top(layer, _reduce(ctx, layer, "ReduceMax", x, [axis], 1, out))
+            return
+        idx = ctx.op(layer, "ArgMax", [x], {"axis": axis, "keepdims": 1}, out, suffix="_index")
+        idx.type = TensorType(DataType.INT64)
+        ctx.set_top(layer, ctx.op(layer, "Cast", [idx], {"to": 1}, out))
+        return
+    n = shape[0]
+    flat = (n, int(np.prod(shape[1:], dtype=np.int64)))
+    y = ctx.op(layer, "Reshape", [x, ctx.const(flat, np.int64)], None, flat, suffix="_flat")
+    index = ctx.op(layer, "ArgMax", [y], {"axis": 1, "keepdims": 1}, (n, 1), suffix="_index")
+    index.type = TensorType(DataType.INT64)
+    index = ctx.op(layer, "Cast", [index], {"to": 1}, (n, 1), suffix="_float" if ap.out_max_val else "_cast")
+    pieces = [index]
+    if ap.out_max_val:
+        pieces.append(_reduce(ctx, layer, "ReduceMax", y, [1], 1, (n, 1), "_max"))
+    k = len(pieces)
+    both = ctx.op(layer, "Concat", pieces, {"axis": 1}, (n, k), suffix="_both") if k > 1 else index
+    out = (n, k, 1, *([1] * (len(shape) - 3)))  # Caffe: (N, 1 or 2, top_k, 1...) with the bottom's rank
+    ctx.set_top(layer, ctx.op(layer, "Reshape", [both, ctx.const(out, np.int64)], None, out))
+
+
+_note("ArgMax", "ArgMax + Cast (ReduceMax for out_max_val)", "top_k 1")
+
+
+@LAYERS.register("MVN")
+def mvn(layer: LayerDef, ctx: CaffeContext) -> None:
+    """MVN -> x - mean, divided by sqrt(variance) + eps when normalize_variance.
+
+    Statistics over H, W per channel, or over C, H, W with ``across_channels``. Caffe adds eps to
+    the standard deviation, not to the variance.
+    """
+    mp = _p(layer, "mvn_param")
+    x = ctx.input(layer)
+    shape = ctx.shape(x)
+    if len(shape) < 2:
+        raise ctx.error(layer, f"MVN needs a bottom of rank 2 or more, got {list(shape)}")
+    axes = list(range(1 if mp.across_channels else 2, len(shape)))
+    kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    mean = _reduce(ctx, layer, "ReduceMean", x, axes, 1, kept, "_mean")
+    centred = ctx.op(layer, "Sub", [x, mean], None, shape, suffix="_centred" if mp.normalize_variance else "")
+    if not mp.normalize_variance:
+        ctx.set_top(layer, centred)
+        return
+    sq = ctx.op(layer, "Mul", [centred, centred], None, shape, suffix="_sq")
+    var = _reduce(ctx, layer, "ReduceMean", sq, axes, 1, kept, "_var")
+    std = ctx.op(layer, "Sqrt", [var], None, kept, suffix="_std")
+    den = ctx.op(layer, "Add", [std, ctx.const(float(mp.eps))], None, kept, suffix="_den")
+    ctx.set_top(layer, ctx.op(layer, "Div", [centred, den], None, shape))
+
+
+_note("MVN", "ReduceMean, Sub, Sqrt, Add(eps), Div", "eps added to the standard deviation, as Caffe does")

@@ -123,15 +123,15 @@ def test_syntax_error_names_line_and_column(tmp_path: Path) -> None:
 
 def test_unknown_layers_listed_at_once(tmp_path: Path) -> None:
     def add(b: build_nets.NetBuilder) -> None:
-        b.layer("MVN", "m", ["data"], ["m"])
-        b.layer("ArgMax", "a", ["m"], ["a"])
-        b.layer("MVN", "m2", ["a"], ["m2"])
+        b.layer("SPP", "m", ["data"], ["m"])
+        b.layer("Embed", "a", ["m"], ["a"])
+        b.layer("SPP", "m2", ["a"], ["m2"])
 
     paths = _single(tmp_path, (1, 2, 3, 3), add)
     gaps = FRONTEND.check_support(paths, Options())
-    assert [(g.op, g.count) for g in gaps] == [("MVN", 2), ("ArgMax", 1)]
+    assert [(g.op, g.count) for g in gaps] == [("SPP", 2), ("Embed", 1)]
     with pytest.raises(
-        UnsupportedOpsError, match=r"2 unsupported layer types: MVN x2 \(first at single\.prototxt:\d+ 'm'\)"
+        UnsupportedOpsError, match=r"2 unsupported layer types: SPP x2 \(first at single\.prototxt:\d+ 'm'\)"
     ):
         FRONTEND.load(paths, Options())
 
@@ -140,14 +140,14 @@ def test_unsupported_settings_listed_before_conversion(tmp_path: Path) -> None:
     def add(b: build_nets.NetBuilder) -> None:
         b.layer("Pooling", "sp", ["data"], ["sp"], pooling_param={"pool": 2, "kernel_size": 2, "stride": 2})
         b.layer("LRN", "ln", ["data"], ["ln"], lrn_param={"norm_region": 1})
-        b.layer("Tile", "tl", ["data"], ["tl"])
+        b.layer("SPP", "tl", ["data"], ["tl"])
 
     paths = _single(tmp_path, (1, 2, 4, 4), add)
     gaps = FRONTEND.check_support(paths, Options())
     assert [(g.op, "STOCHASTIC" in g.reason or "WITHIN" in g.reason or not g.reason) for g in gaps] == [
         ("Pooling", True),
         ("LRN", True),
-        ("Tile", True),
+        ("SPP", True),
     ]
     with pytest.raises(UnsupportedOpsError, match=r"3 unsupported layer types: Pooling \(first at single"):
         FRONTEND.load(paths, Options())
@@ -230,6 +230,7 @@ def test_every_layer_type_is_tested() -> None:
         Path(__file__),
         Path(build_nets.__file__),
         Path(build_nets.__file__).with_name("single_layers.py"),
+        Path(__file__).with_name("test_caffe_real_layers.py"),
     ]
     text = "".join(p.read_text() for p in here)
     untested = [k for k in LAYERS.keys() if f'"{k}"' not in text]  # noqa: SIM118
