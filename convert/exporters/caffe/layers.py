@@ -220,6 +220,10 @@ def _pool(node: Node, ctx: EmitContext, method: int, *, caffe_divisor: bool = Fa
     if any_pad:
         _hw(pp, "pad", (ph, pw), repeated=False)
     if not ceil_ok:
+        if not ctx.flavor.floor_pooling:
+            raise NotExpressible(
+                f"this pool needs floor rounding, which pads cannot give here, and the '{ctx.flavor.name}' "
+                "dialect has no rounding field (Caffe always rounds up); use --caffe-flavor ssd or bvlc")
         if ctx.flavor.floor_pooling == "ceil_mode":
             pp.ceil_mode = False
         else:

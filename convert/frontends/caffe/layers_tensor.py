@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 
-from convert.ir import DataType, TensorType, Value
+from convert.ir import DataType, Shape, TensorType, Value
 
 from .context import CaffeContext
 from .layers import LAYERS, _axis, _has, _note, _p, _rank4
@@ -45,6 +45,26 @@ def batch_norm(layer: LayerDef, ctx: CaffeContext) -> None:
 
 
 _note("BatchNorm", "BatchNormalization", "moving-average factor blob applied")
+
+
+@LAYERS.register("BN")
+def bn(layer: LayerDef, ctx: CaffeContext) -> None:
+    """PSPNet's BN -> BatchNormalization: blobs slope, bias, mean, variance (each 1xCx1x1), ``bn_param.eps``.
+
+    Unlike BVLC's BatchNorm, the statistics are stored as they are (no moving-average factor) and
+    the affine part is in the layer itself.
+    """
+    x = ctx.input(layer)
+    shape = ctx.shape(x)
+    c = shape[1]
+    names = ("slope", "bias", "mean", "variance")
+    blobs = [ctx.blob(layer, i, (c,), what) for i, what in enumerate(names)]
+    inputs = [x, *(ctx.weight(layer, b, what) for b, what in zip(blobs, names, strict=True))]
+    eps = float(_p(layer, "bn_param").eps)
+    ctx.set_top(layer, ctx.op(layer, "BatchNormalization", inputs, {"epsilon": eps}, shape))
+
+
+_note("BN", "BatchNormalization", "PSPNet's layer: slope, bias, mean, variance blobs")
 
 
 def _param_shape(shape: tuple[int, ...], axis: int, num_axes: int) -> tuple[int, ...]:
@@ -550,3 +570,203 @@ def mvn(layer: LayerDef, ctx: CaffeContext) -> None:
 
 
 _note("MVN", "ReduceMean, Sub, Sqrt, Add(eps), Div", "eps added to the standard deviation, as Caffe does")
+
+
+# ---- SSD -----------------------------------------------------------------------------------------------
+def prior_boxes(pp: object, fmap_hw: tuple[int, int], img_hw: tuple[int, int], clip: bool) -> np.ndarray:
+    """Return the SSD fork's PriorBox top, (1, 2, H*W*priors*4): corner boxes, then their variances.
+
+    Per cell (row-major), per ``min_size``: the min_size square, then sqrt(min*max) square when
+    ``max_size`` is given, then one box per extra aspect ratio (1 is implied first; ``flip`` adds
+    1/ar; ratios within 1e-6 of one already listed are skipped). Centres at (cell + offset) * step,
+    step defaulting to image size / map size; coordinates normalised by the image size. Sizes are
+    truncated to integers, as the SSD fork's layer does.
+    """
+    h, w = fmap_hw
+    img_h, img_w = img_hw
+    ratios = [1.0]
+    for ar in pp.aspect_ratio:  # type: ignore[attr-defined]
+        if any(abs(ar - r) < 1e-6 for r in ratios):
+            continue
+        ratios.append(float(ar))
+        if pp.flip:  # type: ignore[attr-defined]
+            ratios.append(1.0 / float(ar))
+    step_h = float(pp.step_h or pp.step or img_h / h)  # type: ignore[attr-defined]
+    step_w = float(pp.step_w or pp.step or img_w / w)  # type: ignore[attr-defined]
+    offset = float(pp.offset)  # type: ignore[attr-defined]
+    # The SSD fork's layer holds each size in an int (``int min_size_ = min_sizes_[s]``): 4.5 acts as 4.
+    mins = [float(int(v)) for v in pp.min_size]  # type: ignore[attr-defined]
+    maxs = [float(int(v)) for v in pp.max_size]  # type: ignore[attr-defined]
+    sizes: list[tuple[float, float]] = []  # (box width, box height) per prior, in cell order
+    for i, mn in enumerate(mins):
+        sizes.append((mn, mn))
+        if maxs:
+            side = float(np.sqrt(mn * maxs[i]))
+            sizes.append((side, side))
+        sizes += [(mn * float(np.sqrt(r)), mn / float(np.sqrt(r))) for r in ratios if abs(r - 1.0) >= 1e-6]
+    cy, cx = np.meshgrid((np.arange(h) + offset) * step_h, (np.arange(w) + offset) * step_w, indexing="ij")
+    bw = np.array([s[0] for s in sizes])
+    bh = np.array([s[1] for s in sizes])
+    cx, cy = cx[..., None], cy[..., None]
+    boxes = np.stack([(cx - bw / 2) / img_w, (cy - bh / 2) / img_h, (cx + bw / 2) / img_w, (cy + bh / 2) / img_h],
+                     axis=-1).reshape(-1)
+    if clip:
+        boxes = np.clip(boxes, 0.0, 1.0)
+    var = list(pp.variance) or [0.1]  # type: ignore[attr-defined]
+    variances = np.tile(np.asarray(var if len(var) == 4 else var[:1] * 4, np.float64), boxes.size // 4)
+    return np.stack([boxes, variances]).reshape(1, 2, -1).astype(np.float32)
+
+
+@LAYERS.register("PriorBox")
+def prior_box(layer: LayerDef, ctx: CaffeContext) -> None:
+    """PriorBox -> a constant (the boxes depend only on the shapes of its two bottoms)."""
+    pp = _p(layer, "prior_box_param")
+    if not pp.min_size:
+        raise ctx.error(layer, "prior_box_param has no min_size")
+    if len(pp.max_size) not in (0, len(pp.min_size)):
+        raise ctx.error(layer, "prior_box_param needs one max_size per min_size (or none)")
+    if len(pp.variance) not in (0, 1, 4):
+        raise ctx.error(layer, f"prior_box_param variance has {len(pp.variance)} values; 1 or 4 expected")
+    fmap = ctx.shape(ctx.input(layer, 0))
+    img = ctx.shape(ctx.input(layer, 1)) if len(layer.bottoms) > 1 else None
+    img_h = int(pp.img_h or pp.img_size or (img[2] if img else 0))
+    img_w = int(pp.img_w or pp.img_size or (img[3] if img else 0))
+    if not img_h or not img_w:
+        raise ctx.error(layer, "the image size is unknown: give the image as bottom 1 or img_size/img_h/img_w")
+    if _has(pp, "clip"):
+        clip = bool(pp.clip)
+    else:  # the dialects disagree: the original SSD fork defaults to false, OpenCV and brocolli-caffe to true
+        clip = True
+        ctx.diagnostics.warn(f"PriorBox '{layer.name}' ({ctx.where(layer)}) does not set clip: read as true, as "
+                             "OpenCV and brocolli-caffe do (the original SSD fork defaults to false); set it "
+                             "explicitly")
+    boxes = prior_boxes(pp, (fmap[2], fmap[3]), (img_h, img_w), clip)
+    ctx.set_top(layer, ctx.weight(layer, boxes, "priors"))
+
+
+_note("PriorBox", "constant (computed from the static shapes)",
+      "min/max sizes, aspect ratios, flip, clip, step, offset")
+
+
+def _dyn(ctx: CaffeContext, layer: LayerDef, op_type: str, inputs: list[Value | None],
+         attrs: dict[str, object] | None, shape: list[int | str], suffix: str,
+         dtype: DataType = DataType.FLOAT) -> Value:
+    """A node whose output has a data-dependent dimension (named by a string in ``shape``)."""
+    out = ctx.op(layer, op_type, inputs, attrs, [1], suffix=suffix)
+    out.type = TensorType(dtype)
+    out.shape = Shape(list(shape))
+    return out
+
+
+@LAYERS.register("DetectionOutput")
+def detection_output(layer: LayerDef, ctx: CaffeContext) -> None:
+    """SSD's DetectionOutput -> box decoding, per-class TopK + NonMaxSuppression, keep_top_k, sorting.
+
+    Bottoms: location (N, P*4), confidence (N, P*C, after the net's softmax), priors (1, 2, P*4).
+    As the SSD fork computes it (batch 1, ``share_location``): boxes decoded from the priors and
+    their variances (CENTER_SIZE or CORNER); for each class but the background, the ``top_k``
+    highest scores, then greedy NMS (IoU > nms_threshold suppresses) among those above
+    ``confidence_threshold``; of all kept, the ``keep_top_k`` best; rows ordered by label, then by
+    score. The top is (1, 1, detections, 7): image id, label, score, xmin, ymin, xmax, ymax. With
+    no detection it has 0 rows (Caffe writes one row of -1).
+    """
+    dp = _p(layer, "detection_output_param")
+    loc, conf, priors = ctx.input(layer, 0), ctx.input(layer, 1), ctx.input(layer, 2)
+    n = ctx.shape(loc)[0]
+    classes = int(dp.num_classes)
+    p = int(np.prod(ctx.shape(priors), dtype=np.int64)) // 8
+    if n != 1:
+        raise ctx.error(layer, f"batch {n}: only batch 1 is supported")
+    if not dp.share_location:
+        raise ctx.error(layer, "share_location: false is not supported")
+    code = int(dp.code_type)
+    if code not in (1, 2):
+        raise ctx.error(layer, f"code_type {code}: only CORNER (1) and CENTER_SIZE (2) are supported")
+    if classes < 2 or int(np.prod(ctx.shape(conf), dtype=np.int64)) != p * classes:
+        raise ctx.error(layer, f"confidence has {list(ctx.shape(conf))} values for {p} priors and {classes} classes")
+    i64 = np.int64
+
+    def op(kind: str, ins: list[Value | None], attrs: dict[str, object] | None, shape: tuple[int, ...],
+           suffix: str) -> Value:
+        return ctx.op(layer, kind, ins, attrs, shape, suffix=suffix)
+
+    # decode (all static shapes)
+    pr = op("Reshape", [priors, ctx.const((2, p, 4), i64)], None, (2, p, 4), "_priors")
+    box = op("Gather", [pr, ctx.const(0, i64)], {"axis": 0}, (p, 4), "_prior_box")
+    var = op("Gather", [pr, ctx.const(1, i64)], {"axis": 0}, (p, 4), "_prior_var")
+    delta = op("Reshape", [loc, ctx.const((p, 4), i64)], None, (p, 4), "_loc")
+    if not dp.variance_encoded_in_target:
+        delta = op("Mul", [delta, var], None, (p, 4), "_scaled")
+    if code == 1:  # CORNER: the offsets move each corner
+        boxes = op("Add", [box, delta], None, (p, 4), "_boxes")
+    else:
+        lo = op("Slice", [box, ctx.const([0], i64), ctx.const([2], i64), ctx.const([1], i64)], None, (p, 2), "_lo")
+        hi = op("Slice", [box, ctx.const([2], i64), ctx.const([4], i64), ctx.const([1], i64)], None, (p, 2), "_hi")
+        size = op("Sub", [hi, lo], None, (p, 2), "_size")
+        centre = op("Add", [lo, op("Mul", [size, ctx.const(0.5)], None, (p, 2), "_half")], None, (p, 2), "_centre")
+        d_c = op("Slice", [delta, ctx.const([0], i64), ctx.const([2], i64), ctx.const([1], i64)], None, (p, 2), "_dc")
+        d_s = op("Slice", [delta, ctx.const([2], i64), ctx.const([4], i64), ctx.const([1], i64)], None, (p, 2), "_ds")
+        c = op("Add", [op("Mul", [d_c, size], None, (p, 2), "_dcs"), centre], None, (p, 2), "_c")
+        half = op("Mul", [op("Mul", [op("Exp", [d_s], None, (p, 2), "_exp"), size], None, (p, 2), "_wh"),
+                          ctx.const(0.5)], None, (p, 2), "_halfwh")
+        boxes = op("Concat", [op("Sub", [c, half], None, (p, 2), "_min"), op("Add", [c, half], None, (p, 2), "_max")],
+                   {"axis": 1}, (p, 4), "_boxes")
+    # per class: top_k candidates, then NMS among them (each class a batch of its own)
+    bg = int(dp.background_label_id)
+    labels = [k for k in range(classes) if k != bg]
+    cls = len(labels)
+    top_k = int(dp.nms_param.top_k) if _has(dp.nms_param, "top_k") and dp.nms_param.top_k > 0 else p
+    k = min(top_k, p)
+    scores = op("Reshape", [conf, ctx.const((p, classes), i64)], None, (p, classes), "_conf")
+    scores = op("Transpose", [scores], {"perm": [1, 0]}, (classes, p), "_by_class")
+    scores = op("Gather", [scores, ctx.const(labels, i64)], {"axis": 0}, (cls, p), "_objects")
+    best, idx = ctx.ops(layer, "TopK", [scores, ctx.const([k], i64)], {"axis": 1}, [(cls, k), (cls, k)])
+    idx.type = TensorType(DataType.INT64)
+    cand = op("Gather", [boxes, idx], {"axis": 0}, (cls, k, 4), "_candidates")
+    nms_scores = op("Unsqueeze", [best, ctx.const([1], i64)], None, (cls, 1, k), "_nms_scores")
+    sel = _dyn(ctx, layer, "NonMaxSuppression",
+               [cand, nms_scores, ctx.const([k], i64), ctx.const([float(dp.nms_param.nms_threshold)]),
+                ctx.const([float(dp.confidence_threshold)])], None, ["kept", 3], "_nms", DataType.INT64)
+    which = _dyn(ctx, layer, "Gather", [sel, ctx.const(0, i64)], {"axis": 1}, ["kept"], "_class", DataType.INT64)
+    slot = _dyn(ctx, layer, "Gather", [sel, ctx.const(2, i64)], {"axis": 1}, ["kept"], "_slot", DataType.INT64)
+    flat = _dyn(ctx, layer, "Add", [_dyn(ctx, layer, "Mul", [which, ctx.const(k, i64)], None, ["kept"], "_row",
+                                         DataType.INT64), slot], None, ["kept"], "_flat", DataType.INT64)
+    score = _dyn(ctx, layer, "Gather", [op("Reshape", [best, ctx.const([-1], i64)], None, (cls * k,), "_best_flat"),
+                                        flat], {"axis": 0}, ["kept"], "_score")
+    kbox = _dyn(ctx, layer, "Gather", [op("Reshape", [cand, ctx.const((-1, 4), i64)], None, (cls * k, 4), "_cand4"),
+                                       flat], {"axis": 0}, ["kept", 4], "_box")
+    label = _dyn(ctx, layer, "Cast", [_dyn(ctx, layer, "Gather", [ctx.const(labels, i64), which], {"axis": 0},
+                                           ["kept"], "_label_i", DataType.INT64)], {"to": 1}, ["kept"], "_label")
+    count = _dyn(ctx, layer, "Shape", [score], None, [1], "_count", DataType.INT64)
+    if int(dp.keep_top_k) > 0:  # the keep_top_k best scores of all classes
+        keep = _dyn(ctx, layer, "Min", [count, ctx.const([int(dp.keep_top_k)], i64)], None, [1], "_keep",
+                    DataType.INT64)
+        best_rows = ctx.ops(layer, "TopK", [score, keep], {"axis": 0}, [(1,), (1,)])
+        order = best_rows[1]
+        order.type = TensorType(DataType.INT64)
+        for v in best_rows:
+            v.shape = Shape(["detections"])
+        score, kbox, label = (_dyn(ctx, layer, "Gather", [v, order], {"axis": 0}, shp, f"_top_{name}")
+                              for v, shp, name in ((score, ["detections"], "score"), (kbox, ["detections", 4], "box"),
+                                                   (label, ["detections"], "label")))
+        count = keep
+    # Caffe's order: by label, then by score (label - score/2 sorts both, scores being in (0, 1])
+    key = _dyn(ctx, layer, "Sub", [label, _dyn(ctx, layer, "Mul", [score, ctx.const(0.5)], None, ["detections"],
+                                               "_half_score")], None, ["detections"], "_key")
+    ordered = ctx.ops(layer, "TopK", [key, count], {"axis": 0, "largest": 0}, [(1,), (1,)])
+    ordered[1].type = TensorType(DataType.INT64)
+    for v in ordered:
+        v.shape = Shape(["detections"])
+    rows = [_dyn(ctx, layer, "Gather", [v, ordered[1]], {"axis": 0}, shp, f"_sorted_{name}")
+            for v, shp, name in ((label, ["detections"], "label"), (score, ["detections"], "score"),
+                                 (kbox, ["detections", 4], "box"))]
+    cols = [_dyn(ctx, layer, "Unsqueeze", [v, ctx.const([1], i64)], None, ["detections", 1], f"_col{i}")
+            for i, v in enumerate(rows[:2])]
+    image = _dyn(ctx, layer, "Mul", [cols[0], ctx.const(0.0)], None, ["detections", 1], "_image")
+    table = _dyn(ctx, layer, "Concat", [image, *cols, rows[2]], {"axis": 1}, ["detections", 7], "_table")
+    ctx.set_top(layer, _dyn(ctx, layer, "Reshape", [table, ctx.const((1, 1, -1, 7), i64)], None,
+                            [1, 1, "detections", 7], ""))
+
+
+_note("DetectionOutput", "decode + TopK + NonMaxSuppression + TopK (keep_top_k) + sort",
+      "batch 1, share_location, CORNER/CENTER_SIZE; no detection gives 0 rows (Caffe: one row of -1)")

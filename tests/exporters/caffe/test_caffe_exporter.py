@@ -379,11 +379,13 @@ def test_unsupported_ops_listed_at_once_nothing_written(tmp_path: Path) -> None:
         {},
     )
     model = serde.deserialize_model(src)
-    gaps = EXPORTER.check(model, Options())
+    bvlc = Options(extra={"caffe_flavor": "bvlc"})
+    gaps = EXPORTER.check(model, bvlc)
     assert sorted(g.op for g in gaps) == ["Div", "Erf", "Transpose"]
     assert any("--caffe-flavor ssd" in g.reason for g in gaps)
+    assert sorted(g.op for g in EXPORTER.check(model, Options())) == ["Div", "Erf"]  # ssd (default) has Permute
     with pytest.raises(UnsupportedOpsError, match=r"3 unsupported ops.*Erf.*'e'.*Nothing was written"):
-        EXPORTER.save(model, tmp_path / "m", Options())
+        EXPORTER.save(model, tmp_path / "m", bvlc)
     assert os.listdir(tmp_path) == []
 
 
@@ -421,7 +423,7 @@ def test_unknown_flavor_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_flavor_option_documents_field_13() -> None:
     (opt,) = EXPORTER.options
-    assert opt.flag == "--caffe-flavor" and opt.default == "bvlc"
+    assert opt.flag == "--caffe-flavor" and opt.default == "ssd"
     assert "round_mode" in opt.help and "ceil_mode" in opt.help and "field 13" in opt.help
 
 

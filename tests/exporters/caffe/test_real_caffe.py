@@ -145,3 +145,21 @@ def test_a_file_real_caffe_refuses_is_a_one_line_runtime_error(caffe_dir: Path, 
     SINGLES["shuffle_normalize_relu6"](b)
     with pytest.raises(CaffeFailedError, match='no field named "shuffle_channel_param"'):
         _real(list(b.save(tmp_path / "shuffle")), caffe_dir)
+
+
+def test_pspnet_flavor_declares_inputs_without_an_input_layer(caffe_dir: Path, tmp_path: Path) -> None:
+    """PSPNet's schema has no Input layer (its field 143 is interp_param) and no pooling rounding field."""
+    paths = list(build_nets.build("resnet", tmp_path / "src"))
+    result = api.convert(paths, to="caffe", out=tmp_path / "p" / "r", caffe_flavor="pspnet")
+    assert result.report is not None and result.report.passed, result.report.table()
+    assert result.report.dest_runtime.startswith("Caffe (brocolli-caffe")
+    text = result.outputs[0].read_text()
+    assert 'input: "data"' in text and "input_shape {" in text and '"Input"' not in text
+    text, weights, _ = ex.CASES["floor_pool_permute_relu6"]
+    src = ex._model(text.replace(
+        "c = Clip (p, lo, hi)\n        t = Transpose <perm = [0, 2, 3, 1]> (c)\n        y = Reshape (t, shp)",
+        "y = Reshape (p, shp)"), weights)
+    from convert.ir import UnsupportedOpsError
+
+    with pytest.raises(UnsupportedOpsError, match=r"needs floor rounding.*'pspnet' dialect has no rounding field"):
+        ex._export(src, tmp_path / "floor", "pspnet")
