@@ -522,3 +522,34 @@ def test_check_and_save_leave_the_model_alone(tmp_path: Path) -> None:
     assert EXPORTER.check(model, Options()) == []
     EXPORTER.save(model, tmp_path / "m", Options())
     assert [(n.op_type, n.domain) for n in model.graph] == before
+
+
+def test_comparison_cast_to_float_is_a_threshold_in_real_caffe(tmp_path: Path) -> None:
+    """Greater (x, t) read through Cast <to = 1> -> Threshold (OpenCV has no Threshold: real Caffe runs it)."""
+    ort = pytest.importorskip("onnxruntime")
+    from convert.parity.runtimes.caffe_runtime import RealCaffeRuntime, find_caffe
+
+    caffe_dir = find_caffe()
+    if caffe_dir is None:
+        pytest.skip("real Caffe is not built here: run scripts/build_caffe")
+    src = _model(HEAD + """
+    g (float[1, 4, 6, 6] x) => (float[1, 4, 6, 6] y) {
+        g = Greater (x, t)
+        c = Cast <to = 1> (g)
+        y = Add (c, x)
+    }""", {"t": np.array(0.25, np.float32)})
+    proto, model = _export(src, tmp_path / "t", "ssd")
+    assert 'type: "Threshold"' in proto.read_text() and "threshold: 0.25" in proto.read_text()
+    x = np.random.default_rng(8).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    ref = ort.InferenceSession(src.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = RealCaffeRuntime(proto, model, caffe_dir).run({"x": x})["y"]
+    assert float(ref.std()) > 0.1 and float(np.abs(got - ref).max()) <= 1e-6
+
+
+def test_a_comparison_read_as_bool_is_refused(tmp_path: Path) -> None:
+    src = _model(HEAD + """
+    g (float[1, 4, 6, 6] x) => (bool[1, 4, 6, 6] y) {
+        y = Greater (x, t)
+    }""", {"t": np.array(0.25, np.float32)})
+    gaps = EXPORTER.check(serde.deserialize_model(src), Options())
+    assert [g.op for g in gaps] == ["Greater"] and "casts to float" in gaps[0].reason
