@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 import sys
 import time
@@ -69,6 +70,11 @@ logger = logging.getLogger("convert")
 # ---------------------------------------------------------------------------------------
 def _err(message: str) -> None:
     click.echo(f"convert: error: {message}", err=True)
+
+
+def _one_line(message: str) -> str:
+    """Return ``message`` on one line: control characters (a newline inside a name) escaped."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], message.strip())
 
 
 def _human(n: float) -> str:
@@ -407,8 +413,7 @@ def _guard(func, ctx: click.Context, debug: bool, **kw: object) -> None:  # type
     except ir.ConvertError as exc:
         if debug:
             raise
-        for line in str(exc).splitlines() or [type(exc).__name__]:
-            _err(line)
+        _err(_one_line(str(exc)) or type(exc).__name__)
         ctx.exit(EXIT_USAGE)
     except KeyboardInterrupt:
         _err("interrupted; nothing was left at the output path")
