@@ -272,6 +272,7 @@ def convert(
     inputs: PathLike | Mapping[str, np.ndarray] | None = None,
     seed: int = 0,
     tol: float = DEFAULT_TOL,
+    locate: bool | None = None,
     fold_batchnorm: bool = True,
     validate: bool = False,
     progress: ir.ProgressFn | None = None,
@@ -292,6 +293,8 @@ def convert(
         atol, rtol: numpy's elementwise rule ``|ours-ref| <= atol + rtol*|ref|``, reported beside the verdict.
         inputs: parity inputs (``.npy``/``.npz`` path or a name->array mapping); seeded random by default.
         seed: the seed of the random parity inputs.
+        locate: compare every layer's output to name the first the converted model gets wrong
+            (``report.location``); None (the default) does so when parity fails.
         fold_batchnorm: fold BatchNormalization into the preceding Conv.
         validate: validate the graph after every pass (slower; for debugging).
         progress: ``progress(step, done, total)`` for long steps.
@@ -367,7 +370,7 @@ def convert(
         try:
             result.report = _run_parity_kept(written, lambda: run_parity(
                 fmt, paths, ex.name, written, options=opts, atol=atol, rtol=rtol, inputs=feeds, seed=seed,
-                source_runtime=src_runtime, tol=tol))
+                source_runtime=src_runtime, tol=tol, locate=locate))
         except ir.ConvertError as exc:
             result.parity_error = f"the parity check failed to run: {exc}"
     if result.report is not None:  # the report records the seed whenever the inputs were seeded
@@ -399,9 +402,14 @@ def verify(
     inputs: PathLike | Mapping[str, np.ndarray] | None = None,
     seed: int = 0,
     tol: float = DEFAULT_TOL,
+    locate: bool | None = None,
     **options: object,
 ) -> ParityReport:
-    """Compare a model already converted with its source, each in its own runtime."""
+    """Compare a model already converted with its source, each in its own runtime.
+
+    ``locate`` (None: only when parity fails) names the first source layer whose output the
+    converted model gets wrong, in ``report.location``.
+    """
     src_paths, dst_paths = _paths(src), _paths(converted)
     fmt = formats.normalize(format) if format else formats.detect_format(src_paths)
     dfmt = formats.normalize(to) if to else formats.detect_format(dst_paths)
@@ -414,7 +422,7 @@ def verify(
             raise ir.UsageError(f"{p}: no such file or folder")
     feeds = Path(inputs) if isinstance(inputs, (str, Path)) else inputs
     return run_parity(fmt, src_paths, dfmt, dst_paths, options=opts, atol=atol, rtol=rtol, inputs=feeds, seed=seed,
-                      tol=tol)
+                      tol=tol, locate=locate)
 
 
 def routes() -> list[tuple[str, str]]:

@@ -352,7 +352,7 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
         result = api.convert(
             paths, to=dst, out=out, format=src_fmt, check=bool(kw.pop("check")),  # type: ignore[arg-type]
             atol=float(kw.pop("atol")), rtol=float(kw.pop("rtol")), tol=float(kw.pop("tol")),  # type: ignore[arg-type]
-            inputs=kw.pop("inputs"), seed=int(kw.pop("seed")),  # type: ignore[arg-type]
+            inputs=kw.pop("inputs"), seed=int(kw.pop("seed")), locate=kw.pop("locate"),  # type: ignore[arg-type]
             fold_batchnorm=bool(kw.pop("fold_bn")), validate=bool(kw.get("debug_flag")),
             progress=progress, on_loaded=on_loaded, **options,
         )
@@ -411,6 +411,10 @@ def _convert_options(func):  # type: ignore[no-untyped-def]
         click.option("--rtol", type=float, default=api.DEFAULT_RTOL, show_default=True,
                      help="Parity: relative tolerance of the elementwise rule |ours-ref| <= atol + rtol*|ref| "
                           "(reported as 'allclose'; it does not decide the verdict)."),
+        click.option("--locate/--no-locate", default=None,
+                     help="Compare every layer's output in both runtimes and name the first source layer the "
+                          "converted model gets wrong (file:line, both values' statistics). Default: only when "
+                          "parity fails."),
         click.option("--input-shape", multiple=True, metavar="NAME=1,3,224,224",
                      help="Shape of an input without a fixed shape (repeat for several inputs)."),
         click.option("--inputs", type=click.Path(path_type=Path), metavar="FILE.npz",
@@ -507,7 +511,7 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
     report = api.verify(
         [Path(p) for p in inputs], against, format=src, to=dst,  # type: ignore[arg-type]
         atol=float(kw["atol"]), rtol=float(kw["rtol"]), tol=float(kw["tol"]),  # type: ignore[arg-type]
-        inputs=kw["inputs"], seed=int(kw["seed"]),  # type: ignore[arg-type]
+        inputs=kw["inputs"], seed=int(kw["seed"]), locate=kw["locate"],  # type: ignore[arg-type]
         input_shapes=_parse_shapes(kw["input_shape"]), device=kw["device"],  # type: ignore[arg-type]
     )
     click.echo(report.table())
@@ -528,6 +532,10 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
               help="Elementwise rule, reported beside the verdict.")
 @click.option("--rtol", type=float, default=api.DEFAULT_RTOL, show_default=True,
               help="Elementwise rule, reported beside the verdict.")
+@click.option("--locate/--no-locate", default=None,
+              help="Compare every layer's output in both runtimes and name the first source layer the "
+                   "converted model gets wrong (file:line, both values' statistics). Default: only when "
+                   "parity fails.")
 @click.option("--input-shape", multiple=True, metavar="NAME=1,3,224,224")
 @click.option("--inputs", type=click.Path(path_type=Path), metavar="FILE.npz")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -541,6 +549,7 @@ def check_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> No
     \b
     convert check 'onnx->caffe' model.onnx --against model.prototxt --against model.caffemodel
     convert check yolov4.cfg yolov4.weights --against yolov4.onnx
+    convert check model.pt2 --against model.onnx --locate     # the first layer that differs, even on PASS
     """
     _guard(_run_check, ctx, debug, verbose=verbose, **kw)
 

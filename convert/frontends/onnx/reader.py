@@ -301,7 +301,8 @@ def read_onnx(paths: Sequence[Path], options: ir.Options) -> ir.Model:
     source = path.name
     for node in model.graph.all_nodes():
         if not node.metadata_props.get("convert:source_file"):
-            ir.set_provenance(node, ir.Provenance(file=source, layer=node.name or "", kind=node.op_type))
+            first = next((o.name for o in node.outputs if o.name), "")
+            ir.set_provenance(node, ir.Provenance(file=source, layer=node.name or first or "", kind=node.op_type))
     _apply_input_shapes(model, options)
     return model
 

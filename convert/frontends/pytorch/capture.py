@@ -23,8 +23,8 @@ from .lower import concretize
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["export_module", "forward_input_names", "make_example_inputs", "resolve_shapes", "script_input_names",
-           "script_to_program"]
+__all__ = ["export_module", "forward_input_names", "make_example_inputs", "quiet_torch", "resolve_shapes",
+           "script_input_names", "script_to_program"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def _is_data_dependent(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def _quiet_torch() -> Iterator[None]:
+def quiet_torch() -> Iterator[None]:
     """Silence torch's own logging and warnings while it captures (failures are reported by us)."""
     loggers = [logging.getLogger(n) for n in ("torch", "torch._dynamo", "torch.export", "torch._export",
                                               "torch.fx.experimental.symbolic_shapes", "torch._subclasses")]
@@ -124,7 +124,7 @@ def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Te
         raise UsageError(f"{source}: this torch version cannot convert TorchScript graphs; "
                          "install torch>=2.5") from exc
     try:
-        with _quiet_torch():
+        with quiet_torch():
             program = TS2EPConverter(script, tuple(example)).convert()
             concretize(program, example)
             return program
@@ -149,7 +149,7 @@ def _export_dynamic_batch(module: torch.nn.Module, example: Sequence[torch.Tenso
     batched = tuple(torch.cat([x, x]) if x.dim() and x.shape[0] == 1 else x for x in example)
     dynamic = tuple({0: auto} if x.dim() else None for x in batched)
     try:
-        with torch.no_grad(), _quiet_torch():
+        with torch.no_grad(), quiet_torch():
             program = torch.export.export(module, batched, dynamic_shapes=dynamic, strict=False)
     except Exception as exc:
         options.diagnostics.warn(f"--dynamic-batch: torch.export could not keep the batch of {source} "
@@ -174,7 +174,7 @@ def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], opti
         if program is not None:
             return program
     try:
-        with torch.no_grad(), _quiet_torch():
+        with torch.no_grad(), quiet_torch():
             return torch.export.export(module, tuple(example), strict=False)
     except Exception as exc:
         if not _is_data_dependent(exc):
@@ -185,7 +185,7 @@ def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], opti
         "fell back to a traced TorchScript graph, valid for inputs like the example"
     )
     try:
-        with torch.no_grad(), _quiet_torch():
+        with torch.no_grad(), quiet_torch():
             traced = torch.jit.trace(  # type: ignore[no-untyped-call]
                 module, tuple(example), check_trace=False, strict=False)
     except Exception as exc:

@@ -34,12 +34,13 @@ from convert.ir import (
     from_array,
 )
 
-from .ops import OPS, LowerContext, OpCall, TensorMeta
+from .ops import LowerContext, OpCall, TensorMeta, resolve
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["FOLD_MAX_BYTES", "concretize", "lower_program", "op_key", "output_names", "unsupported_ops"]
+__all__ = ["FOLD_MAX_BYTES", "concretize", "lower_program", "op_key", "output_names", "prepare_program",
+           "unsupported_ops"]
 
 logger = logging.getLogger(__name__)
 
@@ -97,10 +98,18 @@ def _source_line(node: object) -> tuple[str, int | None]:
     return os.path.basename(file), int(line)
 
 
+def layer_key(node: object) -> str:
+    """Return the source layer a node belongs to: its module path, or its own FX name outside any module.
+
+    The parity check's localisation groups both sides' values by this key.
+    """
+    return _module_path(node) or str(getattr(node, "name", ""))
+
+
 def _where(key: str, node: object, source: str) -> tuple[str, Provenance]:
     module = _module_path(node)
     file, line = _source_line(node)
-    prov = Provenance(file=file or source, layer=module, kind=key, line=line)
+    prov = Provenance(file=file or source, layer=layer_key(node), kind=key, line=line)
     place = f"'{module}'" if module else "the top-level module"
     loc = f" ({file}:{line})" if file and line is not None else ""
     return f"{key} in {place}{loc}", prov
@@ -197,6 +206,10 @@ class _Lowering:
         self.foldable = self._find_foldable()
         self.seen: Counter[str] = Counter()  # ATen ops met, converted or folded
         self.sym_names: dict[str, str] = {}  # symbolic dims: torch's symbol -> our name ('batch')
+        # In-place ops: a written tensor and every in-place result aliasing it share one class;
+        # after a write, every member of the class stands for the written result.
+        self.alias_root: dict[object, object] = {}
+        self.alias_members: dict[object, list[object]] = {}
 
     # -- analysis ---------------------------------------------------------------------
     def _find_foldable(self) -> set[object]:
@@ -206,6 +219,9 @@ class _Lowering:
                 continue
             deps = node.all_input_nodes
             if not all(d in foldable for d in deps):
+                # A constant written by a computed value is no longer constant from here on.
+                for w in _written(node):
+                    foldable.discard(w)
                 continue
             if not deps or _nbytes(node.meta.get("val")) <= FOLD_MAX_BYTES:
                 foldable.add(node)
@@ -218,12 +234,61 @@ class _Lowering:
             if node.op != "call_function" or node in self.foldable:
                 continue
             key = op_key(node.target)
-            if key in OPS or (key.startswith("operator.") and hasattr(operator, key.split(".", 1)[1])):
+            if resolve(key) is not None or (key.startswith("operator.") and hasattr(operator, key.split(".", 1)[1])):
                 continue
             counts[key] += 1
             if key not in first:
                 first[key] = _where(key, node, self.source)[0].split(" in ", 1)[1]
         return [Unsupported(op=k, count=n, first=first[k]) for k, n in counts.items()]
+
+    def _root(self, node: object) -> object:
+        while node in self.alias_root:
+            node = self.alias_root[node]
+        return node
+
+    def alias_hazards(self) -> list[object]:
+        """Return the in-place calls that rebinding their result cannot express.
+
+        Rebinding (every later use of a written tensor reads the op's result) is exact unless the
+        write goes through a view of another tensor, or a view taken of the tensor before the
+        write is still used after it. Such programs are functionalized by torch first.
+        """
+        nodes = list(self.ep.graph.nodes)  # type: ignore[attr-defined]
+        order = {n: i for i, n in enumerate(nodes)}
+        root: dict[object, object] = {}
+
+        def find(n: object) -> object:
+            while n in root:
+                n = root[n]
+            return n
+
+        hazards: list[object] = []
+        writes: dict[object, list[object]] = {}
+        for node in nodes:
+            if node.op != "call_function" or node in self.foldable:
+                continue
+            for w in _written(node):
+                r = find(w)
+                if _is_view(r) and node not in hazards:
+                    hazards.append(node)
+                writes.setdefault(r, []).append(node)
+                root[node] = r
+        for r, muts in writes.items():
+            members = [n for n in nodes if find(n) is r]
+            views: list[object] = []
+            frontier = list(members)
+            while frontier:
+                n = frontier.pop()
+                for u in n.users:  # type: ignore[attr-defined]
+                    if _is_view(u) and u not in views:
+                        views.append(u)
+                        frontier.append(u)
+            for m in muts:
+                late = [v for v in views if order[v] < order[m]
+                        and any(order.get(u, -1) > order[m] for u in v.users)]  # type: ignore[attr-defined]
+                if late and m not in hazards:
+                    hazards.append(m)
+        return hazards
 
     # -- conversion -------------------------------------------------------------------
     def value(self, node: object) -> object:
@@ -315,7 +380,7 @@ class _Lowering:
         if key.startswith("operator.") and not any(isinstance(v, Value) for v in bound.values()):
             self.env[node] = getattr(operator, key.split(".", 1)[1])(*bound.values())
             return
-        converter = OPS.lookup(key)
+        converter = resolve(key)
         if converter is None:  # missing() was checked first; this is a bug
             raise ConversionError(where, "no converter")
         call = OpCall(op=key, overload=str(getattr(node.target, "_overloadname", "")), args=bound, metas=metas,  # type: ignore[attr-defined]
@@ -329,6 +394,43 @@ class _Lowering:
             raise ConversionError(where, f"{type(exc).__name__}: {exc}") from exc
         _annotate(result, call.out)
         self.env[node] = result
+        for w in _written(node):  # in-place and out= variants: later uses read the result
+            r = self._root(w)
+            members = self.alias_members.setdefault(r, [r])
+            members.append(node)
+            self.alias_root[node] = r
+            for m in members:
+                self.env[m] = result
+
+
+def _written(node: object) -> list[object]:
+    """Return the FX nodes an op writes to: arguments its schema marks ``Tensor(a!)``."""
+    import torch.fx
+
+    schema = getattr(node.target, "_schema", None)  # type: ignore[attr-defined]
+    if schema is None:
+        return []
+    args, kwargs = node.args, node.kwargs  # type: ignore[attr-defined]
+    out: list[object] = []
+    for i, arg in enumerate(schema.arguments):
+        info = arg.alias_info
+        if info is None or not info.is_write:
+            continue
+        a = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+        if isinstance(a, torch.fx.Node):
+            out.append(a)
+    return out
+
+
+def _is_view(node: object) -> bool:
+    """Return True when ``node``'s result may share memory with an input (a view op's schema)."""
+    if getattr(node, "op", None) != "call_function":
+        return False
+    schema = getattr(node.target, "_schema", None)  # type: ignore[attr-defined]
+    if schema is None or not schema.returns:
+        return False
+    info = schema.returns[0].alias_info
+    return info is not None and not info.is_write
 
 
 def _nbytes(val: object) -> int:
@@ -399,10 +501,45 @@ def concretize(program: object, example: Sequence[object]) -> None:
         _Record(program.graph_module).run(*lowering_consts)  # type: ignore[attr-defined]
 
 
+def prepare_program(program: object, source: str, options: Options) -> object:
+    """Return ``program``, functionalized and decomposed by torch when that is needed to lower it.
+
+    A program every op of which has a converter, and whose in-place ops can all be rebound, is
+    returned as it is. Otherwise torch functionalizes it and decomposes the ops without a
+    converter into Core ATen (``decompose.py``); the summary notes which ops went that way.
+    """
+    probe = _Lowering(program, GraphBuilder("check"), options, source)
+    missing = probe.missing()
+    hazards = probe.alias_hazards()
+    if not missing and not hazards:
+        return program
+    from .decompose import decompose
+
+    try:
+        decomposed = decompose(program)
+    except Exception as exc:
+        if hazards:
+            key = op_key(hazards[0].target)  # type: ignore[attr-defined]
+            where = _where(key, hazards[0], source)[0]
+            raise ConversionError(where, f"an in-place write through a view, and torch could not functionalize "
+                                  f"the program ({type(exc).__name__}: {str(exc).strip()[:200]})") from exc
+        logger.debug("run_decompositions failed on %s: %s", source, exc)
+        return program
+    if missing:
+        names = ", ".join(u.op for u in missing)
+        options.diagnostics.note(f"{source}: no direct converter for {names}; lowered through torch's "
+                                 "Core ATen decompositions")
+    else:
+        options.diagnostics.note(f"{source}: in-place writes through views; the program was functionalized "
+                                 "by torch before lowering")
+    return decomposed
+
+
 def unsupported_ops(program: object, source: str, options: Options | None = None) -> list[Unsupported]:
-    """Return every op of ``program`` the op table cannot convert (with count and first place)."""
-    builder = GraphBuilder("check")
-    return _Lowering(program, builder, options or Options(), source).missing()
+    """Return every op of ``program`` the op table cannot convert, even after torch's decompositions."""
+    options = options or Options()
+    program = prepare_program(program, source, options)
+    return _Lowering(program, GraphBuilder("check"), options, source).missing()
 
 
 def lower_program(program: object, *, source: str, options: Options,
@@ -423,6 +560,7 @@ def lower_program(program: object, *, source: str, options: Options,
         UnsupportedOpsError: listing every op without a converter.
         ConversionError: when one call cannot be converted (its op, module path and line).
     """
+    program = prepare_program(program, source, options)
     builder = GraphBuilder(name, source=source)
     lowering = _Lowering(program, builder, options, source)
     missing = lowering.missing()

@@ -71,6 +71,7 @@ class OpenCVCaffeRuntime:
                 for i, top in enumerate(layer.tops):
                     shape = shapes[i] if i < len(shapes) else (shapes[0] if shapes else ())
                     self._inputs.append(TensorSpec(top, np.dtype(np.float32), shape))
+        self._tops = {layer.name: list(layer.tops) for layer in netdef.layers}
         consumed: dict[str, bool] = {}
         writer: dict[str, tuple[str, int]] = {}
         order: list[str] = []
@@ -100,12 +101,38 @@ class OpenCVCaffeRuntime:
         """Return the net's output blob names (tops no later layer consumes)."""
         return list(self._outputs)
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run once; return every output blob by name."""
+    def _set_inputs(self, feeds: Mapping[str, np.ndarray]) -> None:
         for spec in self._inputs:
             if spec.name not in feeds:
                 raise UsageError(f"missing input '{spec.name}'")
             self._net.setInput(np.ascontiguousarray(feeds[spec.name], dtype=np.float32), spec.name)
+
+    def layer_outputs(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, list[np.ndarray]]:
+        """Run once; return every output of each layer in ``names`` that OpenCV knows by that name."""
+        self._set_inputs(feeds)
+        known: dict[str, str] = {}  # our name -> the name OpenCV gave the layer (sometimes its top's)
+        for n in dict.fromkeys(names):
+            tops = self._tops.get(n, [])
+            if self._net.getLayerId(n) >= 0:
+                known[n] = n
+            elif tops and self._net.getLayerId(tops[0]) >= 0:
+                known[n] = tops[0]
+        # OpenCV 4.14 keeps only the first output of a requested layer out of its buffer reuse: a
+        # Slice's second top comes back overwritten by a later layer. Layers with several tops are
+        # therefore read in a run of their own.
+        single = [n for n in known if len(self._tops.get(n, [])) <= 1]
+        batches = [single] if single else []
+        batches += [[n] for n in known if n not in single]
+        found: dict[str, list[np.ndarray]] = {}
+        for batch in batches:
+            self._set_inputs(feeds)
+            results = self._net.forwardAndRetrieve([known[n] for n in batch])
+            found.update({n: [np.asarray(a) for a in r] for n, r in zip(batch, results, strict=True)})
+        return {n: found[n] for n in known}
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once; return every output blob by name."""
+        self._set_inputs(feeds)
         layers = list(dict.fromkeys(layer for layer, _ in self._pins))
         results = self._net.forwardAndRetrieve(layers)  # every output of each named layer
         by_layer = dict(zip(layers, results, strict=True))

@@ -27,7 +27,7 @@ from convert.ir import (
     from_array,
 )
 
-__all__ = ["OPS", "LowerContext", "OpCall", "TensorMeta", "lowers"]
+__all__ = ["OPS", "LowerContext", "OpCall", "TensorMeta", "functional_key", "lowers", "resolve"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +217,30 @@ def lowers(*keys: str, to: str, notes: str = "") -> Callable[[Callable[[OpCall, 
         return OPS.register(*keys)(func)
 
     return decorate
+
+
+def functional_key(key: str) -> str:
+    """Return the key of the op an in-place variant stands for: ``aten.relu_`` -> ``aten.relu``.
+
+    Dunder ops (``aten.__and__``) and keys without the trailing underscore are returned unchanged.
+    """
+    if key.endswith("_") and not key.endswith("__"):
+        return key[:-1]
+    return key
+
+
+def resolve(key: str) -> Callable[[OpCall, LowerContext], object] | None:
+    """Return the converter of ``key``: its own, else (in-place ``aten.op_``) the functional op's.
+
+    ``out=`` overloads share the functional op's key already (an overload is not part of the key);
+    the lowering rebinds every argument the schema marks as written (``Tensor(a!)``) to the result.
+    """
+    func = OPS.lookup(key)
+    if func is None:
+        base = functional_key(key)
+        if base != key:
+            func = OPS.lookup(base)
+    return func
 
 
 def norm_axis(axis: int, rank: int) -> int:

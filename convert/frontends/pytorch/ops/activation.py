@@ -25,11 +25,14 @@ def _unary(op_type: str) -> object:
 
 
 for _key, _op in {
-    "aten.relu": "Relu", "aten.relu_": "Relu", "aten.sigmoid": "Sigmoid", "aten.tanh": "Tanh",
+    "aten.relu": "Relu", "aten.sigmoid": "Sigmoid", "aten.tanh": "Tanh",
     "aten.hardswish": "HardSwish", "aten.exp": "Exp", "aten.log": "Log", "aten.sqrt": "Sqrt",
     "aten.abs": "Abs", "aten.neg": "Neg", "aten.erf": "Erf", "aten.reciprocal": "Reciprocal",
     "aten.sin": "Sin", "aten.cos": "Cos", "aten.floor": "Floor", "aten.ceil": "Ceil",
     "aten.round": "Round", "aten.sign": "Sign", "aten.logical_not": "Not", "aten.bitwise_not": "Not",
+    "aten.tan": "Tan", "aten.asin": "Asin", "aten.acos": "Acos", "aten.atan": "Atan", "aten.sinh": "Sinh",
+    "aten.cosh": "Cosh", "aten.asinh": "Asinh", "aten.acosh": "Acosh", "aten.atanh": "Atanh",
+    "aten.isnan": "IsNaN",
 }.items():
     lowers(_key, to=_op)(_unary(_op))  # type: ignore[arg-type]
 
@@ -40,14 +43,14 @@ def rsqrt(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.op("Reciprocal", [ctx.op("Sqrt", [call.tensor("self")])])
 
 
-@lowers("aten.silu", "aten.silu_", to="Sigmoid+Mul")
+@lowers("aten.silu", to="Sigmoid+Mul")
 def silu(call: OpCall, ctx: LowerContext) -> Value:
     """Lower silu to x * Sigmoid(x)."""
     x = call.tensor("self")
     return ctx.op("Mul", [x, ctx.op("Sigmoid", [x])])
 
 
-@lowers("aten.hardtanh", "aten.hardtanh_", "aten.relu6", to="Clip")
+@lowers("aten.hardtanh", "aten.relu6", to="Clip")
 def hardtanh(call: OpCall, ctx: LowerContext) -> Value:
     """Lower hardtanh / relu6 to Clip(min, max)."""
     meta = call.meta("self")
@@ -72,7 +75,7 @@ def clamp(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.op("Clip", inputs)
 
 
-@lowers("aten.gelu", "aten.gelu_", to="Div+Erf+Add+Mul+Mul",
+@lowers("aten.gelu", to="Div+Erf+Add+Mul+Mul",
         notes="approximate='tanh' lowers to its tanh formula")
 def gelu(call: OpCall, ctx: LowerContext) -> Value:
     """Lower gelu to 0.5 * x * (1 + erf(x / sqrt(2))) (or the tanh formula)."""
@@ -89,19 +92,19 @@ def gelu(call: OpCall, ctx: LowerContext) -> Value:
                           ctx.scalar_like(0.5, meta)])
 
 
-@lowers("aten.leaky_relu", "aten.leaky_relu_", to="LeakyRelu")
+@lowers("aten.leaky_relu", to="LeakyRelu")
 def leaky_relu(call: OpCall, ctx: LowerContext) -> Value:
     """Lower leaky_relu to LeakyRelu(alpha=negative_slope)."""
     return ctx.op("LeakyRelu", [call.tensor("self")], {"alpha": float(call.get("negative_slope", 0.01))})  # type: ignore[arg-type]
 
 
-@lowers("aten.hardsigmoid", "aten.hardsigmoid_", to="HardSigmoid")
+@lowers("aten.hardsigmoid", to="HardSigmoid")
 def hardsigmoid(call: OpCall, ctx: LowerContext) -> Value:
     """Lower hardsigmoid to HardSigmoid(alpha=1/6, beta=0.5)."""
     return ctx.op("HardSigmoid", [call.tensor("self")], {"alpha": 1.0 / 6.0, "beta": 0.5})
 
 
-@lowers("aten.elu", "aten.elu_", to="Elu", notes="scale and input_scale must be 1")
+@lowers("aten.elu", to="Elu", notes="scale and input_scale must be 1")
 def elu(call: OpCall, ctx: LowerContext) -> Value:
     """Lower elu to Elu(alpha)."""
     if float(call.get("scale", 1)) != 1.0 or float(call.get("input_scale", 1)) != 1.0:  # type: ignore[arg-type]
@@ -117,7 +120,7 @@ def softplus(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.op("Softplus", [call.tensor("self")])
 
 
-@lowers("aten.mish", "aten.mish_", to="Softplus+Tanh+Mul")
+@lowers("aten.mish", to="Softplus+Tanh+Mul")
 def mish(call: OpCall, ctx: LowerContext) -> Value:
     """Lower mish to x * tanh(softplus(x))."""
     x = call.tensor("self")
@@ -150,3 +153,36 @@ def log_softmax(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.op("LogSoftmax", [call.tensor("self")], {"axis": axis})
 
 
+
+
+@lowers("aten.log1p", to="Add+Log")
+def log1p(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower log1p to Log(1 + x)."""
+    x = call.tensor("self")
+    return ctx.op("Log", [ctx.op("Add", [x, ctx.scalar_like(1.0, call.meta("self"))])])
+
+
+@lowers("aten.expm1", to="Exp+Sub")
+def expm1(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower expm1 to Exp(x) - 1."""
+    return ctx.op("Sub", [ctx.op("Exp", [call.tensor("self")]), ctx.scalar_like(1.0, call.meta("self"))])
+
+
+@lowers("aten.log2", "aten.log10", to="Log+Div")
+def log_base(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower log2 / log10 to Log(x) / Log(base)."""
+    base = 2.0 if call.op == "aten.log2" else 10.0
+    return ctx.op("Div", [ctx.op("Log", [call.tensor("self")]), ctx.scalar_like(math.log(base), call.meta("self"))])
+
+
+@lowers("aten.trunc", "aten.fix", to="Abs+Floor+Sign+Mul")
+def trunc(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower trunc to Sign(x) * Floor(Abs(x)) (no Trunc op at opset 17)."""
+    x = call.tensor("self")
+    return ctx.op("Mul", [ctx.op("Sign", [x]), ctx.op("Floor", [ctx.op("Abs", [x])])])
+
+
+@lowers("aten.isinf", to="IsInf")
+def isinf(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower isinf to IsInf (both signs)."""
+    return ctx.op("IsInf", [call.tensor("self")])

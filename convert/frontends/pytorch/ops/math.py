@@ -57,11 +57,12 @@ def _binary(op_type: str, *, reverse: bool = False) -> object:
 
 
 for _keys, _op in {
-    ("aten.add", "aten.add_"): "Add", ("aten.sub", "aten.sub_"): "Sub", ("aten.mul", "aten.mul_"): "Mul",
+    ("aten.add",): "Add", ("aten.sub",): "Sub", ("aten.mul",): "Mul",
     ("aten.maximum",): "Max", ("aten.minimum",): "Min", ("aten.eq",): "Equal", ("aten.lt",): "Less",
     ("aten.gt",): "Greater", ("aten.le",): "LessOrEqual", ("aten.ge",): "GreaterOrEqual",
     ("aten.logical_and", "aten.__and__", "aten.bitwise_and"): "And",
     ("aten.logical_or", "aten.__or__", "aten.bitwise_or"): "Or",
+    ("aten.logical_xor", "aten.__xor__", "aten.bitwise_xor"): "Xor",
 }.items():
     lowers(*_keys, to=_op)(_binary(_op))  # type: ignore[arg-type]
 lowers("aten.rsub", to="Sub")(_binary("Sub", reverse=True))  # type: ignore[arg-type]
@@ -80,14 +81,18 @@ def remainder(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.op("Mod", [a, b], {"fmod": 0})
 
 
-@lowers("aten.div", "aten.div_", to="Div", notes="rounding_mode 'floor'/'trunc' add Floor/Cast")
+@lowers("aten.div", to="Div", notes="rounding_mode 'floor'/'trunc' add Floor/Cast")
 def div(call: OpCall, ctx: LowerContext) -> Value:
     """Lower div to Div; rounding_mode='floor' adds Floor (float) ."""
     like = call.out_meta
     a = _cast(ctx, _operand(call, ctx, "self", like), call.metas.get("self"), like)
     b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), like)
-    y = ctx.op("Div", [a, b])
     mode = call.args.get("rounding_mode")
+    if not like.dtype.is_floating_point():  # integer Div truncates; floor needs the remainder's sign
+        if mode == "floor":
+            return ctx.op("Div", [ctx.op("Sub", [a, ctx.op("Mod", [a, b], {"fmod": 0})]), b])
+        return ctx.op("Div", [a, b])
+    y = ctx.op("Div", [a, b])
     if mode == "floor":
         y = ctx.op("Floor", [y])
     elif mode == "trunc":
@@ -222,3 +227,57 @@ def baddbmm(call: OpCall, ctx: LowerContext) -> Value:
     if beta != 1:
         s = ctx.op("Mul", [s, ctx.scalar_like(beta, like)])
     return ctx.op("Add", [y, s])
+
+
+@lowers("aten.ne", to="Equal+Not")
+def ne(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower ne to Not(Equal(self, other)), operands promoted as for eq."""
+    like = _like(call)
+    a = _cast(ctx, _operand(call, ctx, "self", like), call.metas.get("self"), like)
+    b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), like)
+    return ctx.op("Not", [ctx.op("Equal", [a, b])])
+
+
+@lowers("aten.floor_divide", to="Div+Floor / Mod+Sub+Div", notes="rounds towards -inf, as torch does")
+def floor_divide(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower floor_divide: Floor(a / b) for floats; (a - Mod(a, b)) / b (exact) for integers."""
+    like = call.out_meta
+    a = _cast(ctx, _operand(call, ctx, "self", like), call.metas.get("self"), like)
+    b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), like)
+    if like.dtype.is_floating_point():
+        return ctx.op("Floor", [ctx.op("Div", [a, b])])
+    r = ctx.op("Mod", [a, b], {"fmod": 0})
+    return ctx.op("Div", [ctx.op("Sub", [a, r]), b])
+
+
+@lowers("aten._local_scalar_dense", "aten.item", to="Reshape (0-d)",
+        notes="folded when its input is constant; otherwise a 0-d tensor, usable as an arithmetic operand")
+def local_scalar_dense(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower ``t.item()`` of a computed one-element tensor to that tensor reshaped to 0-d."""
+    return ctx.op("Reshape", [call.tensor("self"), ctx.ints([])])
+
+
+@lowers("aten.fmod", to="Mod(fmod=1)", notes="the sign of the dividend, as C's fmod")
+def fmod(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower fmod to Mod(fmod=1)."""
+    like = call.out_meta
+    a = _cast(ctx, _operand(call, ctx, "self", like), call.metas.get("self"), like)
+    b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), like)
+    return ctx.op("Mod", [a, b], {"fmod": 1})
+
+
+@lowers("aten.atan2", to="Atan+Div+Where", notes="quadrant fixed with Where; atan2(0, 0) = 0")
+def atan2(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower atan2(y, x) to atan(y / x) corrected by pi for x < 0 (sign of y), pi/2 for x = 0."""
+    like = call.out_meta
+    y = _cast(ctx, call.tensor("self"), call.metas.get("self"), like)
+    x = _cast(ctx, call.tensor("other"), call.metas.get("other"), like)
+    zero = ctx.scalar_like(0.0, like)
+    pi = ctx.scalar_like(np.pi, like)
+    base = ctx.op("Atan", [ctx.op("Div", [y, ctx.op("Where", [ctx.op("Equal", [x, zero]),
+                                                               ctx.scalar_like(1.0, like), x])])])
+    negative_y = ctx.op("Less", [y, zero])
+    shift = ctx.op("Where", [negative_y, ctx.op("Neg", [pi]), pi])
+    result = ctx.op("Where", [ctx.op("Less", [x, zero]), ctx.op("Add", [base, shift]), base])
+    half = ctx.op("Mul", [ctx.op("Sign", [y]), ctx.scalar_like(np.pi / 2, like)])
+    return ctx.op("Where", [ctx.op("Equal", [x, zero]), half, result])

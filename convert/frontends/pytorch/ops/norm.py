@@ -1,5 +1,6 @@
 """Normalisation: batch_norm -> BatchNormalization, layer_norm -> LayerNormalization (opset 17),
-group_norm -> LayerNormalization over groups + per-channel affine.
+group_norm -> LayerNormalization over groups + per-channel affine, instance_norm ->
+InstanceNormalization.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from convert.ir import Value
 
 from ._base import LowerContext, OpCall, lowers
 
-__all__ = ["batch_norm", "group_norm", "layer_norm", "native_batch_norm", "native_layer_norm"]
+__all__ = ["batch_norm", "group_norm", "instance_norm", "layer_norm", "native_batch_norm", "native_group_norm",
+           "native_layer_norm"]
 
 
 def _bn(call: OpCall, ctx: LowerContext, training: bool) -> Value:
@@ -45,10 +47,35 @@ def native_batch_norm_no_training(call: OpCall, ctx: LowerContext) -> tuple[Valu
     return _bn(call, ctx, False), None, None
 
 
-@lowers("aten.native_batch_norm", "aten._native_batch_norm_legit", to="BatchNormalization")
+@lowers("aten.native_batch_norm", "aten._native_batch_norm_legit", to="BatchNormalization / ReduceMean+...",
+        notes="the no_stats form (instance_norm decomposed) normalises by the batch's own statistics")
 def native_batch_norm(call: OpCall, ctx: LowerContext) -> tuple[Value, None, None]:
-    """Lower native_batch_norm (eval); only its first output may be used."""
+    """Lower native_batch_norm (eval); only its first output may be used.
+
+    ``_native_batch_norm_legit.no_stats`` has no running statistics: it normalises over every axis
+    but 1 with the input's own mean and (biased) variance, as instance_norm's decomposition needs.
+    """
+    if call.overload == "no_stats":
+        return _batch_stats_norm(call, ctx), None, None
     return _bn(call, ctx, bool(call["training"])), None, None
+
+
+def _batch_stats_norm(call: OpCall, ctx: LowerContext) -> Value:
+    x = call.tensor("input")
+    meta = call.meta("input")
+    axes = [0, *range(2, meta.rank)]
+    mean = ctx.op("ReduceMean", [x], {"axes": axes, "keepdims": 1})
+    centred = ctx.op("Sub", [x, mean])
+    var = ctx.op("ReduceMean", [ctx.op("Mul", [centred, centred])], {"axes": axes, "keepdims": 1})
+    eps = ctx.const(np.asarray(float(call["eps"]), dtype=meta.dtype.numpy()))  # type: ignore[arg-type]
+    y = ctx.op("Div", [centred, ctx.op("Sqrt", [ctx.op("Add", [var, eps])])])
+    affine = [meta.dim(1)] + [1] * (meta.rank - 2)
+    weight, bias = call.get("weight"), call.get("bias")
+    if isinstance(weight, Value):
+        y = ctx.op("Mul", [y, ctx.op("Reshape", [weight, ctx.ints(affine)])])
+    if isinstance(bias, Value):
+        y = ctx.op("Add", [y, ctx.op("Reshape", [bias, ctx.ints(affine)])])
+    return y
 
 
 def _ln(call: OpCall, ctx: LowerContext) -> Value:
@@ -80,9 +107,19 @@ def native_layer_norm(call: OpCall, ctx: LowerContext) -> tuple[Value, None, Non
 @lowers("aten.group_norm", to="Reshape+LayerNormalization+Reshape+Mul+Add")
 def group_norm(call: OpCall, ctx: LowerContext) -> Value:
     """Lower group_norm: normalise [N, G, C/G*spatial] over its last axis, then scale per channel."""
+    return _gn(call, ctx, int(call["num_groups"]))  # type: ignore[call-overload]
+
+
+@lowers("aten.native_group_norm", to="Reshape+LayerNormalization+Reshape+Mul+Add",
+        notes="only the normalised output (not mean/rstd)")
+def native_group_norm(call: OpCall, ctx: LowerContext) -> tuple[Value, None, None]:
+    """Lower the Core ATen group norm like group_norm; only its first output may be used."""
+    return _gn(call, ctx, int(call["group"])), None, None  # type: ignore[call-overload]
+
+
+def _gn(call: OpCall, ctx: LowerContext, groups: int) -> Value:
     x = call.tensor("input")
     meta = call.meta("input")
-    groups = int(call["num_groups"])  # type: ignore[call-overload]
     c = int(meta.shape[1])
     per_group = int(np.prod([int(d) for d in meta.shape[1:]])) // groups
     y = ctx.op("Reshape", [x, ctx.shape_value([meta.shape[0], groups, per_group], like=meta)])
@@ -97,3 +134,21 @@ def group_norm(call: OpCall, ctx: LowerContext) -> Value:
     if isinstance(bias, Value):
         y = ctx.op("Add", [y, ctx.op("Reshape", [bias, ctx.ints(affine)])])
     return y
+
+
+@lowers("aten.instance_norm", to="InstanceNormalization / BatchNormalization",
+        notes="use_input_stats=False (running statistics) lowers like batch_norm")
+def instance_norm(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower instance_norm: per-sample statistics -> InstanceNormalization (missing affine = 1, 0)."""
+    if not call.get("use_input_stats", True):
+        return _bn(call, ctx, False)
+    x = call.tensor("input")
+    meta = call.meta("input")
+    channels = meta.dim(1)
+    weight = call.get("weight")
+    bias = call.get("bias")
+    if not isinstance(weight, Value):
+        weight = ctx.const(np.ones(channels), meta.dtype)
+    if not isinstance(bias, Value):
+        bias = ctx.const(np.zeros(channels), meta.dtype)
+    return ctx.op("InstanceNormalization", [x, weight, bias], {"epsilon": float(call["eps"])})  # type: ignore[arg-type]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import operator
 
+import numpy as np
+
 from convert.ir import Value
 
 from ._base import LowerContext, OpCall, lowers, norm_axis
@@ -17,7 +19,7 @@ _INT64_MAX = 2**63 - 1
 
 
 @lowers("aten.clone", "aten.contiguous", "aten.alias", "aten.detach", "aten.lift_fresh_copy",
-        "aten.dropout", "aten.dropout_", "aten.feature_dropout", "aten.alpha_dropout", "aten.native_dropout",
+        "aten.dropout", "aten.feature_dropout", "aten.alpha_dropout", "aten.native_dropout",
         "aten.lift_fresh", to="(nothing)", notes="dropout only with training=False")
 def identity(call: OpCall, ctx: LowerContext) -> object:
     """Pass the input through: these ops do nothing at inference."""
@@ -215,7 +217,7 @@ def narrow(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.op("Slice", [call.tensor("self"), ctx.ints([start]), ctx.ints([end]), ctx.ints([axis])])
 
 
-@lowers("aten.expand", "aten.expand_copy", "aten.broadcast_to", to="Expand")
+@lowers("aten.expand", "aten.expand_copy", "aten.broadcast_to", "aten.expand_as", to="Expand")
 def expand(call: OpCall, ctx: LowerContext) -> Value:
     """Lower expand to Expand with the static output shape."""
     return ctx.op("Expand", [call.tensor("self"), _target(call, ctx, expand=True)])
@@ -243,10 +245,18 @@ def _pads(call: OpCall, rank: int) -> list[int]:
     return begins + ends
 
 
-@lowers("aten.constant_pad_nd", "aten.pad", to="Pad", notes="modes constant, reflect, replicate")
+_PAD_MODES = {"aten.reflection_pad1d": "reflect", "aten.reflection_pad2d": "reflect",
+              "aten.reflection_pad3d": "reflect", "aten.replication_pad1d": "replicate",
+              "aten.replication_pad2d": "replicate", "aten.replication_pad3d": "replicate"}
+
+
+@lowers("aten.constant_pad_nd", "aten.pad", *_PAD_MODES, to="Pad", notes="modes constant, reflect, replicate")
 def pad(call: OpCall, ctx: LowerContext) -> Value:
-    """Lower constant_pad_nd / pad to Pad (torch lists pads from the last axis backwards)."""
+    """Lower constant_pad_nd / pad / reflection_pad* / replication_pad* to Pad (pads listed from the last axis)."""
     meta = call.meta("self")
+    if call.op in _PAD_MODES:
+        call.args["pad"] = call.args.get("padding")
+        call.args["mode"] = _PAD_MODES[call.op]
     mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}.get(str(call.get("mode", "constant")))
     if mode is None:
         raise call.unsupported(f"pad mode '{call.get('mode')}'")
@@ -363,3 +373,36 @@ def _sym_arith(op_type: str) -> object:
 for _key, _op in {"operator.mul": "Mul", "operator.add": "Add", "operator.sub": "Sub",
                   "operator.floordiv": "Div"}.items():
     lowers(_key, to=f"{_op} (int64)", notes="only with a symbolic size operand")(_sym_arith(_op))  # type: ignore[arg-type]
+
+
+@lowers("aten.flip", to="Slice (step -1)")
+def flip(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower flip(dims) to one Slice with step -1 on each flipped axis."""
+    meta = call.meta("self")
+    axes = [norm_axis(int(d), meta.rank) for d in call["dims"]]  # type: ignore[attr-defined]
+    if not axes:
+        return call.tensor("self")
+    n = len(axes)
+    return ctx.op("Slice", [call.tensor("self"), ctx.ints([-1] * n), ctx.ints([-_INT64_MAX] * n), ctx.ints(axes),
+                            ctx.ints([-1] * n)])
+
+
+@lowers("aten.nonzero", to="NonZero+Transpose", notes="the result's length depends on the data")
+def nonzero(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower nonzero to NonZero transposed to torch's [count, rank] layout."""
+    return ctx.op("Transpose", [ctx.op("NonZero", [call.tensor("self")])], {"perm": [1, 0]})
+
+
+@lowers("aten.arange", to="Range", notes="computed bounds only; constant ranges are folded")
+def arange(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower arange(start, end, step) whose bounds are computed sizes to Range."""
+    meta = call.out_meta
+    dtype = meta.dtype.numpy()
+    parts = []
+    for name, default in (("start", 0), ("end", None), ("step", 1)):
+        v = call.args.get(name, default)
+        if isinstance(v, Value):
+            parts.append(ctx.op("Reshape", [ctx.op("Cast", [v], {"to": meta.dtype}), ctx.ints([])]))
+        else:
+            parts.append(ctx.const(np.asarray(v, dtype=dtype)))
+    return ctx.op("Range", parts)

@@ -1,0 +1,61 @@
+"""The zoo of public-architecture look-alikes (models/pytorch/zoo.py) converts and matches eager.
+
+Each model is converted once from its seed-1 inputs and compared with PyTorch eager on the seed-1
+and seed-2 inputs (text models: other token ids and other padding lengths), error relative to the
+output's scale, every output of the model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from _torch_helpers import REL_TO_SCALE, ROOT, rel_to_scale, run_onnx, to_onnx
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.torch
+
+
+def _zoo() -> object:
+    name = "pytorch_test_zoo"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "models" / "pytorch" / "zoo.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+# The op each model is here for: it must be in the converted graph.
+SIGNATURE_OPS = {
+    "bert": "aten.index", "distilbert": "aten.masked_fill", "gpt2": "aten.addmm",
+    "mobilenetv3": "aten.hardswish_", "raft": "aten.grid_sampler", "yolov8_head": "aten.softmax",
+}
+
+
+@pytest.mark.parametrize("name", list(SIGNATURE_OPS))
+def test_zoo_model_matches_eager(name: str, tmp_path: Path) -> None:
+    from convert.frontends.pytorch import load_module
+
+    zoo = _zoo()
+    model, inputs = zoo.build(name)  # type: ignore[attr-defined]
+    ir_model = load_module(model, inputs(1))
+    assert SIGNATURE_OPS[name] in ir_model.meta["convert:aten_ops"]
+    path = to_onnx(ir_model, tmp_path / f"{name}.onnx")
+    for seed in (1, 2):
+        xs = inputs(seed)
+        with torch.no_grad():
+            refs = model(*xs)
+        refs = list(refs) if isinstance(refs, (tuple, list)) else [refs]
+        outs = run_onnx(path, {v.name: x.numpy() for v, x in zip(ir_model.graph.inputs, xs, strict=True)})
+        assert len(outs) == len(refs)
+        for ours, ref in zip(outs, refs, strict=True):
+            assert rel_to_scale(ours, ref.numpy()) <= REL_TO_SCALE
+
+
+def test_zoo_lists_every_model() -> None:
+    assert set(_zoo().ZOO) == set(SIGNATURE_OPS)  # type: ignore[attr-defined]
