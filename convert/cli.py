@@ -498,6 +498,27 @@ def to_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> None:
     _guard(_run_convert, ctx, debug, verbose=verbose, debug_flag=debug, **kw)
 
 
+def _split_against(sources: list[Path], against: list[Path], src: str | None,
+                   dst: str | None) -> tuple[list[Path], list[Path]]:
+    """Give --against the files of the converted model that the shell put among the sources.
+
+    ``--against a.prototxt a.caffemodel`` gives --against one value; the .caffemodel would be read
+    as a second source. A source file with the destination's suffix or companion suffix (and not
+    one the source format reads) belongs to the converted model.
+    """
+    try:
+        src_fmt = src or formats.detect_format(sources[:1])
+        dst_fmt = dst or formats.detect_format(against)
+    except ir.UsageError:
+        return sources, against
+    if src_fmt == dst_fmt or dst_fmt not in formats.exporter_names():
+        return sources, against
+    ex = formats.exporter(dst_fmt)
+    theirs = {ex.suffix, *ex.companions} - set(formats.frontend(src_fmt).suffixes)
+    moved = [p for p in sources[1:] if p.suffix.lower() in theirs]
+    return [p for p in sources if p not in moved], [*against, *moved]
+
+
 def _run_check(ctx: click.Context, **kw: object) -> int:
     args = list(kw["args"])  # type: ignore[call-overload]
     against = [Path(p) for p in kw["against"]]  # type: ignore[attr-defined]
@@ -508,8 +529,9 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
     src, dst, inputs = (None, None, args)
     if args and _looks_like_route(args[0]):
         src, dst, inputs = _parse_route(args, None, None)
+    sources, against = _split_against([Path(p) for p in inputs], against, src, dst)
     report = api.verify(
-        [Path(p) for p in inputs], against, format=src, to=dst,  # type: ignore[arg-type]
+        sources, against, format=src, to=dst,
         atol=float(kw["atol"]), rtol=float(kw["rtol"]), tol=float(kw["tol"]),  # type: ignore[arg-type]
         inputs=kw["inputs"], seed=int(kw["seed"]), locate=kw["locate"],  # type: ignore[arg-type]
         input_shapes=_parse_shapes(kw["input_shape"]), device=kw["device"],  # type: ignore[arg-type]

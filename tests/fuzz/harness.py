@@ -338,7 +338,7 @@ def zip_member(data: bytes, name: str, rnd: random.Random) -> bytes:
     try:
         zin = zipfile.ZipFile(io.BytesIO(data))
         members = [(i, zin.read(i)) for i in zin.infolist()]
-    except (zipfile.BadZipFile, ValueError, OSError):
+    except Exception:  # a damaged archive (bad header, unknown compression ...): mutate its bytes instead
         return flip_bytes(data, name, rnd)
     if not members:
         return data

@@ -326,7 +326,10 @@ def _apply_input_shapes(model: ir.Model, options: ir.Options) -> None:
     if not options.input_shapes:
         return
     by_name = {v.name: v for v in model.graph.inputs}
-    for name, shape in options.input_shapes.items():
+    given = dict(options.input_shapes)
+    if "" in given and len(by_name) == 1:  # an unnamed --input-shape is the only input's
+        given[next(iter(by_name))] = given.pop("")
+    for name, shape in given.items():
         value = by_name.get(name)
         if value is None and name in model.graph.initializers:
             raise ir.UsageError(
@@ -335,7 +338,7 @@ def _apply_input_shapes(model: ir.Model, options: ir.Options) -> None:
             )
         if value is None:
             raise ir.UsageError(
-                f"--input-shape names '{name}', which is not an input; inputs: {', '.join(by_name)}"
+                f"--input-shape names '{name}', which is not an input; inputs: {', '.join(by_name) or '(none)'}"
             )
         if value.shape is not None and len(value.shape) != len(shape):
             raise ir.UsageError(f"--input-shape {name}: rank {len(shape)}, but the input has rank {len(value.shape)}")
