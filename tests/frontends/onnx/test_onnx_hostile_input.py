@@ -194,7 +194,18 @@ def _location_trailing_slash(tmp: Path) -> bytes:
     return _model(_external("d.bin/")).SerializeToString()
 
 
+def _missing_initializer(tmp: Path) -> bytes:
+    """A Conv whose weight names an initializer the file does not hold (a clone_graph crash on the Caffe route)."""
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "conv_w"], ["y"], kernel_shape=[1, 1])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
 MODEL_CASES = {
+    "missing-initializer": (_missing_initializer, "node 'y' (Conv) input 1 'conv_w' is not a graph input"),
     "duplicate-output-name": (_duplicate_output, "writes the value 'y', which node"),
     "undefined-input": (_undefined_input, "input 1 'nowhere' is not a graph input"),
     "invalid-dtype": (_invalid_dtype, "data type 999, which is not an ONNX tensor type"),
