@@ -136,8 +136,14 @@ def _check_external(path: Path, proto: onnx.ModelProto) -> None:
         if offset < 0 or (length is not None and length < 0):
             raise ir.ModelFormatError(f"{where}: negative external data offset/length ({offset}, {length})")
         size = sizes.setdefault(target, stat.st_size)
+        need = _expected_bytes(tensor)
+        if length is not None and need is not None and length != need:
+            raise ir.ModelFormatError(
+                f"{where}: its dims {list(tensor.dims)} need {need:,} bytes but its external data length is "
+                f"{length:,}. Is the file corrupt?"
+            )
         if length is None:
-            length = _expected_bytes(tensor)
+            length = need
         if length is not None and offset + length > size:
             raise ir.ModelFormatError(
                 f"{where}: needs bytes {offset:,}..{offset + length:,} of '{location}', "

@@ -75,7 +75,13 @@ def _dims_past_the_data_file(tmp: Path) -> onnx.TensorProto:
     return t
 
 
+def _dims_disagree_with_length(tmp: Path) -> onnx.TensorProto:
+    (tmp / "d.bin").write_bytes(bytes(64))
+    return _external("d.bin", length="8")  # dims [2, 2] of float need 16 (fuzzing found this: an exit 3)
+
+
 CASES = {
+    "dims-vs-external-length": (_dims_disagree_with_length, "need 16 bytes but its external data length is 8"),
     "negative-dims": (_negative_dims, "negative dimension"),
     "dims-past-bytes": (_dims_past_bytes, "need 64 bytes"),
     "fifo-external-data": (_fifo, "not a regular file"),
