@@ -276,6 +276,9 @@ def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
         temps.append(tmp)
         with os.fdopen(fd, "wb") as fh:
             fh.write(text.encode())
+        mode = _new_file_mode()
+        for tmp in temps:  # mkstemp makes 0600; written files get the umask's mode, as open() gives
+            os.chmod(tmp, mode)
         os.replace(temps[0], model_path)
         os.replace(temps[1], proto_path)
         temps.clear()
@@ -285,6 +288,13 @@ def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
                 os.unlink(tmp)
     logger.info("wrote %s and %s (%d layers, %.1f MiB)", proto_path, model_path, len(net.layer), total / 2**20)
     return [proto_path, model_path]
+
+
+def _new_file_mode() -> int:
+    """Return the mode open() gives a new file: 0o666 less the process umask."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def supported() -> Sequence[str]:
