@@ -23,6 +23,7 @@ import re
 import resource
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -36,6 +37,7 @@ SEEDS_DIR = HERE / "seeds"
 CRASHES_DIR = HERE / "crashes"
 TIMEOUT_S = float(os.environ.get("CONVERT_FUZZ_TIMEOUT", "20"))
 MEMORY_HEADROOM = 3 * 1024**3  # a child may map this much beyond what the parent has mapped
+FRESH_MEMORY_LIMIT = 8 * 1024**3  # address space of a fresh interpreter (torch maps ~2 GiB at import)
 
 __all__ = ["CRASHES_DIR", "SEEDS_DIR", "Case", "Outcome", "Seed", "load_seeds", "mutate", "preload",
            "run_case", "save_case"]
@@ -429,6 +431,11 @@ def run_case(case: Case, work: Path, timeout: float = TIMEOUT_S) -> Outcome:
     outdir.mkdir()
     argv = [case.seed.route, *inputs, "-o", str(outdir) + "/", "--no-check", "-q"]
     out, err = work / "stdout.txt", work / "stderr.txt"
+    if case.seed.route.startswith("pytorch"):
+        # A fork of a process whose torch has started its OpenMP threads deadlocks in the child's
+        # first parallel region (GNU OpenMP has no fork handler): after other tests used torch, every
+        # TorchScript case "hung". These cases get a fresh interpreter instead.
+        return _run_fresh(argv, out, err, outdir, timeout)
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -451,6 +458,26 @@ def run_case(case: Case, work: Path, timeout: float = TIMEOUT_S) -> Outcome:
         return Outcome("crash", None, stderr, f"killed by signal {os.WTERMSIG(status)}")
     code = os.WEXITSTATUS(status)
     return _classify(code, stderr, outdir)
+
+
+def _run_fresh(argv: list[str], out: Path, err: Path, outdir: Path, timeout: float) -> Outcome:
+    """Run the CLI in a new interpreter (same limits as the forked child) and classify the result."""
+    def limit() -> None:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_AS, (FRESH_MEMORY_LIMIT, FRESH_MEMORY_LIMIT))
+
+    with open(out, "w") as fo, open(err, "w") as fe:
+        proc = subprocess.Popen([sys.executable, "-m", "convert", *argv], stdout=fo, stderr=fe,
+                                preexec_fn=limit)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return Outcome("hang", None, _read(err), f"still running after {timeout:.0f} s")
+    if code < 0:
+        return Outcome("crash", None, _read(err), f"killed by signal {-code}")
+    return _classify(code, _read(err), outdir)
 
 
 def _read(path: Path) -> str:
