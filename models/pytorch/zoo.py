@@ -45,15 +45,16 @@ def _nets() -> object:
 
 
 # -- text inputs and masks -----------------------------------------------------------------
-def _text_inputs(batch: int = 2) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+def _text_inputs(batch: int = 3) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
     def make(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         gen = torch.Generator().manual_seed(seed)
         ids = torch.randint(1, VOCAB, (batch, SEQ), generator=gen)
         mask = torch.ones(batch, SEQ, dtype=torch.int64)
-        for b in range(1, batch):  # right padding of a different length per row and seed
+        for b in range(1, batch):  # padding of a different length per row and seed: right, then left
             pad = 2 + (seed + 3 * b) % (SEQ // 2)
-            mask[b, SEQ - pad:] = 0
-            ids[b, SEQ - pad:] = 0
+            cols = slice(SEQ - pad, SEQ) if b % 2 else slice(0, pad)
+            mask[b, cols] = 0
+            ids[b, cols] = 0
         return ids, mask
 
     return make
@@ -238,7 +239,8 @@ class GPT2Like(nn.Module):
             x = block(x, mask)
         x = self.ln_f(x)
         lm_logits = torch.matmul(x, self.wte.weight.T)
-        # GPT2ForSequenceClassification: the logits of the last non-padding token of each row
+        # GPT2ForSequenceClassification: the logits of the last non-padding token of each row (left
+        # padding leaves the first queries with every key masked: torch's attention gives 0 there)
         non_pad = (input_ids != 0).int()
         last = (non_pad * torch.arange(length, device=input_ids.device)).argmax(-1)
         pooled = self.score(x)[torch.arange(batch, device=input_ids.device), last]

@@ -106,7 +106,8 @@ CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
     "attention": (lambda: Fn(lambda m, q, k, v: (F.scaled_dot_product_attention(q, k, v),
                                                  F.scaled_dot_product_attention(q, k, v, is_causal=True),
                                                  F.scaled_dot_product_attention(
-                                                     q, k, v, attn_mask=q[0, 0] @ k[0, 0].T > 0, scale=0.3))),
+                                                     q, k, v, attn_mask=q[0, 0] @ k[0, 0].T > 0, scale=0.3),
+                                                 *_fully_masked_rows(q, k, v))),
                   [(1, 2, 6, 8)] * 3),
     "reshape_flatten_permute": (lambda: Fn(lambda m, x: (x.view(1, 4, 64), x.reshape(-1, 16).t(),
                                                          x.flatten(), x.flatten(1), x.flatten(0, 1),
@@ -182,6 +183,14 @@ def _aten_direct(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
             aten.empty_strided([1, 4, 8, 8], [256, 64, 8, 1]).fill_(0.5) * x,
             aten.new_empty_strided(x, [8, 8], [8, 1]).fill_(2.0) * x, x * aten._local_scalar_dense(x.min()),
             aten.bitwise_xor(x > 0, x > 0.5).float())
+
+
+def _fully_masked_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention where query 1 may attend no key (bool and -inf float masks): torch gives 0 there."""
+    allowed = (q[0, 0] @ k[0, 0].T > 0) & (torch.arange(6)[:, None] != 1)
+    additive = torch.zeros(6, 6).masked_fill(~allowed, float("-inf"))
+    return (F.scaled_dot_product_attention(q, k, v, attn_mask=allowed),
+            F.scaled_dot_product_attention(q, k, v, attn_mask=additive))
 
 
 def _reduce_sort(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
