@@ -522,8 +522,8 @@ def prepare_program(program: object, source: str, options: Options) -> object:
         options.diagnostics.note(f"{source}: no direct converter for {names}; lowered through torch's "
                                  "Core ATen decompositions")
     else:
-        options.diagnostics.note(f"{source}: in-place writes through views; the program was functionalized "
-                                 "by torch before lowering")
+        options.diagnostics.note(f"{source}: in-place writes to tensors that views share; the program was "
+                                 "functionalized by torch before lowering")
     return decomposed
 
 

@@ -139,6 +139,8 @@ CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
                              ), S4),
     "inplace_variants": (lambda: Fn(lambda m, x: _inplace_variants(x)), S4),
     "inplace_through_views": (lambda: Fn(lambda m, x: _inplace_views(x)), S4),
+    "inplace_aliases": (lambda: Fn(lambda m, x: _inplace_aliases(x)), S4),
+    "inplace_stale_view": (lambda: Fn(lambda m, x: _inplace_stale_view(x)), S4),
     "out_variant": (lambda: Fn(lambda m, x: _out_variant(x)), S4),
     "index_advanced": (lambda: Fn(lambda m, x, y: _advanced_index(x, y)), S4 + S4),
     "index_put": (lambda: Fn(lambda m, x, y: _index_put(x, y)), S4 + S4),
@@ -226,6 +228,25 @@ def _inplace_views(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([y + mask, early * 2], 1)
 
 
+def _inplace_stale_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x * 2
+    early = y.view(1, 4, 64)  # a view taken before the write and used after it: functionalized
+    F.relu(y, inplace=True)
+    return early.sum(-1), y
+
+
+def _inplace_aliases(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Writes that rebinding expresses exactly (no functionalization)."""
+    z = torch.zeros(1, 4, 8, 8)
+    z.add_(x)  # a constant written with a computed value is no longer folded
+    w = z * 2
+    z.mul_(3)
+    c = x.clone()
+    a = c.relu_()  # a chain through the returned alias
+    a.add_(1.0)
+    return w + z, c * 2 + a
+
+
 def _out_variant(x: torch.Tensor) -> torch.Tensor:
     buf = torch.empty(1, 4, 8, 8)
     torch.add(x, 1.0, out=buf)
@@ -298,13 +319,20 @@ def _build(case: str) -> tuple[nn.Module, tuple[object, ...]]:
 SEEN: set[str] = set()
 
 
+# Cases whose in-place writes must be functionalized by torch (the others are rebound directly).
+FUNCTIONALIZED = {"inplace_through_views", "inplace_stale_view", "index_put"}
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_op(case: str, tmp_path: Path) -> None:
     from convert.frontends.pytorch import load_module
     from convert.ir import Options
 
     module, xs = _build(case)
-    model = load_module(module, xs, Options())
+    options = Options()
+    model = load_module(module, xs, options)
+    functionalized = any("functionalized by torch" in n for n in options.diagnostics.notes)
+    assert functionalized == (case in FUNCTIONALIZED)
     _check(model, module, xs, tmp_path / f"{case}.onnx")
 
 
