@@ -171,7 +171,20 @@ CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
                                                         + ((x > 0) ^ (x < 0.5)).float()
                                                         + x.new_empty((1, 4, 8, 8)).fill_(1.0))), S4),
     "aten_direct": (lambda: Fn(lambda m, x: _aten_direct(x)), S4),
+    "core_misc": (lambda: Fn(lambda m, x, y: _core_misc(x, y)), S4 + S4),
 }
+
+
+def _core_misc(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    aten = torch.ops.aten
+    idx = (y.abs() * 3).long().clamp(0, 7)
+    return (torch.diagonal(x, 1, 2, 3), torch.diagonal(x, -2, 3, 2), (x * 2).as_strided((4, 3, 3), (64, 8, 1), 5),
+            x.scatter_reduce(3, idx, y, "sum", include_self=False), x.scatter_reduce(2, idx, y, "prod"),
+            x.masked_scatter(x > 0, y * 10), torch.cdist(x[0], y[0]), torch.cdist(x[0], y[0], p=1.0),
+            torch.cdist(x[0], y[0], p=3.0), F.pdist(x[0, 0]), F.pdist(x[0, 1], p=1.0),
+            aten._adaptive_avg_pool3d(x[None], [2, 4, 4]),
+            F.fold(x.reshape(1, 16, 16), (5, 5), 2),  # col2im: 4 channels, 2x2 kernel, 4x4 blocks, overlaps
+            F.fold(x.reshape(1, 16, 16), (8, 9), 2, dilation=(2, 1), padding=(1, 0), stride=2))
 
 
 def _aten_direct(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -390,7 +403,7 @@ UNTESTED = {
         "aten.native_batch_norm", "aten._prelu_kernel", "aten._to_dtype", "aten._unsafe_view", "aten.view_copy",
         "aten.expand_copy", "aten.bitwise_and", "aten.bitwise_or", "aten.concat", "aten.concatenate",
         "aten.constant_pad_nd", "aten.dropout_", "aten.gelu_", "aten.max_pool3d_with_indices",
-        "aten.unsafe_split", "aten.native_dropout")},
+        "aten.unsafe_split", "aten.native_dropout", "aten.as_strided_copy")},
     **{k: _NOOP for k in (
         "aten._assert_async", "aten._assert_scalar", "aten.sym_constrain_range",
         "aten.sym_constrain_range_for_size", "aten.alias", "aten.contiguous", "aten.detach", "aten.lift_fresh",

@@ -1,5 +1,6 @@
 """Indexing: advanced indexing ``x[idx...]`` -> Gather / GatherND, ``x[idx...] = v`` -> ScatterND,
-index_select -> Gather, gather -> GatherElements, scatter -> ScatterElements, slice_scatter /
+index_select -> Gather, gather -> GatherElements, scatter / scatter_reduce -> ScatterElements,
+masked_scatter -> NonZero + ScatterND, slice_scatter /
 select_scatter (the functional form of writes through views) -> Concat or ScatterElements.
 
 Advanced indexing follows torch's rule: the index tensors broadcast to one shape B; when the
@@ -19,7 +20,8 @@ from convert.ir import DataType, Value
 
 from ._base import LowerContext, OpCall, TensorMeta, lowers, norm_axis
 
-__all__ = ["gather", "index", "index_put", "index_select", "scatter", "select_scatter", "slice_scatter"]
+__all__ = ["gather", "index", "index_put", "index_select", "masked_scatter", "scatter", "scatter_reduce",
+           "select_scatter", "slice_scatter"]
 
 
 @dataclass(slots=True)
@@ -241,3 +243,39 @@ def select_scatter(call: OpCall, ctx: LowerContext) -> Value:
     if call.meta("src").dtype != meta.dtype:
         src = ctx.op("Cast", [src], {"to": meta.dtype})
     return _scatter_range(call, ctx, src, axis, i, i + 1, 1)
+
+
+_SCATTER_REDUCE = {"sum": ("add", 0.0), "prod": ("mul", 1.0)}
+
+
+@lowers("aten.scatter_reduce", to="ScatterElements (add / mul)",
+        notes="reduce 'sum'/'prod' ('amax'/'amin'/'mean' need a later opset); include_self=False supported")
+def scatter_reduce(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower scatter_reduce(sum|prod) to ScatterElements(reduction); without include_self the
+    targeted positions are first reset to the reduction's identity.
+    """
+    reduce = str(call["reduce"])
+    if reduce not in _SCATTER_REDUCE:
+        raise call.unsupported(f"scatter_reduce with reduce='{reduce}'", "only 'sum' and 'prod' at opset 17")
+    meta = call.meta("self")
+    axis = norm_axis(int(call["dim"]), meta.rank)  # type: ignore[call-overload]
+    reduction, identity = _SCATTER_REDUCE[reduce]
+    x, idx, src = call.tensor("self"), call.tensor("index"), call.tensor("src")
+    if not call.get("include_self", True):
+        fill = ctx.op("Expand", [ctx.scalar_like(identity, meta), ctx.op("Shape", [idx])])
+        x = ctx.op("ScatterElements", [x, idx, fill], {"axis": axis})
+    return ctx.op("ScatterElements", [x, idx, src], {"axis": axis, "reduction": reduction})
+
+
+@lowers("aten.masked_scatter", to="NonZero+ScatterND", notes="source elements taken in order, as torch does")
+def masked_scatter(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower masked_scatter: the positions where mask is True, in row-major order, take source's
+    leading elements.
+    """
+    x = call.tensor("self")
+    mask = ctx.op("Expand", [call.tensor("mask"), ctx.op("Shape", [x])])
+    coords = ctx.op("Transpose", [ctx.op("NonZero", [mask])], {"perm": [1, 0]})  # [N, rank]
+    count = ctx.op("Slice", [ctx.op("Shape", [coords]), ctx.ints([0]), ctx.ints([1])])
+    flat = ctx.op("Reshape", [call.tensor("source"), ctx.ints([-1])])
+    updates = ctx.op("Slice", [flat, ctx.ints([0]), count])
+    return ctx.op("ScatterND", [x, coords, updates])

@@ -71,7 +71,7 @@ def _adaptive(call: OpCall, ctx: LowerContext, kind: str) -> Value:
 
 
 @lowers("aten.adaptive_avg_pool1d", "aten.adaptive_avg_pool2d", "aten._adaptive_avg_pool2d",
-        "aten.adaptive_avg_pool3d", to="GlobalAveragePool / AveragePool",
+        "aten.adaptive_avg_pool3d", "aten._adaptive_avg_pool3d", to="GlobalAveragePool / AveragePool",
         notes="output size 1, or input size divisible by output size")
 def adaptive_avg_pool(call: OpCall, ctx: LowerContext) -> Value:
     """Lower adaptive average pooling to GlobalAveragePool or an equivalent AveragePool."""
