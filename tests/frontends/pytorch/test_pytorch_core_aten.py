@@ -83,3 +83,59 @@ def test_unsupported_op_decomposed_end_to_end(tmp_path: object) -> None:
         feeds = (torch.randn(2, 3, 5, generator=gen), torch.randn(2, 3, 5, generator=gen))
         (ours,) = run_onnx(path, {"x": feeds[0].numpy(), "y": feeds[1].numpy()})
         assert rel_to_scale(ours, net(*feeds).numpy()) <= REL_TO_SCALE
+
+
+class _WriteAndDecompose(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        y[:, :2] = y[:, :2] * 0.5  # a write through a view: functionalized into slice_scatter
+        return torch.addcmul(y, y, y, value=0.1) + torch.nn.functional.hardshrink(y)
+
+
+def test_fallback_on_torchscript_file(tmp_path: object) -> None:
+    """A traced .pt with a write through a view and ops without a converter converts and matches."""
+    from pathlib import Path
+
+    from _torch_helpers import REL_TO_SCALE, rel_to_scale, run_onnx, to_onnx
+
+    from convert.frontends.pytorch import load
+    from convert.ir import Options
+
+    torch.manual_seed(0)
+    net = _WriteAndDecompose().eval()
+    folder = Path(str(tmp_path))
+    with torch.no_grad():
+        torch.jit.save(torch.jit.trace(net, (torch.randn(1, 3, 8, 8),), check_trace=False), folder / "net.pt")
+    options = Options()
+    model = load([folder / "net.pt"], options)
+    assert any("aten.addcmul" in n and "Core ATen" in n for n in options.diagnostics.notes)
+    path = to_onnx(model, folder / "net.onnx")
+    for seed in (1, 2):
+        x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(seed))
+        (ours,) = run_onnx(path, {model.graph.inputs[0].name: x.numpy()})
+        with torch.no_grad():
+            assert rel_to_scale(ours, net(x).numpy()) <= REL_TO_SCALE
+
+
+def test_fallback_keeps_dynamic_batch(tmp_path: object) -> None:
+    """Under --dynamic-batch the functionalized, decomposed program still takes any batch."""
+    from pathlib import Path
+
+    from _torch_helpers import REL_TO_SCALE, rel_to_scale, run_onnx, to_onnx
+
+    from convert.frontends.pytorch import load_module
+    from convert.ir import Options
+
+    torch.manual_seed(0)
+    net = _WriteAndDecompose().eval()
+    model = load_module(net, (torch.randn(2, 3, 8, 8),), Options(dynamic_batch=True))
+    path = to_onnx(model, Path(str(tmp_path)) / "net.onnx")
+    for batch in (1, 3):
+        x = torch.randn(batch, 3, 8, 8, generator=torch.Generator().manual_seed(batch))
+        (ours,) = run_onnx(path, {"x": x.numpy()})
+        with torch.no_grad():
+            assert rel_to_scale(ours, net(x).numpy()) <= REL_TO_SCALE

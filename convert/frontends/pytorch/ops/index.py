@@ -220,15 +220,20 @@ def slice_scatter(call: OpCall, ctx: LowerContext) -> Value:
     """Lower slice_scatter (``x[a:b:s] = src`` functionalized): the untouched parts concatenated around src."""
     meta = call.meta("self")
     axis = norm_axis(int(call.get("dim", 0)), meta.rank)  # type: ignore[call-overload]
-    size = meta.dim(axis)
     start = int(call.get("start", 0))  # type: ignore[call-overload]
-    end = min(int(call.get("end", size)), size)  # type: ignore[call-overload]
-    start = start + size if start < 0 else start
-    end = end + size if end < 0 else end
     step = int(call.get("step", 1))  # type: ignore[call-overload]
     src = call.tensor("src")
     if call.meta("src").dtype != meta.dtype:
         src = ctx.op("Cast", [src], {"to": meta.dtype})
+    end_arg = call.get("end")
+    if start == 0 and step == 1 and call.meta("src").shape[axis] == meta.shape[axis] \
+            and (end_arg is None or int(end_arg) >= 2**62 or not isinstance(meta.shape[axis], int)  # type: ignore[call-overload]
+                 or int(end_arg) >= meta.dim(axis)):  # type: ignore[call-overload]
+        return src  # the whole axis (``x[:, ...] = ...`` on a symbolic batch too)
+    size = meta.dim(axis)
+    end = min(int(call.get("end", size)), size)  # type: ignore[call-overload]
+    start = start + size if start < 0 else start
+    end = end + size if end < 0 else end
     return _scatter_range(call, ctx, src, axis, start, end, step)
 
 
