@@ -32,7 +32,8 @@ def _zoo() -> object:
 
 # The op each model is here for: it must be in the converted graph.
 SIGNATURE_OPS = {
-    "bert": "aten.index", "distilbert": "aten.masked_fill", "gpt2": "aten.addmm",
+    "bert": "aten.index", "distilbert": "aten.masked_fill", "gpt2": "aten.addmm", "t5_encoder": "aten.rsqrt",
+    "whisper_encoder": "aten.conv1d",
     "mobilenetv3": "aten.hardswish_", "raft": "aten.grid_sampler", "yolov8_head": "aten.softmax",
 }
 
