@@ -521,6 +521,35 @@ def test_transformer_encoder_layer_fast_path(norm_first: bool, activation: str, 
     _check(model, layer, (x,), tmp_path / "layer.onnx")
 
 
+class _VitEncoderBlock(nn.Module):
+    """torchvision ViT's EncoderBlock attention half: self-attention on one tensor, no weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(16)
+        self.self_attention = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.ln(x)
+        y, _ = self.self_attention(y, y, y, need_weights=False)
+        return x + y
+
+
+def test_traced_vit_block_reaches_fused_attention(tmp_path: Path) -> None:
+    """Traced under no_grad in eval mode, nn.MultiheadAttention takes its fast path; it converts."""
+    from convert.frontends.pytorch import load
+    from convert.ir import Options
+
+    torch.manual_seed(0)
+    block = _VitEncoderBlock().eval()
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.jit.save(torch.jit.trace(block, (x,), check_trace=False), tmp_path / "block.pt")
+    model = load([tmp_path / "block.pt"], Options())
+    assert "aten._native_multi_head_attention" in model.meta["convert:aten_ops"]
+    _check(model, block, (x,), tmp_path / "block.onnx")
+
+
 def test_every_converter_is_exercised() -> None:
     """Every op-table key is produced by some case above (run in this session) or is listed."""
     from convert.frontends.pytorch.ops import OPS
