@@ -172,7 +172,19 @@ CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
                                                         + x.new_empty((1, 4, 8, 8)).fill_(1.0))), S4),
     "aten_direct": (lambda: Fn(lambda m, x: _aten_direct(x)), S4),
     "core_misc": (lambda: Fn(lambda m, x, y: _core_misc(x, y)), S4 + S4),
+    "embedding_bag": (lambda: Fn(lambda m, x: _embedding_bag(m, x), mean=nn.EmbeddingBag(10, 3, mode="mean"),
+                                 total=nn.EmbeddingBag(10, 3, mode="sum", padding_idx=2)), S4),
 }
+
+
+def _embedding_bag(m: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    idx = (x[0, 0].abs() * 4).long().clamp(0, 9)  # [8, 8] computed indices, some equal to padding_idx 2
+    flat = idx[:3].flatten()
+    offsets = torch.tensor([0, 5, 5, 11, 20])  # an empty bag (5, 5) included
+    weights = x[0, 1, :3].flatten()
+    return (m.mean(idx), m.total(flat, offsets, per_sample_weights=weights), m.mean(flat, offsets),
+            torch.nn.functional.embedding_bag(flat, m.total.weight, torch.tensor([0, 4, 24]), mode="sum",
+                                              include_last_offset=True))
 
 
 def _core_misc(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -378,7 +390,8 @@ CORE_ATEN = ["batch_norm", "layer_norm", "softmax_log_softmax", "linear_2d_3d", 
              "binary_math", "compare_where", "reductions", "matmul_bmm_baddbmm", "gather_scatter",
              "ne_floor_divide", "pixel_shuffle_roll", "hardswish_hardsigmoid", "silu_sigmoid_tanh",
              "leaky_elu_softplus_mish", "clamp", "squeeze_unsqueeze", "select_slice_index", "embedding",
-             "reduce_sort", "unary_more", "inplace_variants", "out_variant"]
+             "reduce_sort", "unary_more", "inplace_variants", "out_variant", "embedding_bag", "core_misc",
+             "aten_direct", "item_xor_fix_new_empty", "inplace_aliases", "inplace_stale_view"]
 
 
 @pytest.mark.parametrize("case", CORE_ATEN)

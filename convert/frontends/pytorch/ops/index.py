@@ -20,8 +20,8 @@ from convert.ir import DataType, Value
 
 from ._base import LowerContext, OpCall, TensorMeta, lowers, norm_axis
 
-__all__ = ["gather", "index", "index_put", "index_select", "masked_scatter", "scatter", "scatter_reduce",
-           "select_scatter", "slice_scatter"]
+__all__ = ["embedding_bag", "gather", "index", "index_put", "index_select", "masked_scatter", "scatter",
+           "scatter_reduce", "select_scatter", "slice_scatter"]
 
 
 @dataclass(slots=True)
@@ -284,3 +284,55 @@ def masked_scatter(call: OpCall, ctx: LowerContext) -> Value:
     flat = ctx.op("Reshape", [call.tensor("source"), ctx.ints([-1])])
     updates = ctx.op("Slice", [flat, ctx.ints([0]), count])
     return ctx.op("ScatterND", [x, coords, updates])
+
+
+@lowers("aten.embedding_bag", "aten._embedding_bag", to="Gather+CumSum+ScatterND(add)",
+        notes="modes sum and mean ('max' needs a later opset); per_sample_weights, padding_idx, include_last_offset")
+def embedding_bag(call: OpCall, ctx: LowerContext) -> tuple[Value, None, None, None]:
+    """Lower embedding_bag: gather the rows, give each its bag (a CumSum over bag starts), and add
+    them into their bag with ScatterND(reduction='add'); mean divides by the bag's row count (an
+    empty bag stays 0, as in torch). Only the first output may be used.
+    """
+    mode = int(call.get("mode", 0))  # type: ignore[call-overload]
+    if mode not in (0, 1):
+        raise call.unsupported("embedding_bag with mode='max'", "ONNX ScatterND max needs opset 18")
+    weight = call.tensor("weight")
+    wmeta = call.meta("weight")
+    out = call.out_meta
+    bags = out.dim(0)
+    indices = ctx.op("Reshape", [call.tensor("indices"), ctx.ints([-1])])
+    if call.meta("indices").dtype != DataType.INT64:
+        indices = ctx.op("Cast", [indices], {"to": DataType.INT64})
+    offsets = call.tensor("offsets")
+    if call.meta("offsets").dtype != DataType.INT64:
+        offsets = ctx.op("Cast", [offsets], {"to": DataType.INT64})
+    offsets = ctx.op("Slice", [offsets, ctx.ints([0]), ctx.ints([bags])])  # drops include_last_offset's end
+    count = ctx.op("Shape", [indices])
+    starts = ctx.op("ScatterElements", [ctx.op("Expand", [ctx.ints(0), count]), offsets,
+                                        ctx.op("Expand", [ctx.ints(1), ctx.op("Shape", [offsets])])],
+                    {"axis": 0, "reduction": "add"})
+    bag = ctx.op("Sub", [ctx.op("CumSum", [starts, ctx.ints(0)]), ctx.ints(1)])
+    rows = ctx.op("Gather", [weight, indices], {"axis": 0})
+    keep = None
+    padding_idx = call.get("padding_idx")
+    if padding_idx is not None and int(padding_idx) >= 0:  # type: ignore[call-overload]
+        keep = ctx.op("Cast", [ctx.op("Not", [ctx.op("Equal", [indices, ctx.ints(int(padding_idx))])])],  # type: ignore[call-overload]
+                      {"to": wmeta.dtype})
+    scale = call.get("per_sample_weights")
+    factor = None
+    if isinstance(scale, Value):
+        factor = ctx.op("Reshape", [scale, ctx.ints([-1])])
+    if keep is not None:
+        factor = keep if factor is None else ctx.op("Mul", [factor, keep])
+    if factor is not None:
+        rows = ctx.op("Mul", [rows, ctx.op("Unsqueeze", [factor, ctx.ints([1])])])
+    coords = ctx.op("Unsqueeze", [bag, ctx.ints([1])])
+    zeros = ctx.op("Expand", [ctx.scalar_like(0.0, wmeta), ctx.ints([bags, wmeta.dim(1)])])
+    total = ctx.op("ScatterND", [zeros, coords, rows], {"reduction": "add"})
+    if mode == 0:
+        return total, None, None, None
+    ones = keep if keep is not None else ctx.op("Expand", [ctx.scalar_like(1.0, wmeta), count])
+    sizes = ctx.op("ScatterND", [ctx.op("Expand", [ctx.scalar_like(0.0, wmeta), ctx.ints([bags])]), coords, ones],
+                   {"reduction": "add"})
+    sizes = ctx.op("Max", [sizes, ctx.scalar_like(1.0, wmeta)])
+    return ctx.op("Div", [total, ctx.op("Unsqueeze", [sizes, ctx.ints([1])])]), None, None, None
