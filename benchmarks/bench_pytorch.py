@@ -169,7 +169,7 @@ def _zoo_table(names: list[str]) -> None:
 
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; match: max|onnx - eager| / max|eager| <= {MATCH_TOL} "
           "on two inputs, every output")
-    header = f"{'model':12} {'exporter':26} {'file':>4} {'match':>6} {'max err':>9} {'time s':>7} {'peak RSS':>10}"
+    header = f"{'model':15} {'exporter':26} {'file':>4} {'match':>6} {'max err':>9} {'time s':>7} {'peak RSS':>10}"
     rows = [header, "-" * len(header)]
     totals = {tool: [0, 0] for tool in TOOLS}
     with tempfile.TemporaryDirectory() as tmp:
@@ -183,21 +183,21 @@ def _zoo_table(names: list[str]) -> None:
                 m = json.loads(lines[-1][2:]) if lines else {"error": (r.stderr.strip().splitlines()
                                                                         or ["failed"])[-1][:100]}
                 if m["error"] or not out.exists():
-                    rows.append(f"{name:12} {tool:26} {'no':>4} {'-':>6} {'':>9} failed: {m['error'][:70]}")
+                    rows.append(f"{name:15} {tool:26} {'no':>4} {'-':>6} {'':>9} failed: {m['error'][:70]}")
                     print(rows[-1], flush=True)
                     continue
                 try:
                     err = _match(out, f"zoo:{name}")
                 except Exception as exc:  # an exported file ORT cannot run
                     err = float("inf")
-                    rows.append(f"{name:12} {tool:26} {'yes':>4} {'no':>6} ORT failed: {str(exc)[:60]}")
+                    rows.append(f"{name:15} {tool:26} {'yes':>4} {'no':>6} ORT failed: {str(exc)[:60]}")
                     print(rows[-1], flush=True)
                     totals[tool][0] += 1
                     continue
                 ok = err <= MATCH_TOL
                 totals[tool][0] += 1
                 totals[tool][1] += int(ok)
-                rows.append(f"{name:12} {tool:26} {'yes':>4} {'yes' if ok else 'no':>6} {err:9.1e} "
+                rows.append(f"{name:15} {tool:26} {'yes':>4} {'yes' if ok else 'no':>6} {err:9.1e} "
                             f"{m['seconds']:7.2f} {m['hwm'] / 2**20:8.0f} M")
                 print(rows[-1], flush=True)
     rows.append("")
