@@ -34,7 +34,7 @@ from convert.ir import (
     from_array,
 )
 
-from .ops import LowerContext, OpCall, TensorMeta, resolve
+from .ops import LowerContext, OpCall, TensorMeta, functional_key, resolve
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -380,7 +380,8 @@ class _Lowering:
         self.ctx.call = call
         try:
             result = converter(call, self.ctx)
-        except ConvertError:
+        except ConvertError as exc:
+            exc.aten_op = functional_key(key)  # type: ignore[attr-defined]  # for lower_program's retry
             raise
         except Exception as exc:
             raise ConversionError(where, f"{type(exc).__name__}: {exc}") from exc
@@ -548,11 +549,43 @@ def lower_program(program: object, *, source: str, options: Options,
     Returns:
         The IR model, inputs and outputs in the program's order.
 
+    A call its converter refuses (an argument the converter does not handle) is tried once more
+    through torch's decomposition of that op, where torch has one.
+
     Raises:
         UnsupportedOpsError: listing every op without a converter.
         ConversionError: when one call cannot be converted (its op, module path and line).
     """
+    from .decompose import decomposable, decompose
+
+    original = program
     program = prepare_program(program, source, options)
+    retried: list[str] = []
+    first: ConvertError | None = None  # the refusal the user's own op met, reported if retrying fails
+    while True:
+        try:
+            model = _lower_once(program, source=source, options=options, input_names=input_names, name=name)
+        except ConvertError as exc:
+            first = first or exc
+            key = getattr(exc, "aten_op", None)
+            if key is None or key in retried or not decomposable(key):
+                if first is exc:
+                    raise
+                raise first from exc
+            retried.append(key)
+            try:
+                program = decompose(original, also=retried)
+            except Exception:
+                raise first from None
+            continue
+        if first is not None:
+            options.diagnostics.note(f"{first}; lowered through torch's decomposition of "
+                                     f"{', '.join(retried)} instead")
+        return model
+
+
+def _lower_once(program: object, *, source: str, options: Options, input_names: Sequence[str] | None,
+                name: str) -> Model:
     builder = GraphBuilder(name, source=source)
     lowering = _Lowering(program, builder, options, source)
     missing = lowering.missing()

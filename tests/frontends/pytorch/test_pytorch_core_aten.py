@@ -138,3 +138,38 @@ def test_fallback_keeps_dynamic_batch(tmp_path: object) -> None:
         (ours,) = run_onnx(path, {"x": x.numpy()})
         with torch.no_grad():
             assert rel_to_scale(ours, net(x).numpy()) <= REL_TO_SCALE
+
+
+def test_refused_call_retried_through_decomposition(tmp_path: object) -> None:
+    """softplus with beta != 1 is refused by its converter, then lowered through torch's decomposition."""
+    from pathlib import Path
+
+    from _torch_helpers import REL_TO_SCALE, rel_to_scale, run_onnx, to_onnx
+
+    from convert.frontends.pytorch import load_module
+    from convert.ir import Options
+
+    class Net(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.softplus(x, beta=2.0) + torch.nn.functional.softplus(x)
+
+    net = Net().eval()
+    options = Options()
+    model = load_module(net, (torch.randn(2, 8),), options)
+    assert any("softplus with beta other than 1" in n and "decomposition of aten.softplus" in n
+               for n in options.diagnostics.notes)
+    path = to_onnx(model, Path(str(tmp_path)) / "net.onnx")
+    for seed in (1, 2):
+        x = torch.randn(2, 8, generator=torch.Generator().manual_seed(seed)) * 3
+        (ours,) = run_onnx(path, {"x": x.numpy()})
+        assert rel_to_scale(ours, net(x).numpy()) <= REL_TO_SCALE
+
+
+def test_refusal_without_decomposition_keeps_the_users_op() -> None:
+    """When the decomposed form is refused too, the error names the op the user wrote."""
+    from convert.frontends.pytorch import load_module
+    from convert.ir import ConversionError
+
+    pool = torch.nn.AdaptiveAvgPool2d(3)
+    with pytest.raises(ConversionError, match=r"aten\.adaptive_avg_pool2d .*not divisible"):
+        load_module(pool, (torch.rand(1, 3, 7, 7),))

@@ -172,6 +172,11 @@ CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
                                                         + x.new_empty((1, 4, 8, 8)).fill_(1.0))), S4),
     "aten_direct": (lambda: Fn(lambda m, x: _aten_direct(x)), S4),
     "core_misc": (lambda: Fn(lambda m, x, y: _core_misc(x, y)), S4 + S4),
+    "bounds_divisor_selu": (lambda: Fn(lambda m, x, y: (torch.clamp(x, min=y * 0.1 - 0.5, max=y.abs() + 0.2),
+                                                        x.clamp_min(y), x.clamp_max(y * 0.5),
+                                                        F.avg_pool2d(x, 2, divisor_override=3),
+                                                        F.avg_pool2d(x, 3, 1, 1, divisor_override=5),
+                                                        F.selu(x), F.celu(x, 0.5))), S4 + S4),
     "embedding_bag": (lambda: Fn(lambda m, x: _embedding_bag(m, x), mean=nn.EmbeddingBag(10, 3, mode="mean"),
                                  total=nn.EmbeddingBag(10, 3, mode="sum", padding_idx=2)), S4),
 }
