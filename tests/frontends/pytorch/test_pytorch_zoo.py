@@ -87,3 +87,24 @@ def test_text_model_files_keep_int64_inputs(suffix: str, tmp_path: Path) -> None
         outs = run_onnx(onnx_path, {v.name: x.numpy() for v, x in zip(ir_model.graph.inputs, xs, strict=True)})
         for ours, ref in zip(outs, refs, strict=True):
             assert rel_to_scale(ours, ref.numpy()) <= REL_TO_SCALE
+
+
+@pytest.mark.parametrize("name", list(SIGNATURE_OPS))
+def test_zoo_model_dynamic_batch(name: str, tmp_path: Path) -> None:
+    """Under --dynamic-batch each zoo model runs on another batch size than its example's."""
+    from convert.frontends.pytorch import load_module
+    from convert.ir import Options
+
+    zoo = _zoo()
+    model, inputs = zoo.build(name)  # type: ignore[attr-defined]
+    ir_model = load_module(model, inputs(1), Options(dynamic_batch=True))
+    assert all(str(v.shape).startswith("[batch,") for v in ir_model.graph.inputs)
+    path = to_onnx(ir_model, tmp_path / f"{name}.onnx")
+    xs = inputs(2)
+    xs = tuple(x[:2] if x.shape[0] > 2 else torch.cat([x, x.flip(-1)]) for x in xs)  # a different batch
+    with torch.no_grad():
+        refs = model(*xs)
+    refs = list(refs) if isinstance(refs, (tuple, list)) else [refs]
+    outs = run_onnx(path, {v.name: x.numpy() for v, x in zip(ir_model.graph.inputs, xs, strict=True)})
+    for ours, ref in zip(outs, refs, strict=True):
+        assert rel_to_scale(ours, ref.numpy()) <= REL_TO_SCALE
