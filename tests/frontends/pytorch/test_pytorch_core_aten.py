@@ -173,3 +173,16 @@ def test_refusal_without_decomposition_keeps_the_users_op() -> None:
     pool = torch.nn.AdaptiveAvgPool2d(3)
     with pytest.raises(ConversionError, match=r"aten\.adaptive_avg_pool2d .*not divisible"):
         load_module(pool, (torch.rand(1, 3, 7, 7),))
+
+
+def test_inplace_variants_resolve_generically() -> None:
+    """Every in-place ATen op whose functional form has a converter resolves to it; none is registered."""
+    from convert.frontends.pytorch.ops import OPS, resolve
+
+    keys = OPS.keys()
+    assert not [k for k in keys if str(k).endswith("_") and not str(k).endswith("__")]
+    inplace = [n for n in dir(torch.ops.aten) if n.endswith("_") and not n.endswith("__")]
+    covered = [n for n in inplace if OPS.lookup(f"aten.{n[:-1]}") is not None]
+    assert all(resolve(f"aten.{n}") is OPS.lookup(f"aten.{n[:-1]}") for n in covered)
+    print(f"in-place variants lowered through their functional converter: {len(covered)}")
+    assert {"hardswish_", "fill_", "relu_", "add_", "index_put_", "copy_", "masked_fill_"} <= set(covered)
