@@ -14,9 +14,9 @@ torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.torch
 
-# Measured with torch 2.13.0: 146 of 160. Missing: the 7 *_backward ops (training only), random
-# ops (rand/randn/randperm: no eager-matching output), the 2 FFTs, sym_stride/sym_storage_offset.
-CORE_ATEN_LOWERED_AT_LEAST = 146
+# Measured with torch 2.13.0: 148 of 160. Missing: the 7 *_backward ops (training only), random
+# ops (rand/randn/randperm: no eager-matching output), the 2 FFTs.
+CORE_ATEN_LOWERED_AT_LEAST = 148
 
 
 def core_aten_ops() -> list[str]:
@@ -186,3 +186,41 @@ def test_inplace_variants_resolve_generically() -> None:
     assert all(resolve(f"aten.{n}") is OPS.lookup(f"aten.{n[:-1]}") for n in covered)
     print(f"in-place variants lowered through their functional converter: {len(covered)}")
     assert {"hardswish_", "fill_", "relu_", "add_", "index_put_", "copy_", "masked_fill_"} <= set(covered)
+
+
+def test_stride_and_storage_offset_are_their_recorded_values(tmp_path: object) -> None:
+    """sym_stride / sym_storage_offset (torch.export specialises them away; inserted here) are constants."""
+    from pathlib import Path
+
+    from _torch_helpers import REL_TO_SCALE, rel_to_scale, run_onnx, to_onnx
+
+    from convert.frontends.pytorch.lower import lower_program
+    from convert.ir import Options
+
+    class Net(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2 + 3
+
+    program = torch.export.export(Net(), (torch.randn(2, 3, 4),))
+    graph = program.graph
+    x = next(n for n in graph.nodes if n.op == "placeholder")
+    mul = next(n for n in graph.nodes if n.op == "call_function" and "mul" in str(n.target))
+    add = next(n for n in graph.nodes if n.op == "call_function" and "add" in str(n.target))
+    with graph.inserting_before(mul):
+        stride = graph.call_function(torch.ops.aten.sym_stride.int, (x, 1))
+        stride.meta["val"] = 4
+        view = graph.call_function(torch.ops.aten.slice.Tensor, (x, 1, 1, 3))
+        view.meta["val"] = x.meta["val"][:, 1:3]
+        offset = graph.call_function(torch.ops.aten.sym_storage_offset.default, (view,))
+        offset.meta["val"] = 4
+    mul.args = (x, stride)
+    add.args = (mul, offset)
+    program.graph_module.recompile()
+    model = lower_program(program, source="net", options=Options())
+    assert {"aten.sym_stride", "aten.sym_storage_offset"} <= set(model.meta["convert:aten_ops"])
+    path = to_onnx(model, Path(str(tmp_path)) / "net.onnx")
+    for seed in (1, 2):
+        t = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(seed))
+        (ours,) = run_onnx(path, {model.graph.inputs[0].name: t.numpy()})
+        ref = t * t.stride(1) + t[:, 1:3].storage_offset()
+        assert rel_to_scale(ours, ref.numpy()) <= REL_TO_SCALE

@@ -338,6 +338,15 @@ def sym_size(call: OpCall, ctx: LowerContext) -> object:
     return ctx.op("Gather", [ctx.op("Shape", [call.tensor("self")]), ctx.ints([axis])], {"axis": 0})
 
 
+@lowers("aten.sym_stride", "aten.stride", "aten.sym_storage_offset", "aten.storage_offset", to="(a constant)",
+        notes="the value torch recorded; a symbolic one is refused")
+def sym_stride(call: OpCall, ctx: LowerContext) -> object:
+    """Return the stride or storage offset torch.export recorded for the call (a Python int)."""
+    if isinstance(call.out, int):
+        return call.out
+    raise call.unsupported(f"{call.op} with a symbolic value", "drop --dynamic-batch")
+
+
 @lowers("aten.sym_numel", "aten.numel", to="(a constant)", notes="shapes are static")
 def sym_numel(call: OpCall, ctx: LowerContext) -> int:
     """Return the static element count as a Python int."""
