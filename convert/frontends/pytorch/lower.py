@@ -195,6 +195,7 @@ class _Lowering:
                 self.const_names[node] = target
             else:
                 raise ModelFormatError(f"{source}: inputs of kind {spec.kind.name} ('{node.name}') are not supported")
+        self._protect_written_state()
         self.foldable = self._find_foldable()
         self.seen: Counter[str] = Counter()  # ATen ops met, converted or folded
         self.sym_names: dict[str, str] = {}  # symbolic dims: torch's symbol -> our name ('batch')
@@ -204,6 +205,20 @@ class _Lowering:
         self.alias_members: dict[object, list[object]] = {}
 
     # -- analysis ---------------------------------------------------------------------
+    def _protect_written_state(self) -> None:
+        """Copy the parameters and buffers the graph writes to (``self.buf.add_(1)``), so that
+        folding runs those writes on the copy and never changes the user's module."""
+        for node in self.ep.graph.nodes:  # type: ignore[attr-defined]
+            if node.op != "call_function":
+                continue
+            for w in _written(node):
+                base = w
+                while getattr(base, "op", None) == "call_function" and (_is_view(base) or _written(base)):
+                    base = base.args[0]  # type: ignore[attr-defined]
+                real = self.consts.get(base)
+                if real is not None and getattr(base, "op", None) == "placeholder" and hasattr(real, "clone"):
+                    self.consts[base] = real.clone()  # type: ignore[attr-defined]
+
     def _find_foldable(self) -> set[object]:
         foldable: set[object] = set(self.consts)
         for node in self.ep.graph.nodes:  # type: ignore[attr-defined]

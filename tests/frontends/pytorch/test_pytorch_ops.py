@@ -570,6 +570,33 @@ def test_traced_vit_block_reaches_fused_attention(tmp_path: Path) -> None:
     _check(model, block, (x,), tmp_path / "block.onnx")
 
 
+class _WritesBuffers(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.arange(8.0))
+        self.register_buffer("acc", torch.zeros(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.table[:4].mul_(2)  # a write of constants only: folded
+        self.acc.add_(x.sum(0))  # a write of a computed value: lowered, later reads see it
+        return x + self.table + self.acc
+
+
+def test_buffer_writes_convert_and_leave_the_module_alone(tmp_path: Path) -> None:
+    """In-place writes to buffers are converted; converting does not change the user's buffers."""
+    from convert.frontends.pytorch import load_module
+
+    module = _WritesBuffers()
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    model = load_module(module, (torch.randn(3, 8),))
+    assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
+    path = to_onnx(model, tmp_path / "buffers.onnx")
+    for seed in (1, 2):
+        x = torch.randn(3, 8, generator=torch.Generator().manual_seed(seed))
+        (ours,) = run_onnx(path, {model.graph.inputs[0].name: x.numpy()})
+        assert rel_to_scale(ours, _WritesBuffers()(x).numpy()) <= REL_TO_SCALE
+
+
 def test_every_converter_is_exercised() -> None:
     """Every op-table key is produced by some case above (run in this session) or is listed."""
     from convert.frontends.pytorch.ops import OPS
