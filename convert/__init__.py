@@ -9,17 +9,37 @@ Importing this package imports no framework; each frontend imports its own when 
 
 from __future__ import annotations
 
-from .api import ConversionResult, convert, load, routes, save, supported_ops, verify
-from .ir.errors import (
-    ConversionError,
-    ConvertError,
-    ExportError,
-    ModelFormatError,
-    PassError,
-    UnsupportedOpsError,
-    UsageError,
-)
-from .parity import ParityReport
+import sys as _sys
+
+
+def _interrupted_at_start() -> None:
+    """Ctrl-C while the ``convert`` command imports its modules: one line and 130, not a traceback.
+
+    Only when this process is the command (the console script or ``python -m convert``); a
+    program importing the package gets its KeyboardInterrupt as usual.
+    """
+    argv = getattr(_sys, "orig_argv", _sys.argv)
+    as_module = any(a == "-m" and argv[i + 1: i + 2] == ["convert"] for i, a in enumerate(argv))
+    if as_module or _sys.argv[0].rsplit("/", 1)[-1] == "convert":
+        print("convert: error: interrupted while starting; nothing was written", file=_sys.stderr)
+        raise SystemExit(130) from None
+
+
+try:
+    from .api import ConversionResult, convert, load, routes, save, supported_ops, verify
+    from .ir.errors import (
+        ConversionError,
+        ConvertError,
+        ExportError,
+        ModelFormatError,
+        PassError,
+        UnsupportedOpsError,
+        UsageError,
+    )
+    from .parity import ParityReport
+except KeyboardInterrupt:
+    _interrupted_at_start()
+    raise
 
 __version__ = "0.1.0"
 

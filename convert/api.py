@@ -6,7 +6,10 @@ shows as ``--decode``, ``--caffe-flavor`` ...) are passed by their ``dest`` name
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +26,14 @@ PathLike = str | Path
 Sources = PathLike | Sequence[PathLike]
 
 _OPTION_FIELDS = {"input_shapes", "strict", "dynamic_batch", "opset", "external_data"}
+
+
+class InterruptedAfterWrite(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) after the output was in place: the files stay, written but unchecked."""
+
+    def __init__(self, written: Sequence[Path]) -> None:
+        super().__init__()
+        self.written = list(written)
 
 
 @dataclass(slots=True)
@@ -188,6 +199,50 @@ def refuse_overwrite(read: set[Path], written: Sequence[Path]) -> None:
             )
 
 
+def check_writable(target: Path, what: str) -> None:
+    """Refuse, before converting, an output whose folder cannot take a new file.
+
+    Catches what a permission check misses when running as root: a parent that is a file,
+    /proc or /sys, a read-only file system. A folder still to be made (``-o newdir/``) is checked
+    at its nearest existing ancestor.
+
+    Raises:
+        UsageError: naming the path and why.
+    """
+    folder = target.parent if str(target.parent) else Path(".")
+    probe_dir = folder
+    while not probe_dir.exists() and probe_dir != probe_dir.parent:
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        raise ir.UsageError(
+            f"cannot write {what} '{target}': '{probe_dir}' is a file, not a folder. Choose another path."
+        )
+    if target.is_dir() and what != "the output":
+        raise ir.UsageError(f"cannot write {what} '{target}': it is a folder. Choose a file name.")
+    try:
+        fd, probe = tempfile.mkstemp(dir=probe_dir, prefix=".convert-probe-")
+    except OSError as exc:
+        raise ir.UsageError(
+            f"cannot write {what} '{target}': folder '{probe_dir}' does not take new files "
+            f"({exc.strerror or type(exc).__name__}). Choose another path."
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def write_error(exc: OSError, target: Path) -> ir.ExportError:
+    """Return the one-line error for an OSError while writing ``target`` (full disk, I/O error ...)."""
+    if exc.errno == errno.ENOSPC:
+        try:
+            free = shutil.disk_usage(target.parent if str(target.parent) else ".").free
+            room = f" ({free / 2**20:.1f} MiB free there)"
+        except OSError:
+            room = ""
+        return ir.ExportError(f"cannot write '{target}': the disk is full{room}. Nothing was written; free some "
+                              "space or choose another -o.")
+    return ir.ExportError(f"cannot write '{target}': {exc.strerror or exc}. Nothing was written.")
+
+
 def default_output(paths: Sequence[Path], ex: ir.ExporterSpec, out: PathLike | None) -> Path:
     """Return where the converted model goes: ``out``, ``out/<stem><suffix>`` or ``./<stem><suffix>``."""
     first = paths[0]
@@ -217,6 +272,7 @@ def convert(
     inputs: PathLike | Mapping[str, np.ndarray] | None = None,
     seed: int = 0,
     tol: float = DEFAULT_TOL,
+    locate: bool | None = None,
     fold_batchnorm: bool = True,
     validate: bool = False,
     progress: ir.ProgressFn | None = None,
@@ -237,6 +293,8 @@ def convert(
         atol, rtol: numpy's elementwise rule ``|ours-ref| <= atol + rtol*|ref|``, reported beside the verdict.
         inputs: parity inputs (``.npy``/``.npz`` path or a name->array mapping); seeded random by default.
         seed: the seed of the random parity inputs.
+        locate: compare every layer's output to name the first the converted model gets wrong
+            (``report.location``); None (the default) does so when parity fails.
         fold_batchnorm: fold BatchNormalization into the preceding Conv.
         validate: validate the graph after every pass (slower; for debugging).
         progress: ``progress(step, done, total)`` for long steps.
@@ -292,11 +350,15 @@ def convert(
                                    opts, seed=seed)
     target = default_output(paths, ex, out) if paths else Path(out or ("model" + ex.suffix))
     refuse_overwrite(_files_read(paths, model), written_candidates(target, ex))
+    check_writable(target, "the output")
     ir.passes.standard_pipeline(fold_batchnorm=fold_batchnorm, validate=validate)(model)
     _check_export(ex, model, opts)
     if out is not None and str(out).endswith(("/", os.sep)):  # `-o newdir/`: the user asked for a folder
         target.parent.mkdir(parents=True, exist_ok=True)
-    written = list(ex.save(model, target, opts))
+    try:
+        written = list(ex.save(model, target, opts))
+    except OSError as exc:
+        raise write_error(exc, target) from exc
     stats = ir.model_stats(model)
     result = ConversionResult(
         route=f"{fmt}:{ex.name}", outputs=written, nodes=int(stats["nodes"]),  # type: ignore[call-overload]
@@ -306,8 +368,9 @@ def convert(
     result.parity_error = parity_error
     if src_runtime is not None:
         try:
-            result.report = run_parity(fmt, paths, ex.name, written, options=opts, atol=atol, rtol=rtol,
-                                       inputs=feeds, seed=seed, source_runtime=src_runtime, tol=tol)
+            result.report = _run_parity_kept(written, lambda: run_parity(
+                fmt, paths, ex.name, written, options=opts, atol=atol, rtol=rtol, inputs=feeds, seed=seed,
+                source_runtime=src_runtime, tol=tol, locate=locate))
         except ir.ConvertError as exc:
             result.parity_error = f"the parity check failed to run: {exc}"
     if result.report is not None:  # the report records the seed whenever the inputs were seeded
@@ -316,6 +379,16 @@ def convert(
     result.notes = list(opts.diagnostics.notes)
     result.warnings = list(opts.diagnostics.warnings)
     return result
+
+
+def _run_parity_kept(written: Sequence[Path], run: Callable[[], ParityReport]) -> ParityReport:
+    """Run the parity check; an interrupt now says that the output exists, written but unchecked."""
+    try:
+        return run()
+    except InterruptedAfterWrite:
+        raise
+    except KeyboardInterrupt as exc:
+        raise InterruptedAfterWrite(written) from exc
 
 
 def verify(
@@ -329,9 +402,14 @@ def verify(
     inputs: PathLike | Mapping[str, np.ndarray] | None = None,
     seed: int = 0,
     tol: float = DEFAULT_TOL,
+    locate: bool | None = None,
     **options: object,
 ) -> ParityReport:
-    """Compare a model already converted with its source, each in its own runtime."""
+    """Compare a model already converted with its source, each in its own runtime.
+
+    ``locate`` (None: only when parity fails) names the first source layer whose output the
+    converted model gets wrong, in ``report.location``.
+    """
     src_paths, dst_paths = _paths(src), _paths(converted)
     fmt = formats.normalize(format) if format else formats.detect_format(src_paths)
     dfmt = formats.normalize(to) if to else formats.detect_format(dst_paths)
@@ -344,7 +422,7 @@ def verify(
             raise ir.UsageError(f"{p}: no such file or folder")
     feeds = Path(inputs) if isinstance(inputs, (str, Path)) else inputs
     return run_parity(fmt, src_paths, dfmt, dst_paths, options=opts, atol=atol, rtol=rtol, inputs=feeds, seed=seed,
-                      tol=tol)
+                      tol=tol, locate=locate)
 
 
 def routes() -> list[tuple[str, str]]:

@@ -7,28 +7,47 @@
 
 Exit status: 0 converted (and parity passed), 1 converted but parity failed or could not run,
 2 could not convert (usage, malformed or unsupported model), 3 internal error (a bug in convert),
-130 interrupted. Only this module prints.
+130 interrupted, 143 terminated. Only this module prints.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
+import signal
 import stat
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import click
+try:
+    import click
 
-from . import api, formats, ir
+    from . import api, formats, ir
+except KeyboardInterrupt:  # Ctrl-C while the command starts: one line, not an import traceback
+    from . import _interrupted_at_start
+
+    _interrupted_at_start()
+    raise
 
 __all__ = ["main"]
 
 EXIT_PARITY = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3  # a bug in convert itself, never the user's input
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is so that the same clean-up as for Ctrl-C runs."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
 
 _HELP = """Convert a model between PyTorch, Darknet, PaddlePaddle, Caffe and ONNX, then check that the
 converted model computes what the original does (the parity check, on by default).
@@ -57,7 +76,8 @@ Other commands:
 Exit status: 0 converted and parity passed (or --no-check); 1 converted but parity
 failed or could not run (e.g. the source framework is not installed); 2 could not
 convert (usage, malformed or unsupported model; one line per problem); 3 internal
-error: a bug in convert, reported as such (--debug shows the traceback); 130 interrupted.
+error: a bug in convert, reported as such (--debug shows the traceback); 130 interrupted
+(Ctrl-C), 143 terminated (SIGTERM).
 Nothing is left at the output path when it could not convert.
 """
 
@@ -69,6 +89,11 @@ logger = logging.getLogger("convert")
 # ---------------------------------------------------------------------------------------
 def _err(message: str) -> None:
     click.echo(f"convert: error: {message}", err=True)
+
+
+def _one_line(message: str) -> str:
+    """Return ``message`` on one line: control characters (a newline inside a name) escaped."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], message.strip())
 
 
 def _human(n: float) -> str:
@@ -312,6 +337,8 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
     report_path = kw.pop("report")
     if report_path and any(Path(str(report_path)).resolve() == p.resolve() for p in paths):
         raise ir.UsageError(f"refusing to write the report to '{report_path}': it is an input of this conversion")
+    if report_path:
+        api.check_writable(Path(str(report_path)), "the report")
     quiet = bool(kw.pop("quiet"))
     loaded: dict[str, object] = {}
 
@@ -325,7 +352,7 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
         result = api.convert(
             paths, to=dst, out=out, format=src_fmt, check=bool(kw.pop("check")),  # type: ignore[arg-type]
             atol=float(kw.pop("atol")), rtol=float(kw.pop("rtol")), tol=float(kw.pop("tol")),  # type: ignore[arg-type]
-            inputs=kw.pop("inputs"), seed=int(kw.pop("seed")),  # type: ignore[arg-type]
+            inputs=kw.pop("inputs"), seed=int(kw.pop("seed")), locate=kw.pop("locate"),  # type: ignore[arg-type]
             fold_batchnorm=bool(kw.pop("fold_bn")), validate=bool(kw.get("debug_flag")),
             progress=progress, on_loaded=on_loaded, **options,
         )
@@ -338,7 +365,7 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
     if result.report is not None:
         click.echo(result.report.table())
         if report_path:
-            Path(str(report_path)).write_text(result.report.to_json() + "\n")
+            _write_report(Path(str(report_path)), result.report.to_json(), result.outputs)
     if result.parity_error:
         click.echo(f"convert: parity NOT CHECKED: {result.parity_error} (--no-check skips it)", err=True)
         verdict = "parity NOT CHECKED"
@@ -353,6 +380,14 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
     click.echo(f"{status} {result.route} | {result.nodes} nodes | {_human(result.params)} params | "
                f"{result.seconds:.1f} s | {main_out} | {verdict}")
     return 0 if result.ok else EXIT_PARITY
+
+
+def _write_report(path: Path, text: str, outputs: Sequence[Path]) -> None:
+    try:
+        path.write_text(text + "\n")
+    except OSError as exc:
+        done = f"converted and wrote {' + '.join(str(p) for p in outputs)}, but " if outputs else ""
+        raise ir.ExportError(f"{done}cannot write the report '{path}': {exc.strerror or exc}") from exc
 
 
 def _convert_options(func):  # type: ignore[no-untyped-def]
@@ -376,6 +411,10 @@ def _convert_options(func):  # type: ignore[no-untyped-def]
         click.option("--rtol", type=float, default=api.DEFAULT_RTOL, show_default=True,
                      help="Parity: relative tolerance of the elementwise rule |ours-ref| <= atol + rtol*|ref| "
                           "(reported as 'allclose'; it does not decide the verdict)."),
+        click.option("--locate/--no-locate", default=None,
+                     help="Compare every layer's output in both runtimes and name the first source layer the "
+                          "converted model gets wrong (file:line, both values' statistics). Default: only when "
+                          "parity fails."),
         click.option("--input-shape", multiple=True, metavar="NAME=1,3,224,224",
                      help="Shape of an input without a fixed shape (repeat for several inputs)."),
         click.option("--inputs", type=click.Path(path_type=Path), metavar="FILE.npz",
@@ -407,12 +446,19 @@ def _guard(func, ctx: click.Context, debug: bool, **kw: object) -> None:  # type
     except ir.ConvertError as exc:
         if debug:
             raise
-        for line in str(exc).splitlines() or [type(exc).__name__]:
-            _err(line)
+        _err(_one_line(str(exc)) or type(exc).__name__)
         ctx.exit(EXIT_USAGE)
+    except api.InterruptedAfterWrite as exc:
+        what = "terminated" if isinstance(exc.__cause__, Terminated) else "interrupted"
+        _err(f"{what} during the parity check: the output was written and is kept, but it was NOT "
+             f"checked: {' + '.join(str(p) for p in exc.written)}")
+        ctx.exit(EXIT_TERMINATED if isinstance(exc.__cause__, Terminated) else EXIT_INTERRUPTED)
+    except Terminated:
+        _err("terminated; nothing was left at the output path")
+        ctx.exit(EXIT_TERMINATED)
     except KeyboardInterrupt:
         _err("interrupted; nothing was left at the output path")
-        ctx.exit(130)
+        ctx.exit(EXIT_INTERRUPTED)
     except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
         raise
     except Exception as exc:  # anything else is a bug in convert, not a problem with the user's model
@@ -452,23 +498,47 @@ def to_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> None:
     _guard(_run_convert, ctx, debug, verbose=verbose, debug_flag=debug, **kw)
 
 
+def _split_against(sources: list[Path], against: list[Path], src: str | None,
+                   dst: str | None) -> tuple[list[Path], list[Path]]:
+    """Give --against the files of the converted model that the shell put among the sources.
+
+    ``--against a.prototxt a.caffemodel`` gives --against one value; the .caffemodel would be read
+    as a second source. A source file with the destination's suffix or companion suffix (and not
+    one the source format reads) belongs to the converted model.
+    """
+    try:
+        src_fmt = src or formats.detect_format(sources[:1])
+        dst_fmt = dst or formats.detect_format(against)
+    except ir.UsageError:
+        return sources, against
+    if src_fmt == dst_fmt or dst_fmt not in formats.exporter_names():
+        return sources, against
+    ex = formats.exporter(dst_fmt)
+    theirs = {ex.suffix, *ex.companions} - set(formats.frontend(src_fmt).suffixes)
+    moved = [p for p in sources[1:] if p.suffix.lower() in theirs]
+    return [p for p in sources if p not in moved], [*against, *moved]
+
+
 def _run_check(ctx: click.Context, **kw: object) -> int:
     args = list(kw["args"])  # type: ignore[call-overload]
     against = [Path(p) for p in kw["against"]]  # type: ignore[attr-defined]
+    if kw.get("report"):
+        api.check_writable(Path(str(kw["report"])), "the report")
     if not against:
         raise ir.UsageError("convert check needs the converted model: --against OUT (repeat for several files)")
     src, dst, inputs = (None, None, args)
     if args and _looks_like_route(args[0]):
         src, dst, inputs = _parse_route(args, None, None)
+    sources, against = _split_against([Path(p) for p in inputs], against, src, dst)
     report = api.verify(
-        [Path(p) for p in inputs], against, format=src, to=dst,  # type: ignore[arg-type]
+        sources, against, format=src, to=dst,
         atol=float(kw["atol"]), rtol=float(kw["rtol"]), tol=float(kw["tol"]),  # type: ignore[arg-type]
-        inputs=kw["inputs"], seed=int(kw["seed"]),  # type: ignore[arg-type]
+        inputs=kw["inputs"], seed=int(kw["seed"]), locate=kw["locate"],  # type: ignore[arg-type]
         input_shapes=_parse_shapes(kw["input_shape"]), device=kw["device"],  # type: ignore[arg-type]
     )
     click.echo(report.table())
     if kw.get("report"):
-        Path(str(kw["report"])).write_text(report.to_json() + "\n")
+        _write_report(Path(str(kw["report"])), report.to_json(), [])
     click.echo(f"{'OK' if report.passed else 'FAIL'} check {report.source}:{report.dest} | "
                f"{len(report.outputs)} outputs | parity {'PASS' if report.passed else 'FAIL'} ({report.dest_device})")
     return 0 if report.passed else EXIT_PARITY
@@ -484,6 +554,10 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
               help="Elementwise rule, reported beside the verdict.")
 @click.option("--rtol", type=float, default=api.DEFAULT_RTOL, show_default=True,
               help="Elementwise rule, reported beside the verdict.")
+@click.option("--locate/--no-locate", default=None,
+              help="Compare every layer's output in both runtimes and name the first source layer the "
+                   "converted model gets wrong (file:line, both values' statistics). Default: only when "
+                   "parity fails.")
 @click.option("--input-shape", multiple=True, metavar="NAME=1,3,224,224")
 @click.option("--inputs", type=click.Path(path_type=Path), metavar="FILE.npz")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -497,6 +571,7 @@ def check_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> No
     \b
     convert check 'onnx->caffe' model.onnx --against model.prototxt --against model.caffemodel
     convert check yolov4.cfg yolov4.weights --against yolov4.onnx
+    convert check model.pt2 --against model.onnx --locate     # the first layer that differs, even on PASS
     """
     _guard(_run_check, ctx, debug, verbose=verbose, **kw)
 
@@ -623,4 +698,6 @@ def random_weights_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: obje
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``convert`` console script and ``python -m convert``."""
+    with contextlib.suppress(ValueError):  # ValueError: not the main thread (an embedding program)
+        signal.signal(signal.SIGTERM, _on_sigterm)
     cli.main(args=list(argv) if argv is not None else None, prog_name="convert")

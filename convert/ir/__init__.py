@@ -24,7 +24,7 @@ from .errors import (
 )
 from .io import from_proto, load_file, save_inline_streamed, save_model, serialize_inline
 from .plugins import Diagnostics, ExporterSpec, FrontendSpec, OpSupport, Options, OptionSpec, ProgressFn
-from .provenance import Provenance, describe, get_provenance, set_provenance
+from .provenance import Provenance, describe, get_provenance, output_key, set_output_of, set_provenance
 from .registry import Registry
 from .tensors import (
     DataType,
@@ -97,12 +97,14 @@ __all__ = [
     "lazy",
     "load_file",
     "model_stats",
+    "output_key",
     "passes",
     "replace_value",
     "save_inline_streamed",
     "save_model",
     "serde",
     "serialize_inline",
+    "set_output_of",
     "set_provenance",
     "source_files",
     "to_numpy",

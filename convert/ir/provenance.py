@@ -11,12 +11,15 @@ from dataclasses import dataclass
 
 import onnx_ir as _ir
 
-__all__ = ["Provenance", "describe", "get_provenance", "set_provenance"]
+__all__ = ["Provenance", "describe", "get_provenance", "output_key", "set_output_of", "set_provenance"]
 
 _FILE = "convert:source_file"
 _LAYER = "convert:source_layer"
 _KIND = "convert:source_type"
 _LINE = "convert:source_line"
+# A node that computes another source layer's output (a Conv with the next layer's BatchNorm
+# folded in) names that layer here; the parity check's localisation reads it.
+_OUTPUT_OF = "convert:output_of"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,19 @@ def get_provenance(node: _ir.Node) -> Provenance:
         kind=meta.get(_KIND, ""),
         line=int(line) if line and line.isdigit() else None,
     )
+
+
+def output_key(node: _ir.Node) -> str:
+    """Return the source layer whose output ``node`` computes ('' when unknown)."""
+    meta = node.metadata_props
+    return meta.get(_OUTPUT_OF) or meta.get(_LAYER, "")
+
+
+def set_output_of(node: _ir.Node, absorbed: _ir.Node) -> None:
+    """Record that ``node`` now computes ``absorbed``'s output (``absorbed`` is folded into it)."""
+    key = output_key(absorbed)
+    if key:
+        node.metadata_props[_OUTPUT_OF] = key
 
 
 def describe(node: _ir.Node) -> str:

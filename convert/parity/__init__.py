@@ -8,6 +8,7 @@ the same inputs: seeded random ones shaped from the model's inputs, or the user'
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -17,9 +18,12 @@ from convert.formats import normalize, runtime_module
 from convert.ir import ConvertError, ModelFormatError, Options, UsageError
 
 from .compare import OutputResult, ParityReport, compare_one, compare_outputs, match_outputs
+from .locate import Location
+from .locate import locate as locate_layers
 from .runtime import Runtime, TensorSpec
 
 __all__ = [
+    "Location",
     "OutputResult",
     "ParityReport",
     "Runtime",
@@ -32,6 +36,8 @@ __all__ = [
     "resolve_inputs",
     "run_parity",
 ]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_ATOL = 1e-4
 DEFAULT_RTOL = 1e-3
@@ -170,15 +176,21 @@ def run_parity(
     seed: int = 0,
     source_runtime: Runtime | None = None,
     tol: float = DEFAULT_TOL,
+    locate: bool | None = None,
 ) -> ParityReport:
-    """Run both models on the same inputs and compare every output."""
+    """Run both models on the same inputs and compare every output.
+
+    ``locate``: find the first source layer whose output the converted model gets wrong
+    (``report.location``); None does so only when the check fails.
+    """
     options = options or Options()
     src = source_runtime or open_runtime(source_format, source_paths, options)
     feeds = resolve_inputs(src, inputs, options, seed=seed)
     dst = open_runtime(dest_format, dest_paths, options)
     src_specs = list(src.inputs())
     ref = _run(src, "the source model", feeds)
-    got = _run(dst, "the converted model", _rename_feeds(feeds, src_specs, list(dst.inputs())))
+    dst_feeds = _rename_feeds(feeds, src_specs, list(dst.inputs()))
+    got = _run(dst, "the converted model", dst_feeds)
     report = ParityReport(
         source=normalize(source_format), source_runtime=src.name, source_device=src.device,
         dest=normalize(dest_format), dest_runtime=dst.name, dest_device=dst.device,
@@ -191,4 +203,19 @@ def run_parity(
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     report.outputs = [compare_one(r, ref[r], g, got[g], atol, rtol, tol) for r, g in pairs]
+    if locate or (locate is None and not report.passed):
+        report.location = _locate(source_format, source_paths, dest_format, dest_paths, src, feeds, dst_feeds,
+                                  options, tol)
     return report
+
+
+def _locate(source_format: str, source_paths: Sequence[Path], dest_format: str, dest_paths: Sequence[Path],
+            src: Runtime, feeds: Mapping[str, np.ndarray], dst_feeds: Mapping[str, np.ndarray], options: Options,
+            tol: float) -> Location:
+    """Run the localisation; a failure there is reported in the location, never in place of the verdict."""
+    try:
+        return locate_layers(source_format, source_paths, dest_format, dest_paths, src, feeds, dst_feeds, options, tol)
+    except Exception as exc:  # the verdict stands; --debug logs the traceback
+        logger.debug("localisation failed", exc_info=True)
+        first = (str(exc).strip().splitlines() or [""])[0]
+        return Location(tol=tol, unavailable=f"the layer-by-layer run failed ({type(exc).__name__}: {first})")

@@ -18,8 +18,12 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .locate import Location
 
 __all__ = ["OutputResult", "ParityReport", "compare_outputs", "match_outputs"]
 
@@ -68,6 +72,7 @@ class ParityReport:
     outputs: list[OutputResult] = field(default_factory=list)
     seed: int | None = 0
     notes: list[str] = field(default_factory=list)  # what the references could not verify
+    location: Location | None = None  # the first layer out of tolerance (convert check --locate)
 
     @property
     def passed(self) -> bool:
@@ -78,6 +83,7 @@ class ParityReport:
         """Return the report as JSON (for ``--report``)."""
         data = asdict(self)
         data["passed"] = self.passed
+        data["location"] = self.location.to_dict() if self.location is not None else None
         data["criterion"] = "max|ours-ref| / max|ref| <= tol, reference spread required"
         for item, out in zip(data["outputs"], self.outputs, strict=True):
             item["verdict"] = out.verdict
@@ -108,6 +114,8 @@ class ParityReport:
                        f"{', '.join(repr(n) for n in unverified)} {'have' if len(unverified) > 1 else 'has'} no "
                        "spread (near zero or constant) on these inputs, so agreement proves nothing. "
                        "Give real inputs with --inputs FILE.npz.")
+        if self.location is not None:
+            out += self.location.lines()
         return "\n".join(out)
 
 

@@ -45,6 +45,9 @@ class Emitted:
 
     layer: caffe_pb2.LayerParameter
     blobs: list[Blob] = field(default_factory=list)
+    # (source layer key, where) written as a comment above the layer: users find their layers,
+    # and the parity check's localisation pairs this layer's top with the source layer's output.
+    origin: tuple[str, str] | None = None
 
 
 class EmitContext:

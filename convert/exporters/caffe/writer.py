@@ -10,6 +10,7 @@ nothing is left behind on failure.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -29,6 +30,8 @@ from convert.ir import (
     Unsupported,
     UnsupportedOpsError,
     describe,
+    get_provenance,
+    output_key,
     passes,
 )
 
@@ -99,11 +102,17 @@ def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[
     for value in graph.inputs:
         if value.is_initializer():
             continue
-        lp = pb.LayerParameter(name=ctx.blob(value), type="Input", top=[ctx.blob(value)])
         try:
-            lp.input_param.shape.add(dim=list(ctx.shape(value)))
+            dims = list(ctx.shape(value))
         except NotExpressible as exc:
             gaps.setdefault("input", []).append((f"graph input '{value.name}'", str(exc)))
+            continue
+        if not flav.input_layer:  # the net's own input / input_shape fields (BVLC 1.0 style)
+            net.input.append(ctx.blob(value))
+            net.input_shape.add(dim=dims)
+            continue
+        lp = pb.LayerParameter(name=ctx.blob(value), type="Input", top=[ctx.blob(value)])
+        lp.input_param.shape.add(dim=dims)
         emitted.append(Emitted(lp))
     # Caffe's outputs are the tops nothing consumes: a graph output that is also used inside the
     # graph is computed under an internal name and copied to its own name by a Split at the end.
@@ -126,6 +135,10 @@ def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[
         except Exception as exc:
             raise ConversionError(describe(node), f"{type(exc).__name__}: {exc}") from exc
         if result is not None:
+            key, prov = output_key(node), get_provenance(node)
+            if key:
+                folded = f" + '{key}' folded in" if key != prov.layer else ""
+                result.origin = (key, prov.where() + folded)
             emitted.append(result)
     for value in graph.outputs:
         blob = ctx.blob(value)
@@ -211,6 +224,22 @@ def _stream_caffemodel(fh: BinaryIO, name: str, emitted: list[Emitted], options:
         options.progress("caffe weights", done, len(layers))
 
 
+def _prototxt(net: caffe_pb2.NetParameter, emitted: list[Emitted], flav: Flavor) -> str:
+    """Return the prototxt text: the net's fields, then each layer under a comment naming its source layer."""
+    from google.protobuf import text_format
+
+    head = type(net)()
+    head.CopyFrom(net)
+    del head.layer[:]  # the layers are written one by one, each under its origin comment
+    parts = [f"# Written by convert-toolkit, Caffe flavor '{flav.name}'.\n", text_format.MessageToString(head)]
+    for e in emitted:
+        if e.origin is not None:
+            key, where = e.origin
+            parts.append(f"# from layer {json.dumps(key)} {' '.join(where.split())}\n")
+        parts.append("layer {\n" + text_format.MessageToString(e.layer, indent=2) + "}\n")
+    return "".join(parts)
+
+
 def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
     """Write ``<base>.prototxt`` and ``<base>.caffemodel``; return both paths.
 
@@ -218,7 +247,6 @@ def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
         UnsupportedOpsError: listing every node Caffe cannot express (nothing written).
         ExportError: when the weights exceed one caffemodel's 2 GiB (nothing written).
     """
-    from google.protobuf import text_format
 
     flav = flavor(options.get("caffe_flavor"))
     proto_path, model_path = output_paths(out_path)
@@ -243,11 +271,14 @@ def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
         temps.append(tmp)
         with os.fdopen(fd, "wb") as fh:
             _stream_caffemodel(fh, net.name, emitted, options)
-        text = f"# Written by convert-toolkit, Caffe flavor '{flav.name}'.\n" + text_format.MessageToString(net)
+        text = _prototxt(net, emitted, flav)
         fd, tmp = tempfile.mkstemp(dir=proto_path.parent, prefix=f".{proto_path.name}.", suffix=".tmp")
         temps.append(tmp)
         with os.fdopen(fd, "wb") as fh:
             fh.write(text.encode())
+        mode = _new_file_mode()
+        for tmp in temps:  # mkstemp makes 0600; written files get the umask's mode, as open() gives
+            os.chmod(tmp, mode)
         os.replace(temps[0], model_path)
         os.replace(temps[1], proto_path)
         temps.clear()
@@ -257,6 +288,13 @@ def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
                 os.unlink(tmp)
     logger.info("wrote %s and %s (%d layers, %.1f MiB)", proto_path, model_path, len(net.layer), total / 2**20)
     return [proto_path, model_path]
+
+
+def _new_file_mode() -> int:
+    """Return the mode open() gives a new file: 0o666 less the process umask."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
 
 
 def supported() -> Sequence[str]:

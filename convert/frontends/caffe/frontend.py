@@ -162,8 +162,16 @@ def _add_inputs(net: NetDef, ctx: CaffeContext, options: Options) -> None:
         raise ModelFormatError(f"{net.file}: no inputs declared (input/input_shape/input_dim or an Input layer)")
     if options.dynamic_batch:
         ctx.diagnostics.note("Caffe nets have a static batch size: --dynamic-batch ignored by the Caffe frontend")
+    given = dict(options.input_shapes)
+    if "" in given and len(declared) == 1:  # an unnamed --input-shape is the only input's
+        given[declared[0][0]] = given.pop("")
+    unknown = [n for n in given if n not in {name for name, _ in declared}]
+    if unknown:
+        raise UsageError(f"--input-shape names {', '.join(repr(n) for n in unknown)}, which "
+                         f"{'is not an input' if len(unknown) == 1 else 'are not inputs'} of {net.file}; "
+                         f"its inputs: {', '.join(repr(name) for name, _ in declared)}")
     for name, shape in declared:
-        shape = tuple(options.input_shapes.get(name, shape))
+        shape = tuple(given.get(name, shape))
         if not shape:
             raise UsageError(f"{net.file}: input '{name}' has no shape; give one with --input-shape {name}=1,3,224,224")
         ctx.blobs[name] = ctx.builder.input(name, DataType.FLOAT, [int(d) for d in shape])

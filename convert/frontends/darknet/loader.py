@@ -153,6 +153,11 @@ def _input_shape(net: Section, options: Options) -> tuple[int, int, int]:
     h = net.int("height", 0)
     w = net.int("width", 0)
     if options.input_shapes:
+        names = set(options.input_shapes)
+        if len(names) > 1 or not names <= {"", "data", "input0"}:
+            listed = ", ".join(f"'{n}'" for n in sorted(names))
+            raise UsageError(f"--input-shape names {listed}, but a Darknet net has one input, 'data': "
+                             "pass --input-shape data=N,C,H,W")
         shape = next(iter(options.input_shapes.values()))
         if len(shape) != 4:
             raise UsageError(f"darknet input shape must be N,C,H,W, got {','.join(map(str, shape))}")

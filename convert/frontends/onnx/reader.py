@@ -17,9 +17,12 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from convert import ir
+from convert.ir.protocheck import non_text_field
 
 __all__ = ["check_support", "read_onnx", "sniff"]
 
+_MAX_OPSET = 2**31 - 1  # onnx.defs takes a C int
+_MAX_NAME = 255  # bytes in one path component on every common file system
 _ML_DOMAINS = {"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"}
 # Domains ONNX Runtime implements beyond the standard: passed through unchanged.
 _RUNTIME_DOMAINS = {"com.microsoft", "com.microsoft.nchwc", "com.ms.internal.nhwc"}
@@ -52,6 +55,15 @@ def _load_proto(path: Path) -> onnx.ModelProto:
             f"{path.name}: not an ONNX model (no ir_version, graph or opset_import). "
             "Is it truncated, or another format?"
         )
+    bad = non_text_field(proto)
+    if bad is not None:
+        raise ir.ModelFormatError(f"{path.name}: the name or text at {bad} is not valid UTF-8. Is the file corrupt?")
+    for opset in proto.opset_import:
+        if not 1 <= opset.version <= _MAX_OPSET:
+            raise ir.ModelFormatError(
+                f"{path.name}: opset_import '{opset.domain or 'ai.onnx'}' has version {opset.version}, "
+                f"outside 1..{_MAX_OPSET}. Is the file corrupt?"
+            )
     return proto
 
 
@@ -79,6 +91,12 @@ def _check_external(path: Path, proto: onnx.ModelProto) -> None:
         where = f"{path.name}: tensor '{tensor.name}'"
         if not location:
             raise ir.ModelFormatError(f"{where} is external but names no location")
+        if "\x00" in location or location.endswith(("/", "\\")) or any(
+                len(part.encode()) > _MAX_NAME for part in Path(location).parts):
+            raise ir.ModelFormatError(
+                f"{where}: its external data location {location[:80]!r} is not a file name "
+                "(a NUL byte, a trailing slash or a name over 255 bytes). Is the file corrupt?"
+            )
         if os.path.isabs(location) or Path(location).is_absolute():
             raise ir.ModelFormatError(
                 f"{where} points to the absolute path '{location}'; external data must be a path "
@@ -91,9 +109,12 @@ def _check_external(path: Path, proto: onnx.ModelProto) -> None:
                 f"{where} points to '{location}', outside the model's folder '{path.parent}'. "
                 "Refused for safety: external data must stay beside the model."
             )
-        if not target.exists():
-            raise ir.ModelFormatError(f"{where}: its external data file '{location}' does not exist")
-        stat = target.resolve().stat()
+        try:
+            stat = target.resolve().stat()
+        except FileNotFoundError:
+            raise ir.ModelFormatError(f"{where}: its external data file '{location}' does not exist") from None
+        except OSError as exc:
+            raise ir.ModelFormatError(f"{where}: cannot read its external data '{location}': {exc.strerror}") from exc
         if not _stat.S_ISREG(stat.st_mode):
             raise ir.ModelFormatError(
                 f"{where}: its external data '{location}' is not a regular file (a FIFO, device or folder). Refused."
@@ -115,8 +136,14 @@ def _check_external(path: Path, proto: onnx.ModelProto) -> None:
         if offset < 0 or (length is not None and length < 0):
             raise ir.ModelFormatError(f"{where}: negative external data offset/length ({offset}, {length})")
         size = sizes.setdefault(target, stat.st_size)
+        need = _expected_bytes(tensor)
+        if length is not None and need is not None and length != need:
+            raise ir.ModelFormatError(
+                f"{where}: its dims {list(tensor.dims)} need {need:,} bytes but its external data length is "
+                f"{length:,}. Is the file corrupt?"
+            )
         if length is None:
-            length = _expected_bytes(tensor)
+            length = need
         if length is not None and offset + length > size:
             raise ir.ModelFormatError(
                 f"{where}: needs bytes {offset:,}..{offset + length:,} of '{location}', "
@@ -136,12 +163,19 @@ def _expected_bytes(tensor: onnx.TensorProto) -> int | None:
     return (count * bits + 7) // 8
 
 
+_DATA_TYPES = {v for v in onnx.TensorProto.DataType.values() if v != onnx.TensorProto.UNDEFINED}
+
+
 def _check_tensors(path: Path, proto: onnx.ModelProto) -> None:
     """Refuse tensors whose dims are negative or disagree with their stored bytes."""
     for tensor in _tensors(proto.graph):
         where = f"{path.name}: tensor '{tensor.name}'"
         if any(d < 0 for d in tensor.dims):
             raise ir.ModelFormatError(f"{where} has a negative dimension {list(tensor.dims)}. Is the file corrupt?")
+        if tensor.data_type not in _DATA_TYPES:
+            raise ir.ModelFormatError(
+                f"{where} has data type {tensor.data_type}, which is not an ONNX tensor type. Is the file corrupt?"
+            )
         if tensor.data_location == onnx.TensorProto.EXTERNAL or not tensor.HasField("raw_data"):
             continue
         need = _expected_bytes(tensor)
@@ -150,6 +184,67 @@ def _check_tensors(path: Path, proto: onnx.ModelProto) -> None:
                 f"{where}: its dims {list(tensor.dims)} need {need:,} bytes but it stores "
                 f"{len(tensor.raw_data):,}. Is the file corrupt?"
             )
+
+
+def _node_label(node: onnx.NodeProto) -> str:
+    return f"node '{node.name or (node.output[0] if node.output else '?')}' ({node.op_type})"
+
+
+def _check_graph(path: Path, graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> None:
+    """Refuse values defined twice and node inputs or graph outputs that nothing defines.
+
+    Names are resolved over the whole graph (the passes sort nodes that are out of order) and,
+    for a subgraph, over the graphs enclosing it.
+    """
+    where = f"{path.name}: graph '{graph.name}'"
+    defined: dict[str, str] = {}
+    initializers = {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
+    for v in graph.input:
+        if v.name in defined:
+            raise ir.ModelFormatError(f"{where} lists the input '{v.name}' twice. Is the file corrupt?")
+        defined[v.name] = f"graph input '{v.name}'"
+    for name in initializers:
+        defined.setdefault(name, f"initializer '{name}'")
+    for node in graph.node:
+        for out in node.output:
+            if not out:
+                continue
+            if out in defined:
+                raise ir.ModelFormatError(
+                    f"{where}: {_node_label(node)} writes the value '{out}', which {defined[out]} already "
+                    "defines; every value must have one producer. Is the file corrupt?"
+                )
+            defined[out] = _node_label(node)
+    visible = outer | frozenset(defined)
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name and name not in visible:
+                raise ir.ModelFormatError(
+                    f"{where}: {_node_label(node)} input {i} '{name}' is not a graph input, an initializer "
+                    "or the output of any node. Is the file corrupt?"
+                )
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                _check_graph(path, sub, visible)
+    for v in graph.output:
+        if v.name not in visible:
+            raise ir.ModelFormatError(
+                f"{where}: output '{v.name}' is not produced by any node, input or initializer. Is the file corrupt?"
+            )
+
+
+def _deserialize(path: Path, proto: onnx.ModelProto) -> ir.Model:
+    """Build the IR from the checked proto; a proto the IR cannot represent is a malformed file."""
+    try:
+        return ir.from_proto(proto, path.parent.resolve())
+    except (ir.serde.SerdeError, ValueError, TypeError, KeyError, IndexError, OverflowError) as exc:
+        cause = exc
+        while cause.__cause__ is not None and isinstance(cause, ir.serde.SerdeError):
+            cause = cause.__cause__  # the SerdeError names only the function; the cause says why
+        why = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        raise ir.ModelFormatError(
+            f"{path.name}: cannot read the model's graph ({type(cause).__name__}: {why[:200]}). Is the file corrupt?"
+        ) from exc
 
 
 def check_support(paths: Sequence[Path], options: ir.Options) -> list[ir.Unsupported]:
@@ -202,16 +297,18 @@ def read_onnx(paths: Sequence[Path], options: ir.Options) -> ir.Model:
     proto = _load_proto(path)
     _check_tensors(path, proto)
     _check_external(path, proto)
+    _check_graph(path, proto.graph)
     unsupported = _unsupported(path, proto)
     if unsupported:
         raise ir.UnsupportedOpsError(path.name, unsupported, hint="Run `convert ops onnx` for what is supported.")
-    model = ir.from_proto(proto, path.parent.resolve())
+    model = _deserialize(path, proto)
     del proto
     _weights_are_not_inputs(model)
     source = path.name
     for node in model.graph.all_nodes():
         if not node.metadata_props.get("convert:source_file"):
-            ir.set_provenance(node, ir.Provenance(file=source, layer=node.name or "", kind=node.op_type))
+            first = next((o.name for o in node.outputs if o.name), "")
+            ir.set_provenance(node, ir.Provenance(file=source, layer=node.name or first or "", kind=node.op_type))
     _apply_input_shapes(model, options)
     return model
 
@@ -235,7 +332,10 @@ def _apply_input_shapes(model: ir.Model, options: ir.Options) -> None:
     if not options.input_shapes:
         return
     by_name = {v.name: v for v in model.graph.inputs}
-    for name, shape in options.input_shapes.items():
+    given = dict(options.input_shapes)
+    if "" in given and len(by_name) == 1:  # an unnamed --input-shape is the only input's
+        given[next(iter(by_name))] = given.pop("")
+    for name, shape in given.items():
         value = by_name.get(name)
         if value is None and name in model.graph.initializers:
             raise ir.UsageError(
@@ -244,7 +344,7 @@ def _apply_input_shapes(model: ir.Model, options: ir.Options) -> None:
             )
         if value is None:
             raise ir.UsageError(
-                f"--input-shape names '{name}', which is not an input; inputs: {', '.join(by_name)}"
+                f"--input-shape names '{name}', which is not an input; inputs: {', '.join(by_name) or '(none)'}"
             )
         if value.shape is not None and len(value.shape) != len(shape):
             raise ir.UsageError(f"--input-shape {name}: rank {len(shape)}, but the input has rank {len(value.shape)}")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from convert.ir import ModelFormatError
+from convert.ir.protocheck import non_text_field
 
 from .program import Op, Program, Var
 
@@ -77,6 +78,9 @@ def read_pdmodel(path: Path) -> Program:
     except (DecodeError, ValueError, RuntimeError) as exc:
         raise ModelFormatError(f"{path.name}: not a Paddle program (protobuf decode failed: {exc}). "
                                "Is this a .pdmodel written by paddle.jit.save?") from exc
+    bad = non_text_field(prog)
+    if bad is not None:
+        raise ModelFormatError(f"{path.name}: the name or text at {bad} is not valid UTF-8. Is the file corrupt?")
     if not prog.blocks or not any(op.type for op in prog.blocks[0].ops):
         raise ModelFormatError(f"{path.name}: not a Paddle program (no blocks or ops). "
                                "Is this a .pdmodel written by paddle.jit.save?")

@@ -140,6 +140,9 @@ def _load(path: Path) -> _Json:
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelFormatError(f"{path.name}: not a Paddle PIR program (invalid JSON: {exc}). "
                                "Is this an inference.json written by paddle.jit.save?") from exc
+    except RecursionError:  # nesting no PIR program has; json's decoder recurses per level
+        raise ModelFormatError(f"{path.name}: not a Paddle PIR program (JSON nested too deeply to read). "
+                               "Is this an inference.json written by paddle.jit.save?") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("base_code"), dict) \
             or doc["base_code"].get("magic") != "pir" or "program" not in doc:
         raise ModelFormatError(f"{path.name}: not a Paddle PIR program (no 'base_code.magic: pir'). "
@@ -164,7 +167,7 @@ def read_json(path: Path) -> Program:
         return _read_ops(path, raw_ops, where)
     except ModelFormatError:
         raise
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         raise ModelFormatError(f"{path.name}: op #{where[0]} of the PIR program is malformed "
                                f"({type(exc).__name__}: {exc}). Was the file edited or truncated?") from exc
 

@@ -77,7 +77,7 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
         check_archive(path)
         try:
             script = torch.jit.load(path, map_location="cpu")  # type: ignore[no-untyped-call]
-        except RuntimeError as exc:
+        except (RuntimeError, IndexError, UnicodeDecodeError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             message = (str(exc).strip().splitlines() or [""])[0]
             if "torchvision::" in str(exc):
                 raise UsageError(f"{source} uses torchvision's operators ({message}); install torchvision "

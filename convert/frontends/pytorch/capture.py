@@ -88,13 +88,18 @@ def resolve_shapes(names: Sequence[str], options: Options, source: str) -> list[
         UsageError: when an input has no shape, naming the flag to pass.
     """
     given = dict(options.input_shapes)
+    known = {*names, *(f"input{i}" for i in range(len(names))), *([""] if len(names) == 1 else [])}
+    unknown = [k for k in given if k not in known]
+    if unknown:
+        raise UsageError(f"{source}: --input-shape names {', '.join(repr(k) for k in unknown)}, "
+                         f"which the model does not have (inputs: {', '.join(names)})")
     shapes: list[tuple[int, ...]] = []
     for i, name in enumerate(names):
         shape = given.pop(name, None)
         if shape is None:
             shape = given.pop(f"input{i}", None)
-        if shape is None and len(names) == 1 and len(given) == 1:
-            shape = given.popitem()[1]
+        if shape is None and len(names) == 1 and "" in given:  # an unnamed --input-shape is the only input's
+            shape = given.pop("")
         if shape is None:
             listed = ", ".join(f"'{n}'" for n in names)
             raise UsageError(

@@ -48,6 +48,9 @@ def classify(path: Path) -> str | None:
         return CHECKPOINT if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05") else None
     except OSError:
         return None
+    except (zipfile.BadZipFile, UnicodeDecodeError, ValueError, EOFError) as exc:  # a damaged zip directory
+        raise ModelFormatError(f"{path.name}: a damaged zip archive ({type(exc).__name__}: {exc}). "
+                               "Is the file truncated or corrupt?") from exc
 
 
 class _ShapesOnly(pickle.Unpickler):

@@ -98,10 +98,18 @@ def _source_line(node: object) -> tuple[str, int | None]:
     return os.path.basename(file), int(line)
 
 
+def layer_key(node: object) -> str:
+    """Return the source layer a node belongs to: its module path, or its own FX name outside any module.
+
+    The parity check's localisation groups both sides' values by this key.
+    """
+    return _module_path(node) or str(getattr(node, "name", ""))
+
+
 def _where(key: str, node: object, source: str) -> tuple[str, Provenance]:
     module = _module_path(node)
     file, line = _source_line(node)
-    prov = Provenance(file=file or source, layer=module, kind=key, line=line)
+    prov = Provenance(file=file or source, layer=layer_key(node), kind=key, line=line)
     place = f"'{module}'" if module else "the top-level module"
     loc = f" ({file}:{line})" if file and line is not None else ""
     return f"{key} in {place}{loc}", prov

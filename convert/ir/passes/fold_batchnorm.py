@@ -18,6 +18,7 @@ import numpy as np
 import onnx_ir as _ir
 
 from ..edit import replace_value
+from ..provenance import set_output_of
 from ..tensors import lazy
 from .base import Pass, PassResult
 
@@ -103,4 +104,5 @@ class FoldBatchNorm(Pass):
             conv.resize_inputs(3)
             conv.replace_input_with(2, b_new)
         replace_value(graph, bn.outputs[0], conv.outputs[0])
+        set_output_of(conv, bn)
         graph.remove(bn, safe=True)

@@ -16,13 +16,19 @@ import onnx_ir as _ir
 from ..tensors import from_array
 from .base import Pass, PassResult
 
-__all__ = ["NEVER_FOLD", "FoldConstants", "replace_by_constants", "run_reference"]
+__all__ = ["GROWING", "NEVER_FOLD", "FoldConstants", "replace_by_constants", "run_reference"]
 
 logger = logging.getLogger(__name__)
 
 # Ops whose value depends on more than their inputs, or that are too costly to evaluate here.
 NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
           "Bernoulli", "If", "Loop", "Scan", "SequenceConstruct", "Dropout"}
+
+
+# Ops whose output size comes from their input values (Range(0, 2**40) is 8 TiB from 24 bytes):
+# folded only when shape inference gives their output size first, and it is within the bound.
+GROWING = {"Range", "ConstantOfShape", "Expand", "Tile", "OneHot", "Pad", "Resize", "Upsample", "CenterCropPad",
+           "MatMul", "Gemm", "Einsum", "EyeLike", "ConvTranspose"}
 
 
 def _const(value: _ir.Value | None, max_bytes: int) -> np.ndarray | None:
@@ -91,6 +97,10 @@ class FoldConstants(Pass):
             arrays.append(arr)
         if not arrays:
             return None  # a source op (random, ...) that is not a Constant
+        size = _output_bytes(_ir.serde.serialize_node(node), len(node.outputs), arrays, opset)
+        if (size is None and node.op_type in GROWING) or (size is not None and size > self.max_bytes):
+            logger.debug("not folding %s: its output would take %s bytes", node.name, size)
+            return None
         try:
             results = run_reference(_ir.serde.serialize_node(node), len(node.outputs), arrays, opset)
         except Exception as exc:  # the reference lacks the op or rejects it: leave it
@@ -109,6 +119,46 @@ def replace_by_constants(graph: _ir.Graph, node: _ir.Node, tensors: list[_ir.Ten
         graph.register_initializer(const)
         _ir.convenience.replace_all_uses_with(out, const)
     graph.remove(node, safe=True)
+
+
+def _output_bytes(proto: object, n_outputs: int, arrays: list[np.ndarray | None], opset: int) -> int | None:
+    """Return the bytes the node's outputs would take, from shape inference on constant inputs; None if unknown."""
+    import onnx
+    from onnx import numpy_helper
+
+    try:
+        node = onnx.NodeProto()
+        node.CopyFrom(proto)  # type: ignore[arg-type]
+        in_names = [f"i{i}" if a is not None else "" for i, a in enumerate(arrays)]
+        out_names = [f"o{i}" for i in range(n_outputs)]
+        del node.input[:]
+        node.input.extend(in_names)
+        del node.output[:]
+        node.output.extend(out_names)
+        inits = [numpy_helper.from_array(a, n) for n, a in zip(in_names, arrays, strict=True) if a is not None]
+        graph = onnx.helper.make_graph([node], "bound", [], [onnx.helper.make_empty_tensor_value_info(n)
+                                                             for n in out_names], inits)
+        model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:
+        return None
+    total = 0
+    types = {vi.name: vi.type for vi in [*inferred.graph.output, *inferred.graph.value_info]}
+    for name in out_names:
+        t = types.get(name)
+        if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+            return None
+        count = 1
+        for d in t.tensor_type.shape.dim:
+            if not d.HasField("dim_value") or d.dim_value < 0:
+                return None
+            count *= d.dim_value
+        try:
+            itemsize = onnx.helper.tensor_dtype_to_np_dtype(t.tensor_type.elem_type).itemsize
+        except Exception:
+            itemsize = 8
+        total += count * itemsize
+    return total
 
 
 def run_reference(proto: object, n_outputs: int, arrays: list[np.ndarray | None], opset: int) -> list[np.ndarray]:

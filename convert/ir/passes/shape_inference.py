@@ -23,6 +23,11 @@ logger = logging.getLogger(__name__)
 
 _BIG = 1024
 _CONTROL_FLOW = {"If", "Loop", "Scan"}
+_MAX_PROPAGATED = 1 << 16  # elements of an integer tensor that data propagation may hold
+_INTEGER_TYPES = {onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64,
+                  onnx.TensorProto.INT16, onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16}
+# Ops whose output size comes from their input values, not their input sizes.
+_GROWING = {"Range", "ConstantOfShape", "Expand", "Tile", "OneHot", "Pad", "Resize", "Upsample", "CenterCropPad"}
 
 
 def _infer(model: _ir.Model, data_prop: bool) -> onnx.ModelProto | None:
@@ -51,10 +56,44 @@ def _infer(model: _ir.Model, data_prop: bool) -> onnx.ModelProto | None:
             value.const_value = tensor
             graph.register_initializer(value)
     try:
-        return onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=data_prop)
+        inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=False)
+        if not data_prop:
+            return inferred
+        too_big = _large_integer_value(inferred)
+        if too_big:
+            logger.debug("shape inference without data propagation: %s", too_big)
+            return inferred
+        return onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
     except Exception as exc:  # inference is best effort: a model it cannot handle keeps its shapes
         logger.debug("shape inference failed: %s", exc)
         return None
+
+
+def _large_integer_value(proto: onnx.ModelProto) -> str:
+    """Name an integer tensor too large for onnx's data propagation, or return ''.
+
+    Data propagation keeps every element of an integer tensor as a shape dimension (about 150
+    bytes each): a constant Range(0, 2**27) feeding an Add took 20 GiB and a minute. Shape
+    tensors have a handful of elements, so propagation is skipped when an integer value has more
+    than ``_MAX_PROPAGATED`` elements, or an unknown size and comes from an op that can make any
+    size from small inputs.
+    """
+    producers = {out: node.op_type for node in proto.graph.node for out in node.output}
+    graph = proto.graph
+    for vi in [*graph.input, *graph.value_info, *graph.output]:
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or tt.elem_type not in _INTEGER_TYPES:
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+        known = tt.HasField("shape") and all(d is not None for d in dims)
+        count = 1
+        for d in dims:
+            count *= d or 1
+        if known and count > _MAX_PROPAGATED:
+            return f"'{vi.name}' has {count:,} elements"
+        if not known and producers.get(vi.name) in _GROWING:
+            return f"'{vi.name}' ({producers[vi.name]}) has an unknown size"
+    return ""
 
 
 class InferShapes(Pass):

@@ -237,6 +237,11 @@ class _Base:
         """Return head ``index``'s output (Darknet's in-place head function applied)."""
         return self.layer_output(index)
 
+    def all_layer_outputs(self, feeds: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
+        """Run once; return every layer's output by Darknet layer index (for the localisation)."""
+        self.run(feeds)
+        return {i: self.layer_output(i) for i in range(len(self.plan.sections) - 1)}
+
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once at batch 1 on the only input."""
         if len(feeds) != 1:
@@ -381,6 +386,19 @@ class OpenCVDarknet(_Base):
         """Return the output computed for Darknet layer ``index`` in the last run."""
         out = self._cache[index]
         return out.reshape(1, *out.shape[1:]) if out.ndim == 4 else out.reshape(1, -1, 1, 1)
+
+    def all_layer_outputs(self, feeds: Mapping[str, np.ndarray]) -> dict[int, np.ndarray]:
+        """Run once; return the output of every Darknet layer OpenCV has a layer for, by index.
+
+        Heads are left out: OpenCV's [yolo]/[region] layers output decoded detections, not Darknet's
+        activated map (the verdict compares heads through ``head_output``).
+        """
+        x = np.ascontiguousarray(next(iter(feeds.values())), dtype=np.float32)
+        body = self.plan.sections[1:]
+        wanted = sorted(i for i in self.owner if body[i].type not in ("yolo", "region"))
+        self.net.setInput(x)
+        outs = self.net.forward([self.owner[i] for i in wanted])
+        return {i: np.asarray(o, dtype=np.float32) for i, o in zip(wanted, outs, strict=True)}
 
     def head_output(self, index: int) -> np.ndarray:
         """Re-derive the head's output from the tensor feeding it (OpenCV decodes heads itself)."""

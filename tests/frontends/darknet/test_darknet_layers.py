@@ -7,6 +7,8 @@ first layer is an identity 1x1 convolution so the input reaches the layer under 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +23,7 @@ from darknet_helpers import (
     write_weights,
 )
 
-from convert.frontends.darknet.activations import ACTIVATIONS, NUMPY_ACTIVATIONS
+from convert.frontends.darknet.activations import ACTIVATIONS
 from convert.frontends.darknet.layers import LAYERS
 from convert.ir import ModelFormatError
 
@@ -121,12 +123,44 @@ def _x(shape: tuple[int, ...], scale: float = 3.0) -> np.ndarray:
 ALEXEYAB_ACTIVATIONS = ["mish", "swish", "hard_mish", "relu6", "hardswish", "gelu"]
 
 
+def _sig(v: float) -> float:
+    return 1.0 / (1.0 + math.exp(-v))
+
+
+def _softplus(v: float) -> float:  # Darknet's (AlexeyAB src/activations.h): thresholded at +-20
+    return v if v > 20 else (math.exp(v) if v < -20 else math.log1p(math.exp(v)))
+
+
+# Each activation as Darknet's C sources define it (pjreddie src/activations.h; AlexeyAB's for mish,
+# swish, hard_mish, relu6, gelu; hardswish as x * relu6(x + 3) / 6), written here element by element
+# and independently of the product's own numpy table.
+DARKNET_FORMULAS: dict[str, Callable[[float], float]] = {
+    "linear": lambda v: v,
+    "leaky": lambda v: v if v > 0 else 0.1 * v,
+    "relie": lambda v: v if v > 0 else 0.01 * v,
+    "relu": lambda v: v * (v > 0),
+    "ramp": lambda v: v * (v > 0) + 0.1 * v,
+    "relu6": lambda v: min(max(v, 0.0), 6.0),
+    "hardtan": lambda v: -1.0 if v < -1 else (1.0 if v > 1 else v),
+    "logistic": _sig,
+    "loggy": lambda v: 2.0 / (1.0 + math.exp(-v)) - 1,
+    "tanh": lambda v: (math.exp(2 * v) - 1) / (math.exp(2 * v) + 1),
+    "elu": lambda v: (v >= 0) * v + (v < 0) * (math.exp(v) - 1),
+    "selu": lambda v: (v >= 0) * 1.0507 * v + (v < 0) * 1.0507 * 1.6732 * (math.exp(v) - 1),
+    "swish": lambda v: v * _sig(v),
+    "mish": lambda v: v * math.tanh(_softplus(v)),
+    "hard_mish": lambda v: v if v > 0 else (v * v / 2 + v if v > -2 else 0.0),
+    "hardswish": lambda v: v * min(max(v + 3, 0.0), 6.0) / 6,
+    "gelu": lambda v: 0.5 * v * (1 + math.tanh(0.797885 * v + 0.035677 * v**3)),
+}
+
+
 @pytest.mark.parametrize("act", ALEXEYAB_ACTIVATIONS + ORIGINAL_ACTIVATIONS)
 def test_activation_formula(act: str, tmp_path: Path) -> None:
     x = _x((1, 4, 6, 5), 4.0)
     out = _run(tmp_path, _identity_net(4, 6, 5, f"[activation]\nactivation={act}\n"), 4, x)
     (got,) = out.values()
-    ref = NUMPY_ACTIVATIONS[act](x.astype(np.float64))
+    ref = np.vectorize(DARKNET_FORMULAS[act], otypes=[np.float64])(x.astype(np.float64))
     assert np.abs(got - ref).max() <= ATOL_FP32 * max(1.0, np.abs(ref).max())
 
 

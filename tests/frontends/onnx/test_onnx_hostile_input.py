@@ -75,7 +75,13 @@ def _dims_past_the_data_file(tmp: Path) -> onnx.TensorProto:
     return t
 
 
+def _dims_disagree_with_length(tmp: Path) -> onnx.TensorProto:
+    (tmp / "d.bin").write_bytes(bytes(64))
+    return _external("d.bin", length="8")  # dims [2, 2] of float need 16 (fuzzing found this: an exit 3)
+
+
 CASES = {
+    "dims-vs-external-length": (_dims_disagree_with_length, "need 16 bytes but its external data length is 8"),
     "negative-dims": (_negative_dims, "negative dimension"),
     "dims-past-bytes": (_dims_past_bytes, "need 64 bytes"),
     "fifo-external-data": (_fifo, "not a regular file"),
@@ -128,3 +134,141 @@ def test_report_over_an_input_is_refused(tmp_path: Path) -> None:
     result = _convert(src, tmp_path / "o.onnx", "--report", str(src))
     assert result.returncode == 2 and "refusing to write the report" in result.stderr, result.stderr
     assert src.read_bytes() == before
+
+
+# ---- model-level corruption (#11 crash classes): one line, exit 2, nothing written ------------------
+def _cli(args: list[str]) -> tuple[int, str]:
+    """Run the CLI in-process; return (exit code, stderr)."""
+    from click.testing import CliRunner
+
+    from convert.cli import cli
+
+    result = CliRunner().invoke(cli, args)
+    return result.exit_code, result.stderr
+
+
+def _add_model(*nodes: onnx.NodeProto, opset: int = 17, weight: onnx.TensorProto | None = None) -> onnx.ModelProto:
+    graph = helper.make_graph(list(nodes) or [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])],
+                              [weight if weight is not None else _weight()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def _duplicate_output(tmp: Path) -> bytes:
+    return _add_model(helper.make_node("Add", ["x", "w"], ["y"]), helper.make_node("Mul", ["x", "w"], ["y"]),
+                      ).SerializeToString()
+
+
+def _undefined_input(tmp: Path) -> bytes:
+    return _add_model(helper.make_node("Add", ["x", "nowhere"], ["y"])).SerializeToString()
+
+
+def _invalid_dtype(tmp: Path) -> bytes:
+    w = _weight()
+    w.data_type = 999
+    return _add_model(weight=w).SerializeToString()
+
+
+def _opset_past_c_int(tmp: Path) -> bytes:
+    return _add_model(opset=2**40).SerializeToString()
+
+
+def _non_utf8_attribute_name(tmp: Path) -> bytes:
+    data = _add_model(helper.make_node("LeakyRelu", ["x"], ["t"], alpha=0.1),
+                      helper.make_node("Add", ["t", "w"], ["y"])).SerializeToString()
+    return data.replace(b"alpha", b"alph\xff", 1)
+
+
+def _newline_in_a_name(tmp: Path) -> bytes:
+    return _add_model(helper.make_node("Add", ["x", "w\n\nline"], ["y"])).SerializeToString()
+
+
+def _location_with_nul(tmp: Path) -> bytes:
+    (tmp / "d.bin").write_bytes(bytes(16))
+    return _model(_external("d.bin\x00x")).SerializeToString()
+
+
+def _location_too_long(tmp: Path) -> bytes:
+    return _model(_external("x" * 300)).SerializeToString()
+
+
+def _location_trailing_slash(tmp: Path) -> bytes:
+    (tmp / "d.bin").write_bytes(bytes(16))
+    return _model(_external("d.bin/")).SerializeToString()
+
+
+def _missing_initializer(tmp: Path) -> bytes:
+    """A Conv whose weight names an initializer the file does not hold (a clone_graph crash on the Caffe route)."""
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "conv_w"], ["y"], kernel_shape=[1, 1])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+MODEL_CASES = {
+    "missing-initializer": (_missing_initializer, "node 'y' (Conv) input 1 'conv_w' is not a graph input"),
+    "duplicate-output-name": (_duplicate_output, "writes the value 'y', which node"),
+    "undefined-input": (_undefined_input, "input 1 'nowhere' is not a graph input"),
+    "invalid-dtype": (_invalid_dtype, "data type 999, which is not an ONNX tensor type"),
+    "opset-past-c-int": (_opset_past_c_int, "has version 1099511627776, outside 1..2147483647"),
+    "non-utf8-attribute-name": (_non_utf8_attribute_name, "graph.node[0].attribute[0].name is not valid UTF-8"),
+    "newline-in-name": (_newline_in_a_name, "'w\\n\\nline' is not a graph input"),
+    "location-nul": (_location_with_nul, "is not a file name (a NUL byte"),
+    "location-too-long": (_location_too_long, "is not a file name"),
+    "location-trailing-slash": (_location_trailing_slash, "'d.bin/' is not a file name"),
+}
+
+
+@pytest.mark.parametrize("case", list(MODEL_CASES))
+def test_corrupt_model_is_one_line_exit_2(tmp_path: Path, case: str) -> None:
+    make, words = MODEL_CASES[case]
+    src = tmp_path / "m.onnx"
+    src.write_bytes(make(tmp_path))
+    for route in ("onnx:onnx", "onnx:caffe"):
+        out = tmp_path / "out"
+        code, err = _cli([route, str(src), "-o", f"{out}/", "--no-check"])
+        lines = err.strip().splitlines()
+        assert code == 2, err
+        assert len(lines) == 1 and words in lines[0] and "m.onnx" in lines[0], err
+        assert not out.exists() or not any(out.iterdir())
+
+
+def _range_model(limit: int, consumer: str) -> onnx.ModelProto:
+    """A constant Range(0, limit) of int64 feeding ``consumer`` (Add with the input, or Shape)."""
+    def scalar(name: str, v: int) -> onnx.NodeProto:
+        value = helper.make_tensor(name + "_v", TensorProto.INT64, [], [v])
+        return helper.make_node("Constant", [], [name], value=value)
+
+    tail = ([helper.make_node("Add", ["r", "x"], ["y"])] if consumer == "Add" else
+            [helper.make_node("Shape", ["r"], ["s"]), helper.make_node("Add", ["s", "x"], ["y"])])
+    graph = helper.make_graph([scalar("a", 0), scalar("b", limit), scalar("c", 1),
+                               helper.make_node("Range", ["a", "b", "c"], ["r"]), *tail], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize(("limit", "consumer"), [(2**40, "Add"), (2**27, "Add"), (2**27, "Shape")],
+                         ids=["2^40-add", "2^27-add", "2^27-shape"])
+def test_constant_range_is_not_materialised(tmp_path: Path, limit: int, consumer: str) -> None:
+    """Folding and data propagation are bounded by output size: Range(0, 2**27) used 20 GiB and a minute."""
+    import time
+
+    src = tmp_path / "range.onnx"
+    onnx.save(_range_model(limit, consumer), src)
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30)); "
+            "from convert.cli import main; main(sys.argv[1:])")
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-c", code, "onnx:onnx", str(src), "-o", str(tmp_path / "o.onnx"),
+                             "--no-check"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert time.perf_counter() - start < 30
+    out = onnx.load(str(tmp_path / "o.onnx"))
+    assert sum(numpy_helper.to_array(t).nbytes for t in out.graph.initializer) < 1024  # Range was not folded

@@ -256,3 +256,18 @@ def test_output_over_the_params_file_is_refused(tmp_path: Path) -> None:
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "refusing to write" in r.stderr, r.stderr
     assert params.read_bytes() == before
+
+
+def test_deeply_nested_json_is_one_line(tmp_path: Path) -> None:
+    """JSON nested past Python's recursion limit was a RecursionError traceback (#11)."""
+    path = tmp_path / "inference.json"
+    path.write_text('{"base_code": {"magic": "pir", "version": 4}, "program": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ModelFormatError, match=r"inference.json: not a Paddle PIR program \(JSON nested too deeply"):
+        FRONTEND.load([path], Options())
+
+
+def test_non_utf8_name_in_a_pdmodel_is_one_line(tmp_path: Path) -> None:
+    path = _conv_model(tmp_path / "m")
+    path.write_bytes(path.read_bytes().replace(b"conv.tmp_1", b"conv.tmp\xff1", 1))
+    with pytest.raises(ModelFormatError, match=r"inference.pdmodel: the name or text at .* is not valid UTF-8"):
+        FRONTEND.load([path], Options())

@@ -1,0 +1,506 @@
+"""The fuzz harness: seeds, mutators, and one case run through the CLI and classified.
+
+A case is a seed model (``seeds/<name>/``: its files and ``case.json`` with the route) with one or
+more files mutated. ``run_case`` runs ``convert ROUTE FILES... -o OUT/ --no-check -q`` in a
+forked child of the test process (the frameworks are imported once, in the parent; a child
+costs milliseconds), with a wall-clock limit and an address-space limit, and classifies it:
+
+- ``success``: exit 0;
+- ``clean``: exit 2, exactly one ``convert: error:`` line, no traceback, nothing left in OUT;
+- ``crash``: anything else (exit 1 or 3, a traceback, several error lines, a signal, files left);
+- ``hang``: still running at the time limit (killed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import random
+import re
+import resource
+import shutil
+import signal
+import sys
+import time
+import traceback
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SEEDS_DIR = HERE / "seeds"
+CRASHES_DIR = HERE / "crashes"
+TIMEOUT_S = float(os.environ.get("CONVERT_FUZZ_TIMEOUT", "20"))
+MEMORY_HEADROOM = 3 * 1024**3  # a child may map this much beyond what the parent has mapped
+
+__all__ = ["CRASHES_DIR", "SEEDS_DIR", "Case", "Outcome", "Seed", "load_seeds", "mutate", "preload",
+           "run_case", "save_case"]
+
+
+@dataclass(frozen=True)
+class Seed:
+    """A valid model: its folder, route and files in command-line order."""
+
+    name: str
+    folder: Path
+    route: str
+    files: tuple[str, ...]
+
+    def read(self) -> dict[str, bytes]:
+        """Return every file of the seed folder (companions such as ``.data`` included) by name."""
+        return {p.name: p.read_bytes() for p in sorted(self.folder.iterdir()) if p.name != "case.json"}
+
+
+@dataclass
+class Case:
+    """A seed with mutated file contents and a description of what was done."""
+
+    seed: Seed
+    contents: dict[str, bytes]
+    steps: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one run ended."""
+
+    kind: str  # success | clean | crash | hang
+    code: int | None
+    stderr: str
+    why: str = ""
+
+
+def load_seeds(folder: Path = SEEDS_DIR) -> list[Seed]:
+    """Return the seeds under ``folder`` (one sub-folder each)."""
+    seeds = []
+    for sub in sorted(p for p in folder.iterdir() if (p / "case.json").is_file()):
+        meta = json.loads((sub / "case.json").read_text())
+        seeds.append(Seed(sub.name, sub, meta["route"], tuple(meta["files"])))
+    return seeds
+
+
+def preload(seeds: list[Seed]) -> None:
+    """Import the frontends and exporters the seeds need, once, before forking."""
+    import convert.cli  # noqa: F401
+    from convert import formats
+
+    for seed in seeds:
+        src, _, dst = seed.route.partition(":")
+        with contextlib.suppress(Exception):
+            formats.frontend(src)
+            formats.exporter(dst)
+        if src == "pytorch":
+            with contextlib.suppress(ImportError):
+                import torch  # noqa: F401
+        if src == "paddle":
+            from convert.frontends.paddle import ops  # noqa: F401
+
+
+# ---------------------------------------------------------------------------------------------
+# Mutators: each takes the bytes of one file, its name and a Random, returns new bytes.
+# ---------------------------------------------------------------------------------------------
+HUGE_INTS = [-1, 0, 2**31 - 1, 2**31, 2**32 + 1, 2**40, 2**62, 2**63 - 1, -(2**31), -(2**63)]
+WEIRD_STRINGS = ["", "\x00", "a\x00b", "x" * 5000, "sub/", "../outside", "/etc/passwd", "é" * 3, ".", "a/b/c"]
+Mutator = Callable[[bytes, str, random.Random], bytes]
+
+
+def flip_bytes(data: bytes, name: str, rnd: random.Random) -> bytes:
+    """Flip 1-8 random bits."""
+    if not data:
+        return b"\x00"
+    out = bytearray(data)
+    for _ in range(rnd.randint(1, 8)):
+        i = rnd.randrange(len(out))
+        out[i] ^= 1 << rnd.randrange(8)
+    return bytes(out)
+
+
+def truncate(data: bytes, name: str, rnd: random.Random) -> bytes:
+    """Cut the file at a random length (possibly empty)."""
+    return data[: rnd.randrange(len(data) + 1)]
+
+
+def overwrite_int(data: bytes, name: str, rnd: random.Random) -> bytes:
+    """Write a huge/negative 4- or 8-byte integer, or a 10-byte varint, at a random offset."""
+    if not data:
+        return data
+    value = rnd.choice(HUGE_INTS)
+    kind = rnd.choice(["i4", "i8", "varint"])
+    if kind == "varint":
+        v = value & (2**64 - 1)
+        enc = bytearray()
+        while True:
+            enc.append((v & 0x7F) | (0x80 if v > 0x7F else 0))
+            v >>= 7
+            if not v:
+                break
+        blob = bytes(enc)
+    else:
+        size = 4 if kind == "i4" else 8
+        blob = (value & (2 ** (8 * size) - 1)).to_bytes(size, "little")
+    i = rnd.randrange(len(data))
+    return data[:i] + blob + data[i + len(blob):]
+
+
+def splice(data: bytes, name: str, rnd: random.Random) -> bytes:
+    """Delete, duplicate or insert garbage in a random range."""
+    if not data:
+        return b"\xff" * rnd.randint(1, 16)
+    i = rnd.randrange(len(data))
+    j = min(len(data), i + rnd.randint(1, 64))
+    op = rnd.choice(["delete", "duplicate", "garbage"])
+    if op == "delete":
+        return data[:i] + data[j:]
+    if op == "duplicate":
+        return data[:j] + data[i:j] + data[j:]
+    return data[:i] + bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 16))) + data[i:]
+
+
+def corrupt_string(data: bytes, name: str, rnd: random.Random) -> bytes:
+    """Put a non-UTF-8 byte, NUL or slash inside a run of printable ASCII (names, locations, keys)."""
+    runs = [m.span() for m in re.finditer(rb"[A-Za-z_.][A-Za-z0-9_./]{2,}", data)]
+    if not runs:
+        return flip_bytes(data, name, rnd)
+    a, b = rnd.choice(runs)
+    i = rnd.randrange(a, b)
+    return data[:i] + rnd.choice([b"\xff", b"\xc3", b"\x00", b"/", b"\xed\xa0\x80"]) + data[i + 1:]
+
+
+_NUMBER = re.compile(rb"(?<![A-Za-z_])-?\d+(\.\d+)?(e[-+]?\d+)?")
+
+
+def text_number(data: bytes, name: str, rnd: random.Random) -> bytes:
+    """Replace a number in a text file (cfg, prototxt, JSON) by a huge, negative or odd one."""
+    spans = [m.span() for m in _NUMBER.finditer(data)]
+    if not spans:
+        return splice(data, name, rnd)
+    a, b = rnd.choice(spans)
+    new = rnd.choice([str(v) for v in HUGE_INTS] + ["1e308", "-0", "0.5", "nan", "99999999999999999999999"])
+    return data[:a] + new.encode() + data[b:]
+
+
+def text_line(data: bytes, name: str, rnd: random.Random) -> bytes:
+    """Delete, duplicate or swap a line of a text file."""
+    lines = data.split(b"\n")
+    if len(lines) < 2:
+        return splice(data, name, rnd)
+    i = rnd.randrange(len(lines))
+    op = rnd.choice(["delete", "duplicate", "swap"])
+    if op == "delete":
+        del lines[i]
+    elif op == "duplicate":
+        lines.insert(i, lines[i])
+    else:
+        j = rnd.randrange(len(lines))
+        lines[i], lines[j] = lines[j], lines[i]
+    return b"\n".join(lines)
+
+
+def _json_nodes(node: object, path: tuple[object, ...] = ()) -> Iterator[tuple[tuple[object, ...], object]]:
+    yield path, node
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _json_nodes(v, (*path, k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _json_nodes(v, (*path, i))
+
+
+def json_tree(data: bytes, name: str, rnd: random.Random) -> bytes:
+    """Delete a key or element, change a value's type, a number to a huge one, or nest deeply."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return text_number(data, name, rnd)
+    nodes = list(_json_nodes(doc))
+    path, _ = rnd.choice(nodes[1:] or nodes)
+    if not path:
+        return data
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]  # type: ignore[index]
+    key = path[-1]
+    op = rnd.choice(["delete", "type", "number", "deep", "string"])
+    if op == "delete":
+        del parent[key]  # type: ignore[attr-defined]
+    elif op == "type":
+        parent[key] = rnd.choice([None, True, 1.5, "x", [], {}, [[1]], {"a": 1}])  # type: ignore[index]
+    elif op == "number":
+        parent[key] = rnd.choice([*HUGE_INTS, 1e308, -1.5])  # type: ignore[index]
+    elif op == "deep":  # a value nested thousands of lists deep (a RecursionError for naive readers)
+        parent[key] = "__DEEP__"  # type: ignore[index]
+        depth = rnd.choice([1000, 5000, 100000])
+        return json.dumps(doc).replace('"__DEEP__"', "[" * depth + "0" + "]" * depth, 1).encode()
+    else:
+        parent[key] = rnd.choice(WEIRD_STRINGS)  # type: ignore[index]
+    return json.dumps(doc).encode()
+
+
+def _proto_class(name: str) -> type | None:
+    if name.endswith(".onnx"):
+        import onnx
+
+        return onnx.ModelProto  # type: ignore[no-any-return]
+    if name.endswith(".caffemodel"):
+        from convert._proto import caffe_pb2
+
+        return caffe_pb2.NetParameter  # type: ignore[no-any-return]
+    if name.endswith(".pdmodel"):
+        from convert.frontends.paddle import framework_pb2
+
+        return framework_pb2.ProgramDesc  # type: ignore[no-any-return]
+    return None
+
+
+def _repeated(fd: object) -> bool:
+    flag = getattr(fd, "is_repeated", None)  # newer protobuf; older ones have only `label`
+    return bool(flag) if flag is not None else fd.label == fd.LABEL_REPEATED  # type: ignore[attr-defined]
+
+
+def _messages(msg: object) -> Iterator[object]:
+    yield msg
+    for fd, value in msg.ListFields():  # type: ignore[attr-defined]
+        if fd.type != fd.TYPE_MESSAGE:
+            continue
+        if _repeated(fd):
+            if fd.message_type.GetOptions().map_entry:
+                continue
+            for item in value:
+                yield from _messages(item)
+        else:
+            yield from _messages(value)
+
+
+def proto_field(data: bytes, name: str, rnd: random.Random) -> bytes:
+    """Structure-aware: delete a field or element, set an int huge, a string odd, duplicate an element."""
+    cls = _proto_class(name)
+    if cls is None:
+        return flip_bytes(data, name, rnd)
+    msg = cls()
+    try:
+        msg.ParseFromString(data)
+    except Exception:
+        return flip_bytes(data, name, rnd)
+    subs = list(_messages(msg))
+    for _ in range(10):
+        target = rnd.choice(subs)
+        fields = target.ListFields()  # type: ignore[attr-defined]
+        if fields:
+            break
+    else:
+        return data
+    fd, value = rnd.choice(fields)
+    repeated = _repeated(fd)
+    ints = (fd.TYPE_INT32, fd.TYPE_INT64, fd.TYPE_UINT32, fd.TYPE_UINT64, fd.TYPE_SINT32, fd.TYPE_SINT64)
+    op = rnd.choice(["delete", "value", "duplicate"])
+    try:
+        if op == "delete":
+            if repeated and len(value) > 1:
+                del value[rnd.randrange(len(value))]
+            else:
+                target.ClearField(fd.name)  # type: ignore[attr-defined]
+        elif op == "duplicate" and repeated and fd.type == fd.TYPE_MESSAGE:
+            value.add().CopyFrom(value[rnd.randrange(len(value))])
+        elif op == "duplicate" and repeated:
+            value.append(value[rnd.randrange(len(value))])
+        elif fd.type in ints:
+            bits = 32 if fd.type in (fd.TYPE_INT32, fd.TYPE_UINT32, fd.TYPE_SINT32) else 64
+            unsigned = fd.type in (fd.TYPE_UINT32, fd.TYPE_UINT64)
+            lo, hi = (0, 2**bits - 1) if unsigned else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+            new = min(hi, max(lo, rnd.choice(HUGE_INTS)))
+            if repeated:
+                value[rnd.randrange(len(value))] = new
+            else:
+                setattr(target, fd.name, new)
+        elif fd.type == fd.TYPE_STRING:
+            new_s = rnd.choice(WEIRD_STRINGS)
+            if repeated:
+                value[rnd.randrange(len(value))] = new_s
+            else:
+                setattr(target, fd.name, new_s)
+        elif fd.type in (fd.TYPE_FLOAT, fd.TYPE_DOUBLE) and not repeated:
+            setattr(target, fd.name, rnd.choice([float("nan"), float("inf"), -1e38, 0.0]))
+        elif fd.type == fd.TYPE_BYTES and not repeated:
+            setattr(target, fd.name, value[: rnd.randrange(len(value) + 1)])
+        else:
+            target.ClearField(fd.name)  # type: ignore[attr-defined]
+        return msg.SerializeToString()  # type: ignore[no-any-return]
+    except (ValueError, TypeError, IndexError):
+        return data
+
+
+def zip_member(data: bytes, name: str, rnd: random.Random) -> bytes:
+    """For a zip archive (.pt): mutate one member's bytes and rewrite the archive consistently."""
+    try:
+        zin = zipfile.ZipFile(io.BytesIO(data))
+        members = [(i, zin.read(i)) for i in zin.infolist()]
+    except Exception:  # a damaged archive (bad header, unknown compression ...): mutate its bytes instead
+        return flip_bytes(data, name, rnd)
+    if not members:
+        return data
+    k = rnd.randrange(len(members))
+    mutator = rnd.choice([flip_bytes, truncate, overwrite_int, corrupt_string, splice])
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zout:
+        for i, (zi, content) in enumerate(members):
+            zout.writestr(zi, mutator(content, zi.filename, rnd) if i == k else content)
+    return out.getvalue()
+
+
+BINARY: tuple[Mutator, ...] = (flip_bytes, truncate, overwrite_int, splice, corrupt_string)
+TEXT: tuple[Mutator, ...] = (text_number, text_line, truncate, splice, corrupt_string)
+
+
+def mutators_for(name: str) -> tuple[Mutator, ...]:
+    """Return the mutators that make sense for a file named ``name``."""
+    if name.endswith((".onnx", ".caffemodel", ".pdmodel")):
+        return (proto_field, proto_field, *BINARY)
+    if name.endswith(".json"):
+        return (json_tree, json_tree, *TEXT)
+    if name.endswith((".cfg", ".prototxt")):
+        return TEXT
+    if name.endswith((".pt", ".pt2")):
+        return (zip_member, zip_member, truncate, flip_bytes)
+    return BINARY
+
+
+def mutate(case: Case, file: str, mutator: Mutator, rnd: random.Random) -> None:
+    """Apply ``mutator`` to ``file`` of ``case`` and record the step."""
+    case.contents[file] = mutator(case.contents[file], file, rnd)
+    case.steps.append(f"{mutator.__name__}({file})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a case
+# ---------------------------------------------------------------------------------------------
+def _vm_size() -> int:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _child(argv: list[str], out: Path, err: Path) -> None:  # never returns
+    code = 99
+    try:
+        limit = _vm_size() + MEMORY_HEADROOM
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.stdout = open(out, "w")  # noqa: SIM115
+        sys.stderr = open(err, "w")  # noqa: SIM115
+        from convert.cli import main
+
+        try:
+            main(argv)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            traceback.print_exc(file=sys.stderr)
+        code = 99
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def write_case(case: Case, folder: Path) -> list[str]:
+    """Write the case's files into ``folder``; return the command line's input paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in case.contents.items():
+        (folder / name).write_bytes(data)
+    return [str(folder / f) for f in case.seed.files]
+
+
+def run_case(case: Case, work: Path, timeout: float = TIMEOUT_S) -> Outcome:
+    """Run the case through the CLI in a forked child and classify the result."""
+    if work.exists():
+        shutil.rmtree(work)
+    inputs = write_case(case, work / "in")
+    outdir = work / "out"
+    outdir.mkdir()
+    argv = [case.seed.route, *inputs, "-o", str(outdir) + "/", "--no-check", "-q"]
+    out, err = work / "stdout.txt", work / "stderr.txt"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        _child(argv, out, err)
+    deadline = time.monotonic() + timeout
+    status = None
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.005)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return Outcome("hang", None, _read(err), f"still running after {timeout:.0f} s")
+    assert status is not None
+    stderr = _read(err)
+    if os.WIFSIGNALED(status):
+        return Outcome("crash", None, stderr, f"killed by signal {os.WTERMSIG(status)}")
+    code = os.WEXITSTATUS(status)
+    return _classify(code, stderr, outdir)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _classify(code: int, stderr: str, outdir: Path) -> Outcome:
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("convert: error:")]
+    if "Traceback" in stderr:
+        return Outcome("crash", code, stderr, "traceback")
+    if code == 0:
+        return Outcome("success", code, stderr)
+    if code == 2:
+        left = sorted(p.name for p in outdir.rglob("*"))
+        if left:
+            return Outcome("crash", code, stderr, f"exit 2 but left {left} at the output path")
+        if len(errors) != 1:
+            return Outcome("crash", code, stderr, f"exit 2 with {len(errors)} error lines")
+        return Outcome("clean", code, stderr)
+    first = errors[0] if errors else (stderr.strip().splitlines() or [""])[-1]
+    return Outcome("crash", code, stderr, f"exit {code}: {first[:300]}")
+
+
+def signature(why: str) -> str:
+    """The crash class of an outcome: its reason with names, numbers and paths blurred."""
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'*'", why)
+    text = re.sub(r"/\S+", "PATH", text)
+    return re.sub(r"\d+", "N", text)[:160]
+
+
+def save_case(case: Case, outcome: Outcome, root: Path, per_class: int = 3) -> Path | None:
+    """Store a crashing case as ``root/<seed>-<hash>/`` (its files and ``case.json``) for replay.
+
+    At most ``per_class`` cases per seed and crash class are kept; returns None for the others.
+    """
+    found = f"{outcome.kind}: {outcome.why}"
+    if root.is_dir():
+        same = [p for p in root.glob(f"{case.seed.name}-*/case.json")
+                if signature(json.loads(p.read_text()).get("found", "")) == signature(found)]
+        if len(same) >= per_class:
+            return None
+    digest = hashlib.sha1()
+    for name in sorted(case.contents):
+        digest.update(name.encode() + b"\0" + case.contents[name])
+    folder = root / f"{case.seed.name}-{digest.hexdigest()[:10]}"
+    write_case(case, folder)
+    meta = {"route": case.seed.route, "files": list(case.seed.files), "seed": case.seed.name,
+            "steps": case.steps, "found": found}
+    (folder / "case.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return folder

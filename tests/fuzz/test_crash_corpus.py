@@ -1,0 +1,42 @@
+"""Replay every input that ever crashed or hung the CLI (``tests/fuzz/crashes/``).
+
+Each folder holds the mutated model files and ``case.json`` (route, files, the mutation steps and
+what it did when found). Every one must now end as a success or a clean error: exit 2 with one
+line naming the problem, and nothing written. A case whose ``case.json`` has a ``known`` entry is a
+crash in a third-party library that convert cannot turn into an error in-process; it is
+reported as an expected failure with that reason.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from harness import CRASHES_DIR, Case, Seed, preload, run_case
+
+CASES = sorted(p.parent for p in CRASHES_DIR.glob("*/case.json"))
+
+
+def _case(folder: Path) -> Case:
+    meta = json.loads((folder / "case.json").read_text())
+    seed = Seed(folder.name, folder, meta["route"], tuple(meta["files"]))
+    return Case(seed, seed.read(), list(meta.get("steps", [])))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _preloaded() -> None:
+    preload([_case(f).seed for f in CASES])
+
+
+@pytest.mark.parametrize("folder", CASES, ids=[p.name for p in CASES])
+def test_crash_input_now_fails_cleanly(folder: Path, tmp_path: Path) -> None:
+    meta = json.loads((folder / "case.json").read_text())
+    if meta["route"].startswith("pytorch"):
+        pytest.importorskip("torch")
+    if meta.get("known"):
+        pytest.xfail(meta["known"])
+    outcome = run_case(_case(folder), tmp_path / "work")
+    assert outcome.kind in ("success", "clean"), (
+        f"{folder.name} (found as {meta.get('found')}) now: {outcome.kind} {outcome.why}\n{outcome.stderr[-2000:]}"
+    )

@@ -1,0 +1,287 @@
+"""`convert check --locate`: the first source layer the converted model gets wrong, on every route.
+
+Each test converts a real model, scales one weight tensor of one chosen layer of the *converted*
+files by 1.02 (a 2% error a buggy converter could make), and checks that the localisation names
+that layer, found by comparing every layer's output in the source's own runtime (libdarknet or
+OpenCV's Darknet importer, OpenCV's Caffe importer, torch.fx running the captured program, ONNX
+Runtime) with the converted model's in ONNX Runtime or OpenCV. The unperturbed conversion must
+localise nothing: every compared layer within the tolerance.
+
+A Conv with its BatchNorm folded in computes the BatchNorm layer's output, so a perturbed Conv
+weight is reported at the BatchNorm layer (the Conv alone has no counterpart).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from convert import api
+from convert._proto import caffe_pb2
+
+REPO = Path(__file__).resolve().parents[2]
+MIN_LAYERS = 10  # each model below has more comparable layers than this
+
+
+def _scale_onnx_weight(src: Path, dst: Path, layer: str) -> str:
+    """Write ``src`` to ``dst`` with the weight of the Conv/Gemm node of source layer ``layer`` x 1.02."""
+    model = onnx.load(str(src))
+    weight = ""
+    for node in model.graph.node:
+        meta = {p.key: p.value for p in node.metadata_props}
+        if node.op_type in ("Conv", "Gemm") and (meta.get("convert:source_layer") or node.name) == layer:
+            weight = node.input[1]
+    assert weight, f"no Conv/Gemm node of layer {layer!r} in {src}"
+    for init in model.graph.initializer:
+        if init.name == weight:
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * np.float32(1.02), weight))
+    onnx.save(model, str(dst))
+    return weight
+
+
+def _scale_caffe_weight(model_path: Path, layer: str) -> None:
+    """Scale the first blob of Caffe layer ``layer`` in the caffemodel by 1.02, in place."""
+    net = caffe_pb2.NetParameter()
+    net.ParseFromString(model_path.read_bytes())
+    hits = [lp for lp in net.layer if lp.name == layer]
+    assert hits and hits[0].blobs, f"no layer {layer!r} with weights in {model_path}"
+    blob = hits[0].blobs[0]
+    blob.data[:] = (np.asarray(blob.data, dtype=np.float32) * np.float32(1.02)).tolist()
+    model_path.write_bytes(net.SerializeToString())
+
+
+def _conv_layer_of(prototxt: Path, key: str) -> str:
+    """Return the name of the Convolution layer written for source layer ``key`` (from its comment)."""
+    text = prototxt.read_text()
+    pattern = re.compile(r'# from layer ' + re.escape(json.dumps(key)) + r'[^\n]*\nlayer \{\n  name: "([^"]+)"\n'
+                         r'  type: "Convolution"')
+    m = pattern.search(text)
+    assert m, f"no Convolution written for layer {key!r}"
+    return m.group(1)
+
+
+def _locate(src: list[Path], dst: list[Path], **kw: object) -> api.ParityReport:
+    report = api.verify(src, dst, locate=True, **kw)
+    assert report.location is not None and not report.location.unavailable, report.location
+    return report
+
+
+def _assert_clean(report: api.ParityReport) -> None:
+    loc = report.location
+    assert loc is not None
+    assert report.passed, report.table()
+    assert loc.compared >= MIN_LAYERS, loc.lines()
+    assert loc.first_bad is None, loc.lines()
+    assert max(c.error for c in loc.checks) <= 1e-4
+
+
+def _assert_named(report: api.ParityReport, key: str, where: str) -> None:
+    loc = report.location
+    assert loc is not None and loc.first_bad is not None, report.table()
+    assert loc.first_bad.key == key, loc.lines()
+    assert where in loc.first_bad.where, loc.lines()
+    # the perturbation is 2% of one tensor: a layer error between 0.1% and 10% of its scale
+    assert 1e-3 < loc.first_bad.error < 0.1, loc.lines()
+    before = [c for c in loc.checks[: loc.checks.index(loc.first_bad)]]
+    assert before and all(c.error <= 1e-4 for c in before)
+
+
+# -- Darknet ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    tmp = tmp_path_factory.mktemp("tiny")
+    cfg = tmp / "yolov4-tiny.cfg"
+    cfg.write_text((REPO / "models/darknet/yolov4-tiny.cfg").read_text())
+    weights = tmp / "yolov4-tiny.weights"
+    subprocess.run([sys.executable, "-m", "convert", "random-weights", "darknet", str(cfg), "-o", str(weights)],
+                   check=True, capture_output=True, timeout=120)
+    return tmp, cfg, weights
+
+
+def test_darknet_onnx_names_the_perturbed_cfg_layer(tiny: tuple[Path, Path, Path]) -> None:
+    tmp, cfg, weights = tiny
+    good = tmp / "t.onnx"
+    api.convert([cfg, weights], to="onnx", out=good, check=False)
+    _assert_clean(_locate([cfg, weights], [good]))
+    _scale_onnx_weight(good, tmp / "bad.onnx", "4")
+    _assert_named(_locate([cfg, weights], [tmp / "bad.onnx"]), "4", "yolov4-tiny.cfg:63 [convolutional]")
+
+
+def test_darknet_caffe_names_the_perturbed_cfg_layer(tiny: tuple[Path, Path, Path]) -> None:
+    tmp, cfg, weights = tiny
+    result = api.convert([cfg, weights], to="caffe", out=tmp / "caffe" / "t", check=False)
+    proto, model = result.outputs
+    _assert_clean(_locate([cfg, weights], [proto, model]))
+    _scale_caffe_weight(model, _conv_layer_of(proto, "10"))
+    _assert_named(_locate([cfg, weights], [proto, model]), "10", "[convolutional]")
+
+
+# -- Caffe ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def resnet(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    sys.path.insert(0, str(REPO / "models/caffe"))
+    try:
+        from build_nets import build
+    finally:
+        sys.path.pop(0)
+    tmp = tmp_path_factory.mktemp("caffe")
+    proto, model = build("resnet", tmp)
+    return tmp, proto, model
+
+
+def test_caffe_onnx_names_the_folded_batchnorm_of_the_perturbed_conv(resnet: tuple[Path, Path, Path]) -> None:
+    tmp, proto, model = resnet
+    good = tmp / "r.onnx"
+    api.convert([proto, model], to="onnx", out=good, check=False)
+    _assert_clean(_locate([proto, model], [good]))
+    _scale_onnx_weight(good, tmp / "bad.onnx", "res0b")  # the Conv now computes Conv + res0b_bn
+    _assert_named(_locate([proto, model], [tmp / "bad.onnx"]), "res0b_bn", "resnet.prototxt:89 [Convolution] 'res0b'")
+
+
+def test_caffe_caffe_names_the_perturbed_layer(resnet: tuple[Path, Path, Path]) -> None:
+    tmp, proto, model = resnet
+    out_proto, out_model = api.convert([proto, model], to="caffe", out=tmp / "cc" / "r", check=False,
+                                       fold_batchnorm=False).outputs
+    _assert_clean(_locate([proto, model], [out_proto, out_model]))
+    _scale_caffe_weight(out_model, "res1a")
+    _assert_named(_locate([proto, model], [out_proto, out_model]), "res1a", "[Convolution] 'res1a'")
+
+
+# -- ONNX -------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def plain_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A hand-written ONNX CNN with named nodes and no provenance: 6 convs, ReLU, a pooled Gemm."""
+    rng = np.random.default_rng(3)
+    nodes, inits, prev, c = [], [], "x", 3
+    for i, cout in enumerate((8, 8, 16, 16, 16, 16)):
+        w = (rng.standard_normal((cout, c, 3, 3)) * np.sqrt(2 / (9 * c))).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(rng.standard_normal(cout).astype(
+            np.float32) * 0.1, f"b{i}")]
+        nodes.append(helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], name=f"conv{i}", pads=[1] * 4))
+        nodes.append(helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"))
+        prev, c = f"r{i}", cout
+    nodes.append(helper.make_node("GlobalAveragePool", [prev], ["g"], name="gap"))
+    nodes.append(helper.make_node("Flatten", ["g"], ["f"], name="flat"))
+    inits.append(numpy_helper.from_array(rng.standard_normal((10, c)).astype(np.float32), "fw"))
+    nodes.append(helper.make_node("Gemm", ["f", "fw"], ["y"], name="fc", transB=1))
+    graph = helper.make_graph(nodes, "plain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path_factory.mktemp("onnx") / "plain.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_onnx_onnx_names_the_perturbed_node(plain_onnx: Path, tmp_path: Path) -> None:
+    good = tmp_path / "o.onnx"
+    api.convert([plain_onnx], to="onnx", out=good, check=False)
+    _assert_clean(_locate([plain_onnx], [good]))
+    _scale_onnx_weight(good, tmp_path / "bad.onnx", "conv3")
+    _assert_named(_locate([plain_onnx], [tmp_path / "bad.onnx"]), "conv3", "plain.onnx [Conv] 'conv3'")
+
+
+def test_onnx_caffe_names_the_perturbed_node(plain_onnx: Path, tmp_path: Path) -> None:
+    proto, model = api.convert([plain_onnx], to="caffe", out=tmp_path / "c" / "p", check=False).outputs
+    _assert_clean(_locate([plain_onnx], [proto, model]))
+    _scale_caffe_weight(model, _conv_layer_of(proto, "conv2"))
+    _assert_named(_locate([plain_onnx], [proto, model]), "conv2", "[Conv] 'conv2'")
+
+
+# -- PyTorch ----------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def torch_resnet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(REPO / "models/pytorch"))
+    try:
+        from nets import build
+    finally:
+        sys.path.pop(0)
+    model = build("resnet")
+    path = tmp_path_factory.mktemp("torch") / "resnet.pt2"
+    torch.export.save(torch.export.export(model, (torch.randn(1, 3, 64, 64),)), str(path))
+    return path
+
+
+def test_pytorch_onnx_names_the_perturbed_module(torch_resnet: Path, tmp_path: Path) -> None:
+    good = tmp_path / "r.onnx"
+    api.convert([torch_resnet], to="onnx", out=good, check=False)
+    _assert_clean(_locate([torch_resnet], [good]))
+    _scale_onnx_weight(good, tmp_path / "bad.onnx", "layers.1.conv2.0")  # Conv of Sequential(conv, bn, relu)
+    _assert_named(_locate([torch_resnet], [tmp_path / "bad.onnx"]), "layers.1.conv2.1", "'layers.1.conv2.1'")
+
+
+def test_pytorch_caffe_names_the_perturbed_module(torch_resnet: Path, tmp_path: Path) -> None:
+    proto, model = api.convert([torch_resnet], to="caffe", out=tmp_path / "c" / "r", check=False,
+                               fold_batchnorm=False).outputs
+    _assert_clean(_locate([torch_resnet], [proto, model]))
+    _scale_caffe_weight(model, _conv_layer_of(proto, "layers.2.conv1.0"))
+    _assert_named(_locate([torch_resnet], [proto, model]), "layers.2.conv1.0", "'layers.2.conv1.0'")
+
+
+# -- the CLI ----------------------------------------------------------------------------------------
+def test_cli_localises_when_parity_fails_and_reports_it(plain_onnx: Path, tmp_path: Path) -> None:
+    good = tmp_path / "o.onnx"
+    api.convert([plain_onnx], to="onnx", out=good, check=False)
+    _scale_onnx_weight(good, tmp_path / "bad.onnx", "conv1")
+    report = tmp_path / "r.json"
+    run = subprocess.run([sys.executable, "-m", "convert", "check", str(plain_onnx), "--against",
+                          str(tmp_path / "bad.onnx"), "--report", str(report)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "first layer out of tolerance" in run.stdout and "'conv1'" in run.stdout, run.stdout
+    data = json.loads(report.read_text())
+    assert data["location"]["first_bad"]["layer"] == "conv1"
+    quiet = subprocess.run([sys.executable, "-m", "convert", "check", str(plain_onnx), "--against",
+                            str(tmp_path / "bad.onnx"), "--no-locate"], capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 1 and "locate:" not in quiet.stdout
+    passing = subprocess.run([sys.executable, "-m", "convert", "check", str(plain_onnx), "--against", str(good)],
+                             capture_output=True, text=True, timeout=120)
+    assert passing.returncode == 0 and "locate:" not in passing.stdout, passing.stdout
+
+
+def test_paddle_source_says_localisation_is_unavailable(tmp_path: Path) -> None:
+    from convert.ir import Options
+    from convert.parity.locate import locate
+
+    loc = locate("paddle", [], "onnx", [], None, {}, {}, Options(), 1e-4)  # type: ignore[arg-type]
+    assert loc.unavailable and "paddle" in loc.lines()[0]
+
+
+def test_gradual_float_rounding_is_not_named_a_jump_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The naming rule: over tol *and* 10x every earlier layer's error (errors built here, by hand)."""
+    from convert.ir import Options
+    from convert.parity import locate as loc_mod
+
+    rng = np.random.default_rng(0)
+    ref = {f"l{i}": [rng.standard_normal((1, 8, 4, 4)).astype(np.float32)] for i in range(6)}
+    errors = [1e-6, 3e-5, 8e-5, 1.3e-4, 2e-4, 1e-2]  # rounding grows past tol at l3; l5 jumps
+    got = {k: (f"'{k}'", [v[0] + np.float32(e) * np.abs(v[0]).max() * np.sign(rng.standard_normal(v[0].shape))
+                         .astype(np.float32)]) for (k, v), e in zip(ref.items(), errors, strict=True)}
+    monkeypatch.setitem(loc_mod._SOURCES, "onnx", lambda *a: ref)
+    monkeypatch.setitem(loc_mod._DESTS, "caffe", lambda *a: got)
+    result = loc_mod.locate("onnx", [], "caffe", [], None, {}, {}, Options(), 1e-4)  # type: ignore[arg-type]
+    assert result.first_bad is not None and result.first_bad.key == "l5", result.lines()
+    got.pop("l5")
+    result = loc_mod.locate("onnx", [], "caffe", [], None, {}, {}, Options(), 1e-4)  # type: ignore[arg-type]
+    assert result.first_bad is None and "grows gradually" in result.lines()[0]
+
+
+def test_in_memory_module_is_localised(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    sys.path.insert(0, str(REPO / "models/pytorch"))
+    try:
+        from nets import build
+    finally:
+        sys.path.pop(0)
+    result = api.convert(build("resnet"), torch.randn(1, 3, 64, 64), to="onnx", out=tmp_path / "m.onnx", locate=True)
+    assert result.report is not None and result.report.location is not None
+    _assert_clean(result.report)
