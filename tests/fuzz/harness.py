@@ -351,13 +351,52 @@ def zip_member(data: bytes, name: str, rnd: random.Random) -> bytes:
     return out.getvalue()
 
 
+def onnx_graph(data: bytes, name: str, rnd: random.Random) -> bytes:
+    """ONNX-aware: rewire a node input (cycles, type mismatches), retype an attribute, make a dim huge."""
+    import onnx
+
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception:
+        return flip_bytes(data, name, rnd)
+    graph = model.graph
+    if not graph.node:
+        return data
+    node = rnd.choice(list(graph.node))
+    op = rnd.choice(["rewire", "retype", "dim", "self-loop", "attr-value"])
+    names = [o for n in graph.node for o in n.output] + [i.name for i in graph.input] + \
+        [t.name for t in graph.initializer]
+    if op == "rewire" and node.input:
+        node.input[rnd.randrange(len(node.input))] = rnd.choice(names)
+    elif op == "self-loop" and node.input and node.output:
+        node.input[rnd.randrange(len(node.input))] = node.output[0]
+    elif op in ("retype", "attr-value") and node.attribute:
+        attr = rnd.choice(list(node.attribute))
+        if op == "retype":
+            attr.type = rnd.choice([t for t in onnx.AttributeProto.AttributeType.values() if t != attr.type])
+        else:
+            attr.ClearField("ints")
+            attr.ints.extend(rnd.choice([[], [0], [-1], [2**31], [1] * 9, [2**62, 2**62]]))
+            attr.type = onnx.AttributeProto.INTS
+    else:
+        values = [v for v in [*graph.input, *graph.output, *graph.value_info] if v.type.tensor_type.shape.dim]
+        if not values:
+            return data
+        dims = rnd.choice(values).type.tensor_type.shape.dim
+        dims[rnd.randrange(len(dims))].dim_value = rnd.choice([0, 2**31, 2**40, 2**62])
+    return model.SerializeToString()
+
+
 BINARY: tuple[Mutator, ...] = (flip_bytes, truncate, overwrite_int, splice, corrupt_string)
 TEXT: tuple[Mutator, ...] = (text_number, text_line, truncate, splice, corrupt_string)
 
 
 def mutators_for(name: str) -> tuple[Mutator, ...]:
     """Return the mutators that make sense for a file named ``name``."""
-    if name.endswith((".onnx", ".caffemodel", ".pdmodel")):
+    if name.endswith(".onnx"):
+        return (onnx_graph, onnx_graph, proto_field, proto_field, *BINARY)
+    if name.endswith((".caffemodel", ".pdmodel")):
         return (proto_field, proto_field, *BINARY)
     if name.endswith(".json"):
         return (json_tree, json_tree, *TEXT)
