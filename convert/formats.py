@@ -38,7 +38,7 @@ _EXPORTERS = {
 # The reference runtime of each format, used by the parity check (module exposing open_runtime).
 _RUNTIMES = {
     "onnx": "convert.parity.runtimes.onnxruntime",
-    "caffe": "convert.parity.runtimes.opencv_caffe",
+    "caffe": "convert.parity.runtimes.caffe_runtime",
     "darknet": "convert.parity.runtimes.darknet",
     "pytorch": "convert.parity.runtimes.torch",
     "paddle": "convert.parity.runtimes.paddle",

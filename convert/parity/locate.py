@@ -239,7 +239,7 @@ def caffe_origins(prototxt: Path) -> dict[str, tuple[str, str]]:
 
 
 def _caffe_runtime(paths: Sequence[Path], options: Options) -> object:
-    from .runtimes.opencv_caffe import open_runtime
+    from .runtimes.caffe_runtime import open_runtime
 
     return open_runtime(paths, options)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from convert.ir import ExporterSpec, Model, OpSupport, Options, OptionSpec, Unsupported
 
-from .flavor import FLAVOR_HELP, FLAVORS
+from .flavor import DEFAULT_FLAVOR, FLAVOR_HELP, FLAVORS
 
 __all__ = ["EXPORTER"]
 
@@ -44,7 +44,7 @@ def _ops() -> Sequence[OpSupport]:
 
 EXPORTER = ExporterSpec(
     name="caffe",
-    description="Caffe deploy .prototxt + .caffemodel (flavors: bvlc, ssd, pspnet)",
+    description="Caffe deploy .prototxt + .caffemodel (flavors: ssd, bvlc, pspnet)",
     suffix=".prototxt",
     save=_save,
     ops=_ops,
@@ -54,7 +54,7 @@ EXPORTER = ExporterSpec(
             flag="--caffe-flavor",
             dest="caffe_flavor",
             help=FLAVOR_HELP,
-            default="bvlc",
+            default=DEFAULT_FLAVOR,
             choices=tuple(FLAVORS),
             metavar="FLAVOR",
         ),

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from convert._proto.rules import caffe_pool_size
-from convert.ir import Node, Registry, TensorProtocol, Value
+from convert.ir import DataType, Node, Registry, TensorProtocol, Value
 
 from .context import Blob, EmitContext, Emitted, NotExpressible
 
@@ -220,6 +220,10 @@ def _pool(node: Node, ctx: EmitContext, method: int, *, caffe_divisor: bool = Fa
     if any_pad:
         _hw(pp, "pad", (ph, pw), repeated=False)
     if not ceil_ok:
+        if not ctx.flavor.floor_pooling:
+            raise NotExpressible(
+                f"this pool needs floor rounding, which pads cannot give here, and the '{ctx.flavor.name}' "
+                "dialect has no rounding field (Caffe always rounds up); use --caffe-flavor ssd or bvlc")
         if ctx.flavor.floor_pooling == "ceil_mode":
             pp.ceil_mode = False
         else:
@@ -487,3 +491,40 @@ for _op, _t in (
     ("Pow", "Power"),
 ):
     _note(_op, _t)
+
+
+# ---- comparison ------------------------------------------------------------------------------------------
+def _float_casts_only(value: Value) -> bool:
+    users = [use.node for use in value.uses()]
+    return bool(users) and not value.is_graph_output() and all(
+        u.op_type == "Cast" and u.attributes.get_int("to", 0) == DataType.FLOAT for u in users)
+
+
+@EMITTERS.register("Greater")
+def greater(node: Node, ctx: EmitContext) -> Emitted:
+    """Greater(x, scalar constant) read only as float -> Threshold (1 where x > t, else 0)."""
+    t = ctx.small(node.inputs[1], "threshold")
+    if t.size != 1:
+        raise NotExpressible("Caffe's Threshold compares with one scalar")
+    if not _float_casts_only(node.outputs[0]):
+        raise NotExpressible("Caffe compares only in Threshold, whose 0/1 result is float: the comparison must "
+                             "feed only casts to float")
+    e = ctx.layer(node, "Threshold", [node.inputs[0]])
+    e.layer.threshold_param.threshold = float(t.reshape(-1)[0])
+    return e
+
+
+@EMITTERS.register("Cast")
+def cast(node: Node, ctx: EmitContext) -> None:
+    """Cast to float of a float value or of a Threshold's 0/1 result -> no layer."""
+    src = node.inputs[0]
+    if src is None or node.attributes.get_int("to", 0) != DataType.FLOAT:
+        raise NotExpressible("Caffe blobs are float: only casts to float have a Caffe form")
+    producer = src.producer()
+    if src.dtype != DataType.FLOAT and (producer is None or producer.op_type != "Greater"):
+        raise NotExpressible(f"a cast from {src.dtype} has no Caffe layer")
+    ctx.alias(node.outputs[0], src)
+
+
+_note("Greater", "Threshold", "a scalar constant threshold; the result read only through Cast to float")
+_note("Cast", "(no layer)", "to float, from float or from a Threshold")

@@ -102,11 +102,17 @@ def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[
     for value in graph.inputs:
         if value.is_initializer():
             continue
-        lp = pb.LayerParameter(name=ctx.blob(value), type="Input", top=[ctx.blob(value)])
         try:
-            lp.input_param.shape.add(dim=list(ctx.shape(value)))
+            dims = list(ctx.shape(value))
         except NotExpressible as exc:
             gaps.setdefault("input", []).append((f"graph input '{value.name}'", str(exc)))
+            continue
+        if not flav.input_layer:  # the net's own input / input_shape fields (BVLC 1.0 style)
+            net.input.append(ctx.blob(value))
+            net.input_shape.add(dim=dims)
+            continue
+        lp = pb.LayerParameter(name=ctx.blob(value), type="Input", top=[ctx.blob(value)])
+        lp.input_param.shape.add(dim=dims)
         emitted.append(Emitted(lp))
     # Caffe's outputs are the tops nothing consumes: a graph output that is also used inside the
     # graph is computed under an internal name and copied to its own name by a Split at the end.

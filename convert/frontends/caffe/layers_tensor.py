@@ -9,7 +9,7 @@ import itertools
 
 import numpy as np
 
-from convert.ir import Value
+from convert.ir import DataType, Shape, TensorType, Value
 
 from .context import CaffeContext
 from .layers import LAYERS, _axis, _has, _note, _p, _rank4
@@ -45,6 +45,26 @@ def batch_norm(layer: LayerDef, ctx: CaffeContext) -> None:
 
 
 _note("BatchNorm", "BatchNormalization", "moving-average factor blob applied")
+
+
+@LAYERS.register("BN")
+def bn(layer: LayerDef, ctx: CaffeContext) -> None:
+    """PSPNet's BN -> BatchNormalization: blobs slope, bias, mean, variance (each 1xCx1x1), ``bn_param.eps``.
+
+    Unlike BVLC's BatchNorm, the statistics are stored as they are (no moving-average factor) and
+    the affine part is in the layer itself.
+    """
+    x = ctx.input(layer)
+    shape = ctx.shape(x)
+    c = shape[1]
+    names = ("slope", "bias", "mean", "variance")
+    blobs = [ctx.blob(layer, i, (c,), what) for i, what in enumerate(names)]
+    inputs = [x, *(ctx.weight(layer, b, what) for b, what in zip(blobs, names, strict=True))]
+    eps = float(_p(layer, "bn_param").eps)
+    ctx.set_top(layer, ctx.op(layer, "BatchNormalization", inputs, {"epsilon": eps}, shape))
+
+
+_note("BN", "BatchNormalization", "PSPNet's layer: slope, bias, mean, variance blobs")
 
 
 def _param_shape(shape: tuple[int, ...], axis: int, num_axes: int) -> tuple[int, ...]:
@@ -428,3 +448,325 @@ def interp(layer: LayerDef, ctx: CaffeContext) -> None:
 
 
 _note("Interp", "Resize(linear, align_corners)", "no pad_beg/pad_end")
+
+
+# ---- tiling, reductions, arg-max, mean-variance normalisation ----------------------------------------
+@LAYERS.register("Tile")
+def tile(layer: LayerDef, ctx: CaffeContext) -> None:
+    """Tile -> Tile: ``tiles`` copies along ``axis`` (default 1)."""
+    tp = _p(layer, "tile_param")
+    x = ctx.input(layer)
+    shape = ctx.shape(x)
+    axis = _axis(int(tp.axis), len(shape))
+    tiles = int(tp.tiles)
+    if not 0 <= axis < len(shape) or tiles < 1:
+        raise ctx.error(layer, f"tile_param axis {tp.axis} / tiles {tp.tiles} do not fit a {len(shape)}-d bottom")
+    repeats = [tiles if i == axis else 1 for i in range(len(shape))]
+    out = tuple(d * r for d, r in zip(shape, repeats, strict=True))
+    ctx.set_top(layer, ctx.op(layer, "Tile", [x, ctx.const(repeats, np.int64)], None, out))
+
+
+_note("Tile", "Tile")
+
+def _reduce(ctx: CaffeContext, layer: LayerDef, op: str, x: Value, axes: list[int], keepdims: int,
+            out: tuple[int, ...], suffix: str = "") -> Value:
+    """A Reduce* node in the IR's opset 17: ReduceSum takes its axes as an input, the others as an attribute."""
+    if op == "ReduceSum":
+        return ctx.op(layer, op, [x, ctx.const(axes, np.int64)], {"keepdims": keepdims}, out, suffix=suffix)
+    return ctx.op(layer, op, [x], {"axes": axes, "keepdims": keepdims}, out, suffix=suffix)
+
+
+# Caffe's ReductionParameter.ReductionOp: SUM = 1, ASUM = 2, SUMSQ = 3, MEAN = 4.
+_REDUCTIONS = {1: "ReduceSum", 2: "ReduceL1", 3: "ReduceSumSquare", 4: "ReduceMean"}
+
+
+@LAYERS.register("Reduction")
+def reduction(layer: LayerDef, ctx: CaffeContext) -> None:
+    """Reduction -> Reshape to (dims before axis, -1), a Reduce* over the last axis, times coeff.
+
+    Caffe reduces every axis from ``axis`` (default 0) to the end; the top keeps the leading axes
+    (a scalar when axis is 0).
+    """
+    rp = _p(layer, "reduction_param")
+    op = _REDUCTIONS.get(int(rp.operation))
+    if op is None:
+        raise ctx.error(layer, f"reduction_param operation {rp.operation} is not SUM, ASUM, SUMSQ or MEAN")
+    x = ctx.input(layer)
+    shape = ctx.shape(x)
+    axis = _axis(int(rp.axis), len(shape))
+    lead = tuple(shape[:axis])
+    flat = (*lead, int(np.prod(shape[axis:], dtype=np.int64)))
+    y = ctx.op(layer, "Reshape", [x, ctx.const(flat, np.int64)], None, flat, suffix="_flat")
+    y = _reduce(ctx, layer, op, y, [len(flat) - 1], 0, lead, "_reduce" if float(rp.coeff) != 1.0 else "")
+    if float(rp.coeff) != 1.0:
+        y = ctx.op(layer, "Mul", [y, ctx.const(float(rp.coeff))], None, lead)
+    ctx.set_top(layer, y)
+
+
+_note("Reduction", "ReduceSum / ReduceL1 / ReduceSumSquare / ReduceMean", "over every axis from axis")
+
+
+@LAYERS.register("ArgMax")
+def argmax(layer: LayerDef, ctx: CaffeContext) -> None:
+    """ArgMax (top_k 1) -> ArgMax + Cast to float; ``out_max_val`` gives the maximum (with ``axis``)
+    or [index, maximum] along dim 1 (without ``axis``, over each item's flattened values)."""
+    ap = _p(layer, "argmax_param")
+    if int(ap.top_k) != 1:
+        raise ctx.error(layer, f"argmax_param top_k {ap.top_k}: only top_k 1 is supported")
+    x = ctx.input(layer)
+    shape = ctx.shape(x)
+    if _has(ap, "axis"):
+        axis = _axis(int(ap.axis), len(shape))
+        out = tuple(1 if i == axis else d for i, d in enumerate(shape))
+        if ap.out_max_val:
+            ctx.set_top(layer, _reduce(ctx, layer, "ReduceMax", x, [axis], 1, out))
+            return
+        idx = ctx.op(layer, "ArgMax", [x], {"axis": axis, "keepdims": 1}, out, suffix="_index")
+        idx.type = TensorType(DataType.INT64)
+        ctx.set_top(layer, ctx.op(layer, "Cast", [idx], {"to": 1}, out))
+        return
+    n = shape[0]
+    flat = (n, int(np.prod(shape[1:], dtype=np.int64)))
+    y = ctx.op(layer, "Reshape", [x, ctx.const(flat, np.int64)], None, flat, suffix="_flat")
+    index = ctx.op(layer, "ArgMax", [y], {"axis": 1, "keepdims": 1}, (n, 1), suffix="_index")
+    index.type = TensorType(DataType.INT64)
+    index = ctx.op(layer, "Cast", [index], {"to": 1}, (n, 1), suffix="_float" if ap.out_max_val else "_cast")
+    pieces = [index]
+    if ap.out_max_val:
+        pieces.append(_reduce(ctx, layer, "ReduceMax", y, [1], 1, (n, 1), "_max"))
+    k = len(pieces)
+    both = ctx.op(layer, "Concat", pieces, {"axis": 1}, (n, k), suffix="_both") if k > 1 else index
+    out = (n, k, 1, *([1] * (len(shape) - 3)))  # Caffe: (N, 1 or 2, top_k, 1...) with the bottom's rank
+    ctx.set_top(layer, ctx.op(layer, "Reshape", [both, ctx.const(out, np.int64)], None, out))
+
+
+_note("ArgMax", "ArgMax + Cast (ReduceMax for out_max_val)", "top_k 1")
+
+
+@LAYERS.register("MVN")
+def mvn(layer: LayerDef, ctx: CaffeContext) -> None:
+    """MVN -> x - mean, divided by sqrt(variance) + eps when normalize_variance.
+
+    Statistics over H, W per channel, or over C, H, W with ``across_channels``. Caffe adds eps to
+    the standard deviation, not to the variance.
+    """
+    mp = _p(layer, "mvn_param")
+    x = ctx.input(layer)
+    shape = ctx.shape(x)
+    if len(shape) < 2:
+        raise ctx.error(layer, f"MVN needs a bottom of rank 2 or more, got {list(shape)}")
+    axes = list(range(1 if mp.across_channels else 2, len(shape)))
+    kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    mean = _reduce(ctx, layer, "ReduceMean", x, axes, 1, kept, "_mean")
+    centred = ctx.op(layer, "Sub", [x, mean], None, shape, suffix="_centred" if mp.normalize_variance else "")
+    if not mp.normalize_variance:
+        ctx.set_top(layer, centred)
+        return
+    sq = ctx.op(layer, "Mul", [centred, centred], None, shape, suffix="_sq")
+    var = _reduce(ctx, layer, "ReduceMean", sq, axes, 1, kept, "_var")
+    std = ctx.op(layer, "Sqrt", [var], None, kept, suffix="_std")
+    den = ctx.op(layer, "Add", [std, ctx.const(float(mp.eps))], None, kept, suffix="_den")
+    ctx.set_top(layer, ctx.op(layer, "Div", [centred, den], None, shape))
+
+
+_note("MVN", "ReduceMean, Sub, Sqrt, Add(eps), Div", "eps added to the standard deviation, as Caffe does")
+
+
+# ---- SSD -----------------------------------------------------------------------------------------------
+def prior_boxes(pp: object, fmap_hw: tuple[int, int], img_hw: tuple[int, int], clip: bool) -> np.ndarray:
+    """Return the SSD fork's PriorBox top, (1, 2, H*W*priors*4): corner boxes, then their variances.
+
+    Per cell (row-major), per ``min_size``: the min_size square, then sqrt(min*max) square when
+    ``max_size`` is given, then one box per extra aspect ratio (1 is implied first; ``flip`` adds
+    1/ar; ratios within 1e-6 of one already listed are skipped). Centres at (cell + offset) * step,
+    step defaulting to image size / map size; coordinates normalised by the image size. Sizes are
+    truncated to integers, as the SSD fork's layer does.
+    """
+    h, w = fmap_hw
+    img_h, img_w = img_hw
+    ratios = [1.0]
+    for ar in pp.aspect_ratio:  # type: ignore[attr-defined]
+        if any(abs(ar - r) < 1e-6 for r in ratios):
+            continue
+        ratios.append(float(ar))
+        if pp.flip:  # type: ignore[attr-defined]
+            ratios.append(1.0 / float(ar))
+    step_h = float(pp.step_h or pp.step or img_h / h)  # type: ignore[attr-defined]
+    step_w = float(pp.step_w or pp.step or img_w / w)  # type: ignore[attr-defined]
+    offset = float(pp.offset)  # type: ignore[attr-defined]
+    # The SSD fork's layer holds each size in an int (``int min_size_ = min_sizes_[s]``): 4.5 acts as 4.
+    mins = [float(int(v)) for v in pp.min_size]  # type: ignore[attr-defined]
+    maxs = [float(int(v)) for v in pp.max_size]  # type: ignore[attr-defined]
+    sizes: list[tuple[float, float]] = []  # (box width, box height) per prior, in cell order
+    for i, mn in enumerate(mins):
+        sizes.append((mn, mn))
+        if maxs:
+            side = float(np.sqrt(mn * maxs[i]))
+            sizes.append((side, side))
+        sizes += [(mn * float(np.sqrt(r)), mn / float(np.sqrt(r))) for r in ratios if abs(r - 1.0) >= 1e-6]
+    cy, cx = np.meshgrid((np.arange(h) + offset) * step_h, (np.arange(w) + offset) * step_w, indexing="ij")
+    bw = np.array([s[0] for s in sizes])
+    bh = np.array([s[1] for s in sizes])
+    cx, cy = cx[..., None], cy[..., None]
+    boxes = np.stack([(cx - bw / 2) / img_w, (cy - bh / 2) / img_h, (cx + bw / 2) / img_w, (cy + bh / 2) / img_h],
+                     axis=-1).reshape(-1)
+    if clip:
+        boxes = np.clip(boxes, 0.0, 1.0)
+    var = list(pp.variance) or [0.1]  # type: ignore[attr-defined]
+    variances = np.tile(np.asarray(var if len(var) == 4 else var[:1] * 4, np.float64), boxes.size // 4)
+    return np.stack([boxes, variances]).reshape(1, 2, -1).astype(np.float32)
+
+
+@LAYERS.register("PriorBox")
+def prior_box(layer: LayerDef, ctx: CaffeContext) -> None:
+    """PriorBox -> a constant (the boxes depend only on the shapes of its two bottoms)."""
+    pp = _p(layer, "prior_box_param")
+    if not pp.min_size:
+        raise ctx.error(layer, "prior_box_param has no min_size")
+    if len(pp.max_size) not in (0, len(pp.min_size)):
+        raise ctx.error(layer, "prior_box_param needs one max_size per min_size (or none)")
+    if len(pp.variance) not in (0, 1, 4):
+        raise ctx.error(layer, f"prior_box_param variance has {len(pp.variance)} values; 1 or 4 expected")
+    fmap = ctx.shape(ctx.input(layer, 0))
+    img = ctx.shape(ctx.input(layer, 1)) if len(layer.bottoms) > 1 else None
+    img_h = int(pp.img_h or pp.img_size or (img[2] if img else 0))
+    img_w = int(pp.img_w or pp.img_size or (img[3] if img else 0))
+    if not img_h or not img_w:
+        raise ctx.error(layer, "the image size is unknown: give the image as bottom 1 or img_size/img_h/img_w")
+    if _has(pp, "clip"):
+        clip = bool(pp.clip)
+    else:  # the dialects disagree: the original SSD fork defaults to false, OpenCV and brocolli-caffe to true
+        clip = True
+        ctx.diagnostics.warn(f"PriorBox '{layer.name}' ({ctx.where(layer)}) does not set clip: read as true, as "
+                             "OpenCV and brocolli-caffe do (the original SSD fork defaults to false); set it "
+                             "explicitly")
+    boxes = prior_boxes(pp, (fmap[2], fmap[3]), (img_h, img_w), clip)
+    ctx.set_top(layer, ctx.weight(layer, boxes, "priors"))
+
+
+_note("PriorBox", "constant (computed from the static shapes)",
+      "min/max sizes, aspect ratios, flip, clip, step, offset")
+
+
+def _dyn(ctx: CaffeContext, layer: LayerDef, op_type: str, inputs: list[Value | None],
+         attrs: dict[str, object] | None, shape: list[int | str], suffix: str,
+         dtype: DataType = DataType.FLOAT) -> Value:
+    """A node whose output has a data-dependent dimension (named by a string in ``shape``)."""
+    out = ctx.op(layer, op_type, inputs, attrs, [1], suffix=suffix)
+    out.type = TensorType(dtype)
+    out.shape = Shape(list(shape))
+    return out
+
+
+@LAYERS.register("DetectionOutput")
+def detection_output(layer: LayerDef, ctx: CaffeContext) -> None:
+    """SSD's DetectionOutput -> box decoding, per-class TopK + NonMaxSuppression, keep_top_k, sorting.
+
+    Bottoms: location (N, P*4), confidence (N, P*C, after the net's softmax), priors (1, 2, P*4).
+    As the SSD fork computes it (batch 1, ``share_location``): boxes decoded from the priors and
+    their variances (CENTER_SIZE or CORNER); for each class but the background, the ``top_k``
+    highest scores, then greedy NMS (IoU > nms_threshold suppresses) among those above
+    ``confidence_threshold``; of all kept, the ``keep_top_k`` best; rows ordered by label, then by
+    score. The top is (1, 1, detections, 7): image id, label, score, xmin, ymin, xmax, ymax. With
+    no detection it has 0 rows (Caffe writes one row of -1).
+    """
+    dp = _p(layer, "detection_output_param")
+    loc, conf, priors = ctx.input(layer, 0), ctx.input(layer, 1), ctx.input(layer, 2)
+    n = ctx.shape(loc)[0]
+    classes = int(dp.num_classes)
+    p = int(np.prod(ctx.shape(priors), dtype=np.int64)) // 8
+    if n != 1:
+        raise ctx.error(layer, f"batch {n}: only batch 1 is supported")
+    if not dp.share_location:
+        raise ctx.error(layer, "share_location: false is not supported")
+    code = int(dp.code_type)
+    if code not in (1, 2):
+        raise ctx.error(layer, f"code_type {code}: only CORNER (1) and CENTER_SIZE (2) are supported")
+    if classes < 2 or int(np.prod(ctx.shape(conf), dtype=np.int64)) != p * classes:
+        raise ctx.error(layer, f"confidence has {list(ctx.shape(conf))} values for {p} priors and {classes} classes")
+    i64 = np.int64
+
+    def op(kind: str, ins: list[Value | None], attrs: dict[str, object] | None, shape: tuple[int, ...],
+           suffix: str) -> Value:
+        return ctx.op(layer, kind, ins, attrs, shape, suffix=suffix)
+
+    # decode (all static shapes)
+    pr = op("Reshape", [priors, ctx.const((2, p, 4), i64)], None, (2, p, 4), "_priors")
+    box = op("Gather", [pr, ctx.const(0, i64)], {"axis": 0}, (p, 4), "_prior_box")
+    var = op("Gather", [pr, ctx.const(1, i64)], {"axis": 0}, (p, 4), "_prior_var")
+    delta = op("Reshape", [loc, ctx.const((p, 4), i64)], None, (p, 4), "_loc")
+    if not dp.variance_encoded_in_target:
+        delta = op("Mul", [delta, var], None, (p, 4), "_scaled")
+    if code == 1:  # CORNER: the offsets move each corner
+        boxes = op("Add", [box, delta], None, (p, 4), "_boxes")
+    else:
+        lo = op("Slice", [box, ctx.const([0], i64), ctx.const([2], i64), ctx.const([1], i64)], None, (p, 2), "_lo")
+        hi = op("Slice", [box, ctx.const([2], i64), ctx.const([4], i64), ctx.const([1], i64)], None, (p, 2), "_hi")
+        size = op("Sub", [hi, lo], None, (p, 2), "_size")
+        centre = op("Add", [lo, op("Mul", [size, ctx.const(0.5)], None, (p, 2), "_half")], None, (p, 2), "_centre")
+        d_c = op("Slice", [delta, ctx.const([0], i64), ctx.const([2], i64), ctx.const([1], i64)], None, (p, 2), "_dc")
+        d_s = op("Slice", [delta, ctx.const([2], i64), ctx.const([4], i64), ctx.const([1], i64)], None, (p, 2), "_ds")
+        c = op("Add", [op("Mul", [d_c, size], None, (p, 2), "_dcs"), centre], None, (p, 2), "_c")
+        half = op("Mul", [op("Mul", [op("Exp", [d_s], None, (p, 2), "_exp"), size], None, (p, 2), "_wh"),
+                          ctx.const(0.5)], None, (p, 2), "_halfwh")
+        boxes = op("Concat", [op("Sub", [c, half], None, (p, 2), "_min"), op("Add", [c, half], None, (p, 2), "_max")],
+                   {"axis": 1}, (p, 4), "_boxes")
+    # per class: top_k candidates, then NMS among them (each class a batch of its own)
+    bg = int(dp.background_label_id)
+    labels = [k for k in range(classes) if k != bg]
+    cls = len(labels)
+    top_k = int(dp.nms_param.top_k) if _has(dp.nms_param, "top_k") and dp.nms_param.top_k > 0 else p
+    k = min(top_k, p)
+    scores = op("Reshape", [conf, ctx.const((p, classes), i64)], None, (p, classes), "_conf")
+    scores = op("Transpose", [scores], {"perm": [1, 0]}, (classes, p), "_by_class")
+    scores = op("Gather", [scores, ctx.const(labels, i64)], {"axis": 0}, (cls, p), "_objects")
+    best, idx = ctx.ops(layer, "TopK", [scores, ctx.const([k], i64)], {"axis": 1}, [(cls, k), (cls, k)])
+    idx.type = TensorType(DataType.INT64)
+    cand = op("Gather", [boxes, idx], {"axis": 0}, (cls, k, 4), "_candidates")
+    nms_scores = op("Unsqueeze", [best, ctx.const([1], i64)], None, (cls, 1, k), "_nms_scores")
+    sel = _dyn(ctx, layer, "NonMaxSuppression",
+               [cand, nms_scores, ctx.const([k], i64), ctx.const([float(dp.nms_param.nms_threshold)]),
+                ctx.const([float(dp.confidence_threshold)])], None, ["kept", 3], "_nms", DataType.INT64)
+    which = _dyn(ctx, layer, "Gather", [sel, ctx.const(0, i64)], {"axis": 1}, ["kept"], "_class", DataType.INT64)
+    slot = _dyn(ctx, layer, "Gather", [sel, ctx.const(2, i64)], {"axis": 1}, ["kept"], "_slot", DataType.INT64)
+    flat = _dyn(ctx, layer, "Add", [_dyn(ctx, layer, "Mul", [which, ctx.const(k, i64)], None, ["kept"], "_row",
+                                         DataType.INT64), slot], None, ["kept"], "_flat", DataType.INT64)
+    score = _dyn(ctx, layer, "Gather", [op("Reshape", [best, ctx.const([-1], i64)], None, (cls * k,), "_best_flat"),
+                                        flat], {"axis": 0}, ["kept"], "_score")
+    kbox = _dyn(ctx, layer, "Gather", [op("Reshape", [cand, ctx.const((-1, 4), i64)], None, (cls * k, 4), "_cand4"),
+                                       flat], {"axis": 0}, ["kept", 4], "_box")
+    label = _dyn(ctx, layer, "Cast", [_dyn(ctx, layer, "Gather", [ctx.const(labels, i64), which], {"axis": 0},
+                                           ["kept"], "_label_i", DataType.INT64)], {"to": 1}, ["kept"], "_label")
+    count = _dyn(ctx, layer, "Shape", [score], None, [1], "_count", DataType.INT64)
+    if int(dp.keep_top_k) > 0:  # the keep_top_k best scores of all classes
+        keep = _dyn(ctx, layer, "Min", [count, ctx.const([int(dp.keep_top_k)], i64)], None, [1], "_keep",
+                    DataType.INT64)
+        best_rows = ctx.ops(layer, "TopK", [score, keep], {"axis": 0}, [(1,), (1,)])
+        order = best_rows[1]
+        order.type = TensorType(DataType.INT64)
+        for v in best_rows:
+            v.shape = Shape(["detections"])
+        score, kbox, label = (_dyn(ctx, layer, "Gather", [v, order], {"axis": 0}, shp, f"_top_{name}")
+                              for v, shp, name in ((score, ["detections"], "score"), (kbox, ["detections", 4], "box"),
+                                                   (label, ["detections"], "label")))
+        count = keep
+    # Caffe's order: by label, then by score (label - score/2 sorts both, scores being in (0, 1])
+    key = _dyn(ctx, layer, "Sub", [label, _dyn(ctx, layer, "Mul", [score, ctx.const(0.5)], None, ["detections"],
+                                               "_half_score")], None, ["detections"], "_key")
+    ordered = ctx.ops(layer, "TopK", [key, count], {"axis": 0, "largest": 0}, [(1,), (1,)])
+    ordered[1].type = TensorType(DataType.INT64)
+    for v in ordered:
+        v.shape = Shape(["detections"])
+    rows = [_dyn(ctx, layer, "Gather", [v, ordered[1]], {"axis": 0}, shp, f"_sorted_{name}")
+            for v, shp, name in ((label, ["detections"], "label"), (score, ["detections"], "score"),
+                                 (kbox, ["detections", 4], "box"))]
+    cols = [_dyn(ctx, layer, "Unsqueeze", [v, ctx.const([1], i64)], None, ["detections", 1], f"_col{i}")
+            for i, v in enumerate(rows[:2])]
+    image = _dyn(ctx, layer, "Mul", [cols[0], ctx.const(0.0)], None, ["detections", 1], "_image")
+    table = _dyn(ctx, layer, "Concat", [image, *cols, rows[2]], {"axis": 1}, ["detections", 7], "_table")
+    ctx.set_top(layer, _dyn(ctx, layer, "Reshape", [table, ctx.const((1, 1, -1, 7), i64)], None,
+                            [1, 1, "detections", 7], ""))
+
+
+_note("DetectionOutput", "decode + TopK + NonMaxSuppression + TopK (keep_top_k) + sort",
+      "batch 1, share_location, CORNER/CENTER_SIZE; no detection gives 0 rows (Caffe: one row of -1)")

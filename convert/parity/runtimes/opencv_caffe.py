@@ -27,6 +27,47 @@ __all__ = ["OpenCVCaffeRuntime", "open_runtime"]
 _ROUND_MODE = re.compile(r"\bround_mode\s*:\s*(FLOOR|CEIL)\b")
 
 
+def translate_round_mode(text: str) -> str:
+    """Spell BVLC's ``round_mode: FLOOR|CEIL`` as the fork's ``ceil_mode: false|true`` (same rounding)."""
+    return _ROUND_MODE.sub(lambda m: f"ceil_mode: {'true' if m.group(1) == 'CEIL' else 'false'}", text)
+
+
+def round_mode_note(name: str, runtime: str) -> str:
+    """The report's note when a BVLC-flavoured file had to be translated for ``runtime``."""
+    return (f"{name} AS WRITTEN DOES NOT LOAD in {runtime}: its pooling uses BVLC master's round_mode "
+            "(field 13), which this runtime reads as the SSD fork's bool ceil_mode; the check ran a copy "
+            "with round_mode spelled as ceil_mode (the same rounding). For OpenCV, the SSD-fork Caffes and "
+            "most NPU toolchains, convert with --caffe-flavor ssd")
+
+
+def net_io(netdef: object) -> tuple[list[TensorSpec], list[str], dict[str, tuple[str, int]]]:
+    """Return a parsed prototxt's inputs, its output blobs (tops no later layer consumes) and, for
+    each blob, the last layer writing it with the top's index."""
+    inputs: list[TensorSpec] = []
+    for name, shape in netdef.inputs:  # type: ignore[attr-defined]
+        inputs.append(TensorSpec(name, np.dtype(np.float32), tuple(shape)))
+    for layer in netdef.layers:  # type: ignore[attr-defined]
+        if layer.type == "Input":
+            shapes = [tuple(int(d) for d in s.dim) for s in layer.param.input_param.shape]
+            for i, top in enumerate(layer.tops):
+                shape = shapes[i] if i < len(shapes) else (shapes[0] if shapes else ())
+                inputs.append(TensorSpec(top, np.dtype(np.float32), shape))
+    consumed: dict[str, bool] = {}
+    writer: dict[str, tuple[str, int]] = {}
+    order: list[str] = []
+    for layer in netdef.layers:  # type: ignore[attr-defined]
+        if layer.type == "Input":
+            continue
+        for b in layer.bottoms:
+            consumed[b] = True
+        for i, t in enumerate(layer.tops):
+            if t not in consumed:
+                order.append(t)
+            consumed[t] = False
+            writer[t] = (layer.name, i)
+    return inputs, [t for t in order if not consumed[t]], writer
+
+
 class OpenCVCaffeRuntime:
     """A Caffe net loaded in OpenCV DNN (CPU)."""
 
@@ -41,7 +82,7 @@ class OpenCVCaffeRuntime:
 
         netdef = read_prototxt(Path(prototxt))
         text = Path(prototxt).read_text()
-        translated = _ROUND_MODE.sub(lambda m: f"ceil_mode: {'true' if m.group(1) == 'CEIL' else 'false'}", text)
+        translated = translate_round_mode(text)
         try:
             if translated != text:
                 with tempfile.TemporaryDirectory() as tmp:
@@ -61,31 +102,10 @@ class OpenCVCaffeRuntime:
         self._net.setPreferableTarget(cv2.dnn.DNN_TARGET_CPU)
         suffix = " (round_mode read as ceil_mode)" if translated != text else ""
         self.name = f"OpenCV DNN {cv2.__version__}{suffix}"
+        self.notes = [round_mode_note(Path(prototxt).name, "OpenCV DNN")] if translated != text else []
         self.device = "cpu"
-        self._inputs: list[TensorSpec] = []
-        for name, shape in netdef.inputs:
-            self._inputs.append(TensorSpec(name, np.dtype(np.float32), tuple(shape)))
-        for layer in netdef.layers:
-            if layer.type == "Input":
-                shapes = [tuple(int(d) for d in s.dim) for s in layer.param.input_param.shape]
-                for i, top in enumerate(layer.tops):
-                    shape = shapes[i] if i < len(shapes) else (shapes[0] if shapes else ())
-                    self._inputs.append(TensorSpec(top, np.dtype(np.float32), shape))
+        self._inputs, self._outputs, writer = net_io(netdef)
         self._tops = {layer.name: list(layer.tops) for layer in netdef.layers}
-        consumed: dict[str, bool] = {}
-        writer: dict[str, tuple[str, int]] = {}
-        order: list[str] = []
-        for layer in netdef.layers:
-            if layer.type == "Input":
-                continue
-            for b in layer.bottoms:
-                consumed[b] = True
-            for i, t in enumerate(layer.tops):
-                if t not in consumed:
-                    order.append(t)
-                consumed[t] = False
-                writer[t] = (layer.name, i)
-        self._outputs = [t for t in order if not consumed[t]]
         # OpenCV 4.x sometimes names a layer after its top instead of its own name (a one-layer net
         # does): ask for the layer by the name OpenCV actually gave it.
         self._pins = [

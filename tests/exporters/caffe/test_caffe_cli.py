@@ -42,6 +42,7 @@ def test_bad_input_exits_2_nothing_written(tmp_path: Path, capsys: pytest.Captur
     out.mkdir()
     code, text = _run(["caffe:onnx", str(weights), str(weights), "-o", str(out / "x.onnx")], capsys)
     assert code == 2 and "not a text prototxt" in text
-    code, text = _run(["caffe:caffe", *map(str, build_nets.build("ssd", tmp_path)), "-o", str(out / "s")], capsys)
+    code, text = _run(["caffe:caffe", *map(str, build_nets.build("ssd", tmp_path)), "-o", str(out / "s"),
+                       "--caffe-flavor", "bvlc"], capsys)
     assert code == 2 and "Transpose" in text and "--caffe-flavor ssd" in text
     assert list(out.iterdir()) == []

@@ -379,11 +379,13 @@ def test_unsupported_ops_listed_at_once_nothing_written(tmp_path: Path) -> None:
         {},
     )
     model = serde.deserialize_model(src)
-    gaps = EXPORTER.check(model, Options())
+    bvlc = Options(extra={"caffe_flavor": "bvlc"})
+    gaps = EXPORTER.check(model, bvlc)
     assert sorted(g.op for g in gaps) == ["Div", "Erf", "Transpose"]
     assert any("--caffe-flavor ssd" in g.reason for g in gaps)
+    assert sorted(g.op for g in EXPORTER.check(model, Options())) == ["Div", "Erf"]  # ssd (default) has Permute
     with pytest.raises(UnsupportedOpsError, match=r"3 unsupported ops.*Erf.*'e'.*Nothing was written"):
-        EXPORTER.save(model, tmp_path / "m", Options())
+        EXPORTER.save(model, tmp_path / "m", bvlc)
     assert os.listdir(tmp_path) == []
 
 
@@ -421,7 +423,7 @@ def test_unknown_flavor_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_flavor_option_documents_field_13() -> None:
     (opt,) = EXPORTER.options
-    assert opt.flag == "--caffe-flavor" and opt.default == "bvlc"
+    assert opt.flag == "--caffe-flavor" and opt.default == "ssd"
     assert "round_mode" in opt.help and "ceil_mode" in opt.help and "field 13" in opt.help
 
 
@@ -520,3 +522,34 @@ def test_check_and_save_leave_the_model_alone(tmp_path: Path) -> None:
     assert EXPORTER.check(model, Options()) == []
     EXPORTER.save(model, tmp_path / "m", Options())
     assert [(n.op_type, n.domain) for n in model.graph] == before
+
+
+def test_comparison_cast_to_float_is_a_threshold_in_real_caffe(tmp_path: Path) -> None:
+    """Greater (x, t) read through Cast <to = 1> -> Threshold (OpenCV has no Threshold: real Caffe runs it)."""
+    ort = pytest.importorskip("onnxruntime")
+    from convert.parity.runtimes.caffe_runtime import RealCaffeRuntime, find_caffe
+
+    caffe_dir = find_caffe()
+    if caffe_dir is None:
+        pytest.skip("real Caffe is not built here: run scripts/build_caffe")
+    src = _model(HEAD + """
+    g (float[1, 4, 6, 6] x) => (float[1, 4, 6, 6] y) {
+        g = Greater (x, t)
+        c = Cast <to = 1> (g)
+        y = Add (c, x)
+    }""", {"t": np.array(0.25, np.float32)})
+    proto, model = _export(src, tmp_path / "t", "ssd")
+    assert 'type: "Threshold"' in proto.read_text() and "threshold: 0.25" in proto.read_text()
+    x = np.random.default_rng(8).standard_normal((1, 4, 6, 6)).astype(np.float32)
+    ref = ort.InferenceSession(src.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = RealCaffeRuntime(proto, model, caffe_dir).run({"x": x})["y"]
+    assert float(ref.std()) > 0.1 and float(np.abs(got - ref).max()) <= 1e-6
+
+
+def test_a_comparison_read_as_bool_is_refused(tmp_path: Path) -> None:
+    src = _model(HEAD + """
+    g (float[1, 4, 6, 6] x) => (bool[1, 4, 6, 6] y) {
+        y = Greater (x, t)
+    }""", {"t": np.array(0.25, np.float32)})
+    gaps = EXPORTER.check(serde.deserialize_model(src), Options())
+    assert [g.op for g in gaps] == ["Greater"] and "casts to float" in gaps[0].reason

@@ -183,7 +183,12 @@ def test_pool_rounding_written_as_onnx_floors(tmp_path: Path) -> None:
     result = _convert(src, tmp_path / "vgg.prototxt")
     assert result.returncode == 0, result.stderr
     text = (tmp_path / "vgg.prototxt").read_text()
-    assert text.count("round_mode: FLOOR") == 3
+    assert text.count("ceil_mode: false") == 3 and "round_mode" not in text  # the default ssd dialect
+    assert "AS WRITTEN DOES NOT LOAD" not in result.stdout
+    result = _convert(src, tmp_path / "b" / "vgg.prototxt", "--caffe-flavor", "bvlc")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "b" / "vgg.prototxt").read_text().count("round_mode: FLOOR") == 3
+    assert "AS WRITTEN DOES NOT LOAD" in result.stdout  # the check ran a translated copy, and says so
 
 
 @pytest.mark.parametrize("name", ["vgg", "resnet"])
@@ -218,7 +223,7 @@ def test_unknown_input_shape_is_refused_then_converts_with_input_shape(tmp_path:
     result = _convert(src, out, "--input-shape", "x=1,3,54,54")
     assert result.returncode == 0, result.stderr
     assert "PASS" in result.stdout
-    assert (tmp_path / "vgg.prototxt").read_text().count("round_mode: FLOOR") == 3
+    assert (tmp_path / "vgg.prototxt").read_text().count("ceil_mode: false") == 3
 
 
 @pytest.mark.parametrize("opset", [7, 9])

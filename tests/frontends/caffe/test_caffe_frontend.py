@@ -123,15 +123,15 @@ def test_syntax_error_names_line_and_column(tmp_path: Path) -> None:
 
 def test_unknown_layers_listed_at_once(tmp_path: Path) -> None:
     def add(b: build_nets.NetBuilder) -> None:
-        b.layer("MVN", "m", ["data"], ["m"])
-        b.layer("ArgMax", "a", ["m"], ["a"])
-        b.layer("MVN", "m2", ["a"], ["m2"])
+        b.layer("SPP", "m", ["data"], ["m"])
+        b.layer("Embed", "a", ["m"], ["a"])
+        b.layer("SPP", "m2", ["a"], ["m2"])
 
     paths = _single(tmp_path, (1, 2, 3, 3), add)
     gaps = FRONTEND.check_support(paths, Options())
-    assert [(g.op, g.count) for g in gaps] == [("MVN", 2), ("ArgMax", 1)]
+    assert [(g.op, g.count) for g in gaps] == [("SPP", 2), ("Embed", 1)]
     with pytest.raises(
-        UnsupportedOpsError, match=r"2 unsupported layer types: MVN x2 \(first at single\.prototxt:\d+ 'm'\)"
+        UnsupportedOpsError, match=r"2 unsupported layer types: SPP x2 \(first at single\.prototxt:\d+ 'm'\)"
     ):
         FRONTEND.load(paths, Options())
 
@@ -140,14 +140,14 @@ def test_unsupported_settings_listed_before_conversion(tmp_path: Path) -> None:
     def add(b: build_nets.NetBuilder) -> None:
         b.layer("Pooling", "sp", ["data"], ["sp"], pooling_param={"pool": 2, "kernel_size": 2, "stride": 2})
         b.layer("LRN", "ln", ["data"], ["ln"], lrn_param={"norm_region": 1})
-        b.layer("Tile", "tl", ["data"], ["tl"])
+        b.layer("SPP", "tl", ["data"], ["tl"])
 
     paths = _single(tmp_path, (1, 2, 4, 4), add)
     gaps = FRONTEND.check_support(paths, Options())
     assert [(g.op, "STOCHASTIC" in g.reason or "WITHIN" in g.reason or not g.reason) for g in gaps] == [
         ("Pooling", True),
         ("LRN", True),
-        ("Tile", True),
+        ("SPP", True),
     ]
     with pytest.raises(UnsupportedOpsError, match=r"3 unsupported layer types: Pooling \(first at single"):
         FRONTEND.load(paths, Options())
@@ -230,7 +230,42 @@ def test_every_layer_type_is_tested() -> None:
         Path(__file__),
         Path(build_nets.__file__),
         Path(build_nets.__file__).with_name("single_layers.py"),
+        Path(__file__).with_name("test_caffe_real_layers.py"),
     ]
     text = "".join(p.read_text() for p in here)
     untested = [k for k in LAYERS.keys() if f'"{k}"' not in text]  # noqa: SIM118
     assert untested == []
+
+
+def test_pspnet_bn_layer_against_its_formula(tmp_path: Path) -> None:
+    """PSPNet's BN (no runtime here has it): slope * (x - mean) / sqrt(var + eps) + bias, in numpy."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(9)
+    c = 4
+    slope, bias, mean = rng.uniform(0.5, 2, c), rng.uniform(-1, 1, c), rng.uniform(-1, 1, c)
+    var = rng.uniform(0.01, 3, c)
+
+    def add(b: build_nets.NetBuilder) -> None:
+        b.layer("BN", "bn", ["data"], ["bn"], [a.reshape(1, c, 1, 1).astype(np.float32)
+                                              for a in (slope, bias, mean, var)], bn_param={"eps": 1e-4})
+
+    paths = _single(tmp_path, (1, c, 5, 6), add)
+    model = FRONTEND.load(paths, Options())
+    x = rng.standard_normal((1, c, 5, 6)).astype(np.float32)
+    got = ort.InferenceSession(serde.serialize_model(model).SerializeToString()).run(None, {"data": x})[0]
+    k = lambda a: a.reshape(1, c, 1, 1)  # noqa: E731
+    ref = k(slope) * (x.astype(np.float64) - k(mean)) / np.sqrt(k(var) + 1e-4) + k(bias)
+    assert float(ref.std()) > 0.1
+    assert float(np.abs(got - ref).max()) <= 1e-5 * float(np.abs(ref).max())
+
+
+def test_priorbox_without_clip_is_read_as_true_with_a_warning(tmp_path: Path) -> None:
+    def add(b: build_nets.NetBuilder) -> None:
+        b.layer("PriorBox", "pb", ["data", "data"], ["pb"], prior_box_param={"min_size": [2.0]})
+
+    options = Options()
+    model = FRONTEND.load(_single(tmp_path, (1, 2, 4, 4), add), options)
+    assert any("PriorBox 'pb'" in w and "does not set clip" in w for w in options.diagnostics.warnings)
+    boxes = model.graph.initializers["pb.priors"].const_value.numpy()[0, 0]
+    assert boxes.min() == 0.0 and boxes.max() == 1.0  # clipped: the corner cells' boxes leave the image

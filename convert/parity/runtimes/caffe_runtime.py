@@ -1,0 +1,151 @@
+"""The Caffe parity runtime: real Caffe when it is built here, else OpenCV's DNN module.
+
+Real Caffe is the SSD-era fork packaged as the ``brocolli-caffe`` sdist, built by
+``scripts/build_caffe`` into ``~/.cache/convert-caffe/python`` (or where ``CONVERT_CAFFE_PYTHON``
+points: a folder holding ``caffe/_caffe.so``). It runs each net in a subprocess
+(``_caffe_worker``): Caffe aborts its process on a failed CHECK. ``CONVERT_CAFFE_RUNTIME=opencv``
+(or ``caffe``) forces the choice.
+
+Real Caffe reads the fork's dialect: pooling field 13 is the bool ``ceil_mode``. A file written
+with BVLC master's ``round_mode`` is checked through a translated copy, and the report says the
+file as written does not load there (as with OpenCV).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from convert.ir import Options, UsageError
+from convert.parity.runtime import Runtime, TensorSpec
+
+from .opencv_caffe import OpenCVCaffeRuntime, net_io, round_mode_note, translate_round_mode
+
+__all__ = ["RealCaffeRuntime", "find_caffe", "open_runtime"]
+
+_TIMEOUT = 600
+_GLOG_FATAL = re.compile(r"^F\d{8} ")
+
+
+def find_caffe() -> Path | None:
+    """Return the folder holding real Caffe's ``_caffe.so``, or None when it is not built here."""
+    env = os.environ.get("CONVERT_CAFFE_PYTHON")
+    home = Path(os.environ.get("CONVERT_CAFFE_HOME", Path.home() / ".cache" / "convert-caffe"))
+    for base in ([Path(env)] if env else []) + [home / "python"]:
+        for folder in (base / "caffe", base):
+            if (folder / "_caffe.so").is_file():
+                return folder
+    return None
+
+
+class CaffeFailedError(RuntimeError):
+    """Real Caffe refused or crashed on a net (its last log line says why)."""
+
+
+class RealCaffeRuntime:
+    """A Caffe net run by real Caffe (CPU), one subprocess per run."""
+
+    def __init__(self, prototxt: Path, caffemodel: Path, caffe_dir: Path) -> None:
+        from convert.frontends.caffe.reader import read_prototxt
+
+        netdef = read_prototxt(Path(prototxt))
+        self._tmp = tempfile.TemporaryDirectory(prefix="convert-caffe-")
+        text = Path(prototxt).read_text()
+        translated = translate_round_mode(text)
+        self.prototxt = Path(prototxt)
+        self.notes: list[str] = []
+        if translated != text:
+            self.prototxt = Path(self._tmp.name) / Path(prototxt).name
+            self.prototxt.write_text(translated)
+            self.notes.append(round_mode_note(Path(prototxt).name, "real Caffe (the SSD fork)"))
+        self.caffemodel = Path(caffemodel)
+        self.caffe_dir = caffe_dir
+        self._inputs, self._outputs, self._writer = net_io(netdef)
+        self._tops = {layer.name: list(layer.tops) for layer in netdef.layers}
+        self.name = "Caffe (brocolli-caffe 9.0.2, SSD fork)" + (" (round_mode read as ceil_mode)"
+                                                                 if translated != text else "")
+        self.device = "cpu"
+        self._run_blobs([])  # load once now: a file real Caffe refuses fails here, not mid-check
+
+    def inputs(self) -> Sequence[TensorSpec]:
+        """Return the net's inputs."""
+        return list(self._inputs)
+
+    def outputs(self) -> Sequence[str]:
+        """Return the net's output blobs."""
+        return list(self._outputs)
+
+    def _run_blobs(self, blobs: Sequence[str], feeds: Mapping[str, np.ndarray] | None = None,
+                   layers: Sequence[str] = ()) -> dict[str, np.ndarray]:
+        if feeds is None:
+            feeds = {s.name: np.zeros([int(d) for d in s.shape], np.float32) for s in self._inputs}  # type: ignore[call-overload]
+        tmp = Path(self._tmp.name)
+        names = list(feeds)
+        np.savez(tmp / "in.npz", names=np.array(names, dtype=str),
+                 **{f"arr_{i}": np.ascontiguousarray(feeds[n], dtype=np.float32) for i, n in enumerate(names)})
+        (tmp / "blobs.json").write_text(json.dumps({"blobs": list(blobs), "layers": list(layers)}))
+        env = dict(os.environ, GLOG_minloglevel="2", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+                   OPENBLAS_NUM_THREADS=os.environ.get("OPENBLAS_NUM_THREADS", "1"))
+        proc = subprocess.run(
+            [sys.executable, "-m", "convert.parity.runtimes._caffe_worker", str(self.caffe_dir), str(self.prototxt),
+             str(self.caffemodel), str(tmp / "in.npz"), str(tmp / "out.npz"), str(tmp / "blobs.json")],
+            capture_output=True, text=True, timeout=_TIMEOUT, env=env, check=False,
+        )
+        if proc.returncode != 0:
+            lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+            # glog's "F... Check failed: ..." line says why; a Python error's last line otherwise
+            parse = [ln.split("] ", 1)[-1] for ln in lines if "Error parsing text-format" in ln]
+            fatal = [ln.split("] ", 1)[-1] for ln in lines if _GLOG_FATAL.match(ln)]  # LOG(FATAL), CHECK
+            checks = parse + fatal
+            errors = [ln for ln in lines if "Error" in ln or "error" in ln]
+            reason = (checks[:1] or errors[-1:] or lines[-1:] or [f"exit status {proc.returncode}"])[0]
+            raise CaffeFailedError(f"real Caffe failed on {self.prototxt.name}: {reason.strip()[:400]}")
+        with np.load(tmp / "out.npz", allow_pickle=False) as data:
+            return {str(n): data[f"arr_{i}"] for i, n in enumerate(data["names"])}
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once; return every output blob by name."""
+        missing = [s.name for s in self._inputs if s.name not in feeds]
+        if missing:
+            raise UsageError(f"missing input '{missing[0]}'")
+        got = self._run_blobs(self._outputs, {s.name: feeds[s.name] for s in self._inputs})
+        return {n: got[n] for n in self._outputs}
+
+    def layer_outputs(self, feeds: Mapping[str, np.ndarray], names: Sequence[str]) -> dict[str, list[np.ndarray]]:
+        """Run once, layer by layer; return the tops of each layer in ``names`` as it left them."""
+        wanted = [n for n in dict.fromkeys(names) if self._tops.get(n)]
+        got = self._run_blobs([], {s.name: feeds[s.name] for s in self._inputs}, layers=wanted)
+        return {n: [got[f"{n}:{k}"] for k in range(len(self._tops[n]))] for n in wanted
+                if all(f"{n}:{k}" in got for k in range(len(self._tops[n])))}
+
+
+def open_runtime(paths: Sequence[Path], options: Options) -> Runtime:
+    """Open ``[prototxt, caffemodel]`` in real Caffe when built here (else OpenCV DNN)."""
+    from convert.frontends.caffe.frontend import split_paths
+
+    proto, weights = split_paths(paths)
+    if weights is None:
+        raise UsageError("the Caffe runtime needs the .prototxt and the .caffemodel")
+    choice = os.environ.get("CONVERT_CAFFE_RUNTIME", "")
+    caffe_dir = find_caffe()
+    if choice == "caffe" and caffe_dir is None:
+        raise UsageError("CONVERT_CAFFE_RUNTIME=caffe, but real Caffe is not built here (run scripts/build_caffe)")
+    if caffe_dir is not None and choice != "opencv":
+        try:
+            return RealCaffeRuntime(proto, weights, caffe_dir)
+        except CaffeFailedError as exc:
+            if choice == "caffe":
+                raise UsageError(str(exc)) from exc
+            fallback = OpenCVCaffeRuntime(proto, weights)
+            fallback.notes = [*getattr(fallback, "notes", []),
+                              f"REAL CAFFE REFUSED THIS FILE ({exc}); the check ran in OpenCV DNN instead"]
+            return fallback
+    return OpenCVCaffeRuntime(proto, weights)

@@ -1,0 +1,165 @@
+"""Real Caffe runs every Caffe file the exporter tests write.
+
+Real Caffe is the SSD-era fork packaged as the ``brocolli-caffe`` 9.0.2 sdist, built by
+``scripts/build_caffe`` (the test command runs it). It is stricter than OpenCV's importer: it
+aborts on a blob whose shape differs from the layer's parameter, on an unknown field, on a layer
+type it lacks. Each file runs in it and is compared with the source in the source's own runtime
+(ONNX Runtime for ONNX sources, real Caffe itself for Caffe sources) at the bound the other
+Caffe tests use (1e-5 of the output's scale), after checking the reference has spread. The
+source nets also run in OpenCV DNN, an independent Caffe implementation, as a check of the
+runtime itself.
+
+Real Caffe reads pooling field 13 as the fork's bool ``ceil_mode``; a file written in the
+``bvlc`` flavour with BVLC master's ``round_mode`` is run through a translated copy, and the
+runtime's report says the file as written does not load there.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import test_caffe_exporter as ex
+
+from convert import api
+from convert.ir import Options, passes
+from convert.parity.runtimes.caffe_runtime import RealCaffeRuntime, find_caffe
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "models" / "caffe"))
+
+import build_nets  # noqa: E402
+from single_layers import SINGLES  # noqa: E402
+
+from convert.exporters.caffe import EXPORTER  # noqa: E402
+from convert.frontends.caffe import FRONTEND  # noqa: E402
+
+RTOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def caffe_dir() -> Path:
+    found = find_caffe()
+    if found is None:
+        pytest.skip("real Caffe is not built here: run scripts/build_caffe")
+    return found
+
+
+def _real(paths: list[Path], caffe_dir: Path) -> RealCaffeRuntime:
+    proto = next(p for p in paths if str(p).endswith(".prototxt"))
+    model = next(p for p in paths if str(p).endswith(".caffemodel"))
+    return RealCaffeRuntime(proto, model, caffe_dir)
+
+
+def _rel(ours: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(ours.reshape(ref.shape) - ref).max() / np.abs(ref).max())
+
+
+# every case in the ssd flavour; those that need no ssd-only layer in the bvlc flavour too
+FLAVOR_CASES = [(c, f) for c in ex.CASES for f in ("ssd", "bvlc") if f == "ssd" or ex.CASES[c][2] != "ssd"]
+
+
+@pytest.mark.parametrize(("case", "flavor"), FLAVOR_CASES, ids=[f"{c}-{f}" for c, f in FLAVOR_CASES])
+def test_onnx_source_in_real_caffe(case: str, flavor: str, caffe_dir: Path, tmp_path: Path) -> None:
+    import onnxruntime as ort
+
+    text, weights, _ = ex.CASES[case]
+    src = ex._model(text, weights)
+    paths = ex._export(src, tmp_path / case, flavor)
+    feeds = ex._feeds(src)
+    sess = ort.InferenceSession(src.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
+    rt = _real(paths, caffe_dir)
+    ours = rt.run(feeds)
+    for key, r in ref.items():
+        assert float(r.std()) > 1e-3, f"degenerate reference {key}"
+        assert _rel(ours[key], r) <= RTOL, key
+    written = Path(paths[0]).read_text()
+    assert bool(rt.notes) == ("round_mode" in written)
+
+
+@pytest.mark.parametrize("name", ex.NETS, ids=ex.NETS)
+def test_caffe_nets_in_real_caffe(name: str, caffe_dir: Path, tmp_path: Path) -> None:
+    """The test nets agree in real Caffe and OpenCV; their round trip agrees in real Caffe."""
+    paths = list(build_nets.build(name, tmp_path / "src"))
+    src = _real(paths, caffe_dir)
+    spec = src.inputs()[0]
+    x = np.random.default_rng(2).standard_normal(spec.shape).astype(np.float32)
+    ref = src.run({spec.name: x})
+    cv = ex._opencv(paths).run({spec.name: x})
+    for key, r in ref.items():
+        assert float(r.std()) > 1e-4, f"degenerate reference {key}"
+        assert _rel(cv[key], r) <= RTOL, f"OpenCV and real Caffe disagree on {key}"
+    model = FRONTEND.load(paths, Options())
+    passes.standard_pipeline()(model)
+    flavor = "ssd" if name == "ssd" else "bvlc"
+    out = list(EXPORTER.save(model, tmp_path / "out" / name, Options(extra={"caffe_flavor": flavor})))
+    got = _real(out, caffe_dir).run({spec.name: x})
+    for key, r in ref.items():
+        assert _rel(got[key], r) <= RTOL, key
+
+
+# Source nets real Caffe cannot parse (brocolli-caffe has no ShuffleChannel): their reference is OpenCV.
+OPENCV_SOURCES = {"shuffle_normalize_relu6"}
+
+
+@pytest.mark.parametrize("case", list(SINGLES), ids=list(SINGLES))
+def test_single_layers_in_real_caffe(case: str, caffe_dir: Path, tmp_path: Path) -> None:
+    b = build_nets.NetBuilder("single", 0)
+    b.input("data", (1, 4, 10, 10))
+    SINGLES[case](b)
+    paths = list(b.save(tmp_path / "src"))
+    model = FRONTEND.load(paths, Options())
+    passes.standard_pipeline()(model)
+    out = list(EXPORTER.save(model, tmp_path / "out", Options(extra={"caffe_flavor": "ssd"})))
+    x = np.random.default_rng(3).standard_normal((1, 4, 10, 10)).astype(np.float32)
+    ref = (ex._opencv(paths) if case in OPENCV_SOURCES else _real(paths, caffe_dir)).run({"data": x})
+    got = _real(out, caffe_dir).run({"data": x})
+    for key, r in ref.items():
+        assert _rel(got[key], r) <= RTOL, key
+
+
+def test_parity_check_runs_in_real_caffe(caffe_dir: Path, tmp_path: Path) -> None:
+    paths = list(build_nets.build("resnet", tmp_path / "src"))
+    result = api.convert(paths, to="onnx", out=tmp_path / "r.onnx")
+    assert result.report is not None and result.report.passed
+    assert result.report.source_runtime.startswith("Caffe (brocolli-caffe")
+    back = api.convert([tmp_path / "r.onnx"], to="caffe", out=tmp_path / "back" / "r", caffe_flavor="ssd")
+    assert back.report is not None and back.report.passed, back.report.table()
+    assert back.report.dest_runtime.startswith("Caffe (brocolli-caffe")
+
+
+def test_a_file_real_caffe_refuses_is_a_one_line_runtime_error(caffe_dir: Path, tmp_path: Path) -> None:
+    from convert.parity.runtimes.caffe_runtime import CaffeFailedError
+
+    paths = list(build_nets.build("lenet", tmp_path / "src"))
+    proto = next(p for p in paths if p.suffix == ".prototxt")
+    proto.write_text(proto.read_text().replace("num_output: 8", "num_output: 9", 1))  # blob shapes now differ
+    expected = r"real Caffe failed on lenet\.prototxt: Cannot copy param 0 weights from layer 'conv1'; shape mismatch"
+    with pytest.raises(CaffeFailedError, match=expected):
+        _real(paths, caffe_dir)
+    b = build_nets.NetBuilder("single", 0)
+    b.input("data", (1, 4, 10, 10))
+    SINGLES["shuffle_normalize_relu6"](b)
+    with pytest.raises(CaffeFailedError, match='no field named "shuffle_channel_param"'):
+        _real(list(b.save(tmp_path / "shuffle")), caffe_dir)
+
+
+def test_pspnet_flavor_declares_inputs_without_an_input_layer(caffe_dir: Path, tmp_path: Path) -> None:
+    """PSPNet's schema has no Input layer (its field 143 is interp_param) and no pooling rounding field."""
+    paths = list(build_nets.build("resnet", tmp_path / "src"))
+    result = api.convert(paths, to="caffe", out=tmp_path / "p" / "r", caffe_flavor="pspnet")
+    assert result.report is not None and result.report.passed, result.report.table()
+    assert result.report.dest_runtime.startswith("Caffe (brocolli-caffe")
+    text = result.outputs[0].read_text()
+    assert 'input: "data"' in text and "input_shape {" in text and '"Input"' not in text
+    text, weights, _ = ex.CASES["floor_pool_permute_relu6"]
+    src = ex._model(text.replace(
+        "c = Clip (p, lo, hi)\n        t = Transpose <perm = [0, 2, 3, 1]> (c)\n        y = Reshape (t, shp)",
+        "y = Reshape (p, shp)"), weights)
+    from convert.ir import UnsupportedOpsError
+
+    with pytest.raises(UnsupportedOpsError, match=r"needs floor rounding.*'pspnet' dialect has no rounding field"):
+        ex._export(src, tmp_path / "floor", "pspnet")

@@ -1,0 +1,131 @@
+"""Caffe layers the frontend reads, checked against real Caffe running the very net.
+
+Each case is a small net after an input ``data`` (1, 4, 6, 5). Real Caffe (``scripts/build_caffe``)
+runs it and is the reference; the converted ONNX runs in ONNX Runtime. Bound: 1e-5 of the
+output's scale (exact for indices), after checking the reference has spread.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from convert import api
+from convert.parity.runtimes.caffe_runtime import RealCaffeRuntime, find_caffe
+
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "models" / "caffe"))
+
+from build_nets import NetBuilder  # noqa: E402
+
+SHAPE = (1, 4, 6, 5)
+
+CASES: dict[str, Callable[[NetBuilder], None]] = {
+    "tile-channels": lambda b: b.layer("Tile", "t", ["data"], ["t"], tile_param={"axis": 1, "tiles": 3}),
+    "tile-width": lambda b: b.layer("Tile", "t", ["data"], ["t"], tile_param={"axis": -1, "tiles": 2}),
+    "reduction-sum": lambda b: b.layer("Reduction", "r", ["data"], ["r"], reduction_param={"operation": 1, "axis": 1}),
+    "reduction-asum-coeff": lambda b: b.layer("Reduction", "r", ["data"], ["r"],
+                                              reduction_param={"operation": 2, "axis": 2, "coeff": 0.5}),
+    "reduction-sumsq": lambda b: b.layer("Reduction", "r", ["data"], ["r"],
+                                         reduction_param={"operation": 3, "axis": 3}),
+    "reduction-mean-all": lambda b: b.layer("Reduction", "r", ["data"], ["r"], reduction_param={"operation": 4}),
+    "argmax-axis": lambda b: b.layer("ArgMax", "a", ["data"], ["a"], argmax_param={"axis": 1}),
+    "argmax-axis-max": lambda b: b.layer("ArgMax", "a", ["data"], ["a"], argmax_param={"axis": 2, "out_max_val": True}),
+    "argmax-flat": lambda b: b.layer("ArgMax", "a", ["data"], ["a"], argmax_param={}),
+    "argmax-flat-max": lambda b: b.layer("ArgMax", "a", ["data"], ["a"], argmax_param={"out_max_val": True}),
+    "mvn": lambda b: b.layer("MVN", "m", ["data"], ["m"], mvn_param={}),
+    "mvn-across": lambda b: b.layer("MVN", "m", ["data"], ["m"], mvn_param={"across_channels": True}),
+    "mvn-mean-only": lambda b: b.layer("MVN", "m", ["data"], ["m"], mvn_param={"normalize_variance": False}),
+    "priorbox": lambda b: b.layer("PriorBox", "p", ["data", "data"], ["p"], prior_box_param={
+        "min_size": [2.0], "max_size": [4.5], "aspect_ratio": [2.0, 3.0], "flip": True, "clip": True,
+        "variance": [0.1, 0.1, 0.2, 0.2]}),
+    "priorbox-step": lambda b: b.layer("PriorBox", "p", ["data", "data"], ["p"], prior_box_param={
+        "min_size": [30.0, 60.0], "aspect_ratio": [2.0, 0.5], "flip": False, "img_size": 300, "step": 50.0,
+        "offset": 0.3, "variance": [0.1]}),
+}
+
+
+@pytest.fixture(scope="module")
+def caffe_dir() -> Path:
+    found = find_caffe()
+    if found is None:
+        pytest.skip("real Caffe is not built here: run scripts/build_caffe")
+    return found
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_layer_matches_real_caffe(case: str, caffe_dir: Path, tmp_path: Path) -> None:
+    b = NetBuilder("net", 0)
+    b.input("data", SHAPE)
+    CASES[case](b)
+    proto, model = b.save(tmp_path)
+    x = (np.random.default_rng(4).standard_normal(SHAPE) * 2 + 0.5).astype(np.float32)
+    ref = RealCaffeRuntime(proto, model, caffe_dir).run({"data": x})
+    result = api.convert([proto, model], to="onnx", out=tmp_path / "net.onnx", check=False)
+    sess = ort.InferenceSession(str(result.outputs[0]), providers=["CPUExecutionProvider"])
+    got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"data": x}), strict=True))
+    for name, r in ref.items():
+        g = np.asarray(got[name])
+        assert g.shape == r.shape, (name, g.shape, r.shape)
+        scale = float(np.abs(r).max())
+        assert scale > 0 and (r.size == 1 or float(r.std()) > 1e-3 * scale), f"degenerate reference {name}"
+        assert float(np.abs(g - r).max()) <= 1e-5 * scale, name
+
+
+def _ssd_head(b: NetBuilder, code_type: int, keep_top_k: int) -> None:
+    """Two feature maps, each with location / confidence convolutions and a PriorBox, then
+    DetectionOutput, as SSD deploy files wire them (Permute, Flatten, Concat, Softmax)."""
+    classes = 4
+    b.input("data", (1, 3, 24, 24))
+    b.conv("f1", "data", "f1", 3, 8, 3, s=2, p=1)  # 12x12
+    b.conv("f2", "f1", "f2", 8, 8, 3, s=2, p=1)  # 6x6
+    locs, confs, priors = [], [], []
+    for name, size, mn, mx in (("f1", 12, 5.0, 11.0), ("f2", 6, 11.0, 18.0)):
+        n_priors = 6  # ratios 1, 2, 1/2, 3, 1/3 and the max-size box
+        b.conv(f"{name}_loc", name, f"{name}_loc", 8, n_priors * 4, 3, p=1)
+        b.conv(f"{name}_conf", name, f"{name}_conf", 8, n_priors * classes, 3, p=1)
+        for kind, out in (("loc", locs), ("conf", confs)):
+            b.layer("Permute", f"{name}_{kind}_perm", [f"{name}_{kind}"], [f"{name}_{kind}_perm"],
+                    permute_param={"order": [0, 2, 3, 1]})
+            b.layer("Flatten", f"{name}_{kind}_flat", [f"{name}_{kind}_perm"], [f"{name}_{kind}_flat"])
+            out.append(f"{name}_{kind}_flat")
+        b.layer("PriorBox", f"{name}_prior", [name, "data"], [f"{name}_prior"], prior_box_param={
+            "min_size": [mn], "max_size": [mx], "aspect_ratio": [2.0, 3.0], "flip": True, "clip": False,
+            "variance": [0.1, 0.1, 0.2, 0.2], "step": 24.0 / size})
+        priors.append(f"{name}_prior")
+    b.layer("Concat", "loc", locs, ["loc"], concat_param={"axis": 1})
+    b.layer("Concat", "conf", confs, ["conf"], concat_param={"axis": 1})
+    b.layer("Concat", "priors", priors, ["priors"], concat_param={"axis": 2})
+    b.layer("Reshape", "conf_r", ["conf"], ["conf_r"], reshape_param={"shape": {"dim": [0, -1, classes]}})
+    b.layer("Softmax", "conf_s", ["conf_r"], ["conf_s"], softmax_param={"axis": 2})
+    b.layer("Flatten", "conf_f", ["conf_s"], ["conf_f"])
+    b.layer("DetectionOutput", "det", ["loc", "conf_f", "priors"], ["det"], detection_output_param={
+        "num_classes": classes, "share_location": True, "background_label_id": 0,
+        "nms_param": {"nms_threshold": 0.45, "top_k": 40}, "code_type": code_type, "keep_top_k": keep_top_k,
+        "confidence_threshold": 0.3})
+
+
+@pytest.mark.parametrize(("code_type", "keep_top_k"), [(2, 25), (2, -1), (1, 25)],
+                         ids=["center-size-keep25", "center-size-all", "corner-keep25"])
+def test_detection_output_matches_real_caffe(code_type: int, keep_top_k: int, caffe_dir: Path,
+                                             tmp_path: Path) -> None:
+    """SSD's DetectionOutput: the same detections, in the same order, as real Caffe's layer."""
+    b = NetBuilder("ssd", 0)
+    _ssd_head(b, code_type, keep_top_k)
+    proto, model = b.save(tmp_path)
+    x = (np.random.default_rng(6).standard_normal((1, 3, 24, 24)) * 2).astype(np.float32)
+    ref = RealCaffeRuntime(proto, model, caffe_dir).run({"data": x})["det"]
+    result = api.convert([proto, model], to="onnx", out=tmp_path / "ssd.onnx", check=False)
+    sess = ort.InferenceSession(str(result.outputs[0]), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {"data": x})[0]
+    assert ref.shape[2] >= 10, f"too few detections to test ({ref.shape[2]})"  # the input gives real work
+    if keep_top_k > 0:
+        assert ref.shape[2] == keep_top_k  # more candidates than kept: the cut is exercised
+    assert got.shape == ref.shape
+    np.testing.assert_array_equal(got[..., :2], ref[..., :2])  # image id, label
+    assert float(np.abs(got[..., 2:] - ref[..., 2:]).max()) <= 1e-5
