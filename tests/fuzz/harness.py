@@ -2,8 +2,8 @@
 
 A case is a seed model (``seeds/<name>/``: its files and ``case.json`` with the route) with one or
 more files mutated. ``run_case`` runs ``convert ROUTE FILES... -o OUT/ --no-check -q`` in a
-forked child of the test process (the frameworks are imported once, in the parent; a child
-costs milliseconds), with a wall-clock limit and an address-space limit, and classifies it:
+forked child of a fork server (a subprocess that imports the frameworks once; a child costs
+milliseconds), with a wall-clock limit and an address-space limit, and classifies it:
 
 - ``success``: exit 0;
 - ``clean``: exit 2, exactly one ``convert: error:`` line, no traceback, nothing left in OUT;
@@ -13,6 +13,7 @@ costs milliseconds), with a wall-clock limit and an address-space limit, and cla
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import io
@@ -33,11 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 SEEDS_DIR = HERE / "seeds"
 CRASHES_DIR = HERE / "crashes"
 TIMEOUT_S = float(os.environ.get("CONVERT_FUZZ_TIMEOUT", "20"))
 MEMORY_HEADROOM = 3 * 1024**3  # a child may map this much beyond what the parent has mapped
-FRESH_MEMORY_LIMIT = 8 * 1024**3  # address space of a fresh interpreter (torch maps ~2 GiB at import)
 
 __all__ = ["CRASHES_DIR", "SEEDS_DIR", "Case", "Outcome", "Seed", "load_seeds", "mutate", "preload",
            "run_case", "save_case"]
@@ -85,13 +86,13 @@ def load_seeds(folder: Path = SEEDS_DIR) -> list[Seed]:
     return seeds
 
 
-def preload(seeds: list[Seed]) -> None:
-    """Import the frontends and exporters the seeds need, once, before forking."""
+def _import_for(routes: list[str]) -> None:
+    """Import the frontends and exporters of ``routes`` (in the fork server, once)."""
     import convert.cli  # noqa: F401
     from convert import formats
 
-    for seed in seeds:
-        src, _, dst = seed.route.partition(":")
+    for route in routes:
+        src, _, dst = route.partition(":")
         with contextlib.suppress(Exception):
             formats.frontend(src)
             formats.exporter(dst)
@@ -100,6 +101,31 @@ def preload(seeds: list[Seed]) -> None:
                 import torch  # noqa: F401
         if src == "paddle":
             from convert.frontends.paddle import ops  # noqa: F401
+
+
+_SERVER: subprocess.Popen[str] | None = None
+
+
+def preload(seeds: list[Seed]) -> None:
+    """Start the fork server with the seeds' frameworks imported (see ``run_case``)."""
+    global _SERVER
+    if _SERVER is not None and _SERVER.poll() is None:
+        return
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    _SERVER = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve",
+                                *sorted({s.route for s in seeds})],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    atexit.register(_stop_server, _SERVER)
+
+
+def _stop_server(server: subprocess.Popen[str]) -> None:
+    if server.poll() is None:
+        with contextlib.suppress(OSError):
+            server.stdin.close()  # type: ignore[union-attr]
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,13 +379,52 @@ def zip_member(data: bytes, name: str, rnd: random.Random) -> bytes:
     return out.getvalue()
 
 
+def onnx_graph(data: bytes, name: str, rnd: random.Random) -> bytes:
+    """ONNX-aware: rewire a node input (cycles, type mismatches), retype an attribute, make a dim huge."""
+    import onnx
+
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception:
+        return flip_bytes(data, name, rnd)
+    graph = model.graph
+    if not graph.node:
+        return data
+    node = rnd.choice(list(graph.node))
+    op = rnd.choice(["rewire", "retype", "dim", "self-loop", "attr-value"])
+    names = [o for n in graph.node for o in n.output] + [i.name for i in graph.input] + \
+        [t.name for t in graph.initializer]
+    if op == "rewire" and node.input:
+        node.input[rnd.randrange(len(node.input))] = rnd.choice(names)
+    elif op == "self-loop" and node.input and node.output:
+        node.input[rnd.randrange(len(node.input))] = node.output[0]
+    elif op in ("retype", "attr-value") and node.attribute:
+        attr = rnd.choice(list(node.attribute))
+        if op == "retype":
+            attr.type = rnd.choice([t for t in onnx.AttributeProto.AttributeType.values() if t != attr.type])
+        else:
+            attr.ClearField("ints")
+            attr.ints.extend(rnd.choice([[], [0], [-1], [2**31], [1] * 9, [2**62, 2**62]]))
+            attr.type = onnx.AttributeProto.INTS
+    else:
+        values = [v for v in [*graph.input, *graph.output, *graph.value_info] if v.type.tensor_type.shape.dim]
+        if not values:
+            return data
+        dims = rnd.choice(values).type.tensor_type.shape.dim
+        dims[rnd.randrange(len(dims))].dim_value = rnd.choice([0, 2**31, 2**40, 2**62])
+    return model.SerializeToString()
+
+
 BINARY: tuple[Mutator, ...] = (flip_bytes, truncate, overwrite_int, splice, corrupt_string)
 TEXT: tuple[Mutator, ...] = (text_number, text_line, truncate, splice, corrupt_string)
 
 
 def mutators_for(name: str) -> tuple[Mutator, ...]:
     """Return the mutators that make sense for a file named ``name``."""
-    if name.endswith((".onnx", ".caffemodel", ".pdmodel")):
+    if name.endswith(".onnx"):
+        return (onnx_graph, onnx_graph, proto_field, proto_field, *BINARY)
+    if name.endswith((".caffemodel", ".pdmodel")):
         return (proto_field, proto_field, *BINARY)
     if name.endswith(".json"):
         return (json_tree, json_tree, *TEXT)
@@ -394,8 +459,12 @@ def _child(argv: list[str], out: Path, err: Path) -> None:  # never returns
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        sys.stdout = open(out, "w")  # noqa: SIM115
-        sys.stderr = open(err, "w")  # noqa: SIM115
+        for fd, path in ((1, out), (2, err)):  # the server's stdout is its reply pipe: keep it clean
+            target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(target, fd)
+            os.close(target)
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
         from convert.cli import main
 
         try:
@@ -423,7 +492,12 @@ def write_case(case: Case, folder: Path) -> list[str]:
 
 
 def run_case(case: Case, work: Path, timeout: float = TIMEOUT_S) -> Outcome:
-    """Run the case through the CLI in a forked child and classify the result."""
+    """Run the case through the CLI in a child of the fork server and classify the result.
+
+    The children are forked by a separate server process that has imported the frameworks but
+    never run them: forking the test process itself, after other tests have run torch (and
+    started its thread pools), gives children that deadlock.
+    """
     if work.exists():
         shutil.rmtree(work)
     inputs = write_case(case, work / "in")
@@ -431,53 +505,47 @@ def run_case(case: Case, work: Path, timeout: float = TIMEOUT_S) -> Outcome:
     outdir.mkdir()
     argv = [case.seed.route, *inputs, "-o", str(outdir) + "/", "--no-check", "-q"]
     out, err = work / "stdout.txt", work / "stderr.txt"
-    if case.seed.route.startswith("pytorch"):
-        # A fork of a process whose torch has started its OpenMP threads deadlocks in the child's
-        # first parallel region (GNU OpenMP has no fork handler): after other tests used torch, every
-        # TorchScript case "hung". These cases get a fresh interpreter instead.
-        return _run_fresh(argv, out, err, outdir, timeout)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    preload([case.seed])
+    assert _SERVER is not None and _SERVER.stdin is not None and _SERVER.stdout is not None
+    _SERVER.stdin.write(json.dumps({"argv": argv, "out": str(out), "err": str(err), "timeout": timeout}) + "\n")
+    _SERVER.stdin.flush()
+    reply = _SERVER.stdout.readline()
+    if not reply:
+        raise RuntimeError("the fuzz fork server died")
+    status = json.loads(reply)
+    stderr = _read(err)
+    if status["kind"] == "hang":
+        return Outcome("hang", None, stderr, f"still running after {timeout:.0f} s")
+    if status["kind"] == "signal":
+        return Outcome("crash", None, stderr, f"killed by signal {status['signal']}")
+    return _classify(int(status["code"]), stderr, outdir)
+
+
+def _fork_run(argv: list[str], out: Path, err: Path, timeout: float) -> dict[str, object]:
     pid = os.fork()
     if pid == 0:
         _child(argv, out, err)
     deadline = time.monotonic() + timeout
-    status = None
     while time.monotonic() < deadline:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            break
+            if os.WIFSIGNALED(status):
+                return {"kind": "signal", "signal": os.WTERMSIG(status)}
+            return {"kind": "exit", "code": os.WEXITSTATUS(status)}
         time.sleep(0.005)
-    else:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        return Outcome("hang", None, _read(err), f"still running after {timeout:.0f} s")
-    assert status is not None
-    stderr = _read(err)
-    if os.WIFSIGNALED(status):
-        return Outcome("crash", None, stderr, f"killed by signal {os.WTERMSIG(status)}")
-    code = os.WEXITSTATUS(status)
-    return _classify(code, stderr, outdir)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return {"kind": "hang"}
 
 
-def _run_fresh(argv: list[str], out: Path, err: Path, outdir: Path, timeout: float) -> Outcome:
-    """Run the CLI in a new interpreter (same limits as the forked child) and classify the result."""
-    def limit() -> None:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_AS, (FRESH_MEMORY_LIMIT, FRESH_MEMORY_LIMIT))
-
-    with open(out, "w") as fo, open(err, "w") as fe:
-        proc = subprocess.Popen([sys.executable, "-m", "convert", *argv], stdout=fo, stderr=fe,
-                                preexec_fn=limit)
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            return Outcome("hang", None, _read(err), f"still running after {timeout:.0f} s")
-    if code < 0:
-        return Outcome("crash", None, _read(err), f"killed by signal {-code}")
-    return _classify(code, _read(err), outdir)
+def serve(routes: list[str]) -> None:
+    """The fork server: import once, then run one case per request line (JSON in, JSON out)."""
+    _import_for(routes)
+    for line in sys.stdin:
+        req = json.loads(line)
+        reply = _fork_run(req["argv"], Path(req["out"]), Path(req["err"]), float(req["timeout"]))
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
 
 
 def _read(path: Path) -> str:
@@ -531,3 +599,7 @@ def save_case(case: Case, outcome: Outcome, root: Path, per_class: int = 3) -> P
             "steps": case.steps, "found": found}
     (folder / "case.json").write_text(json.dumps(meta, indent=1) + "\n")
     return folder
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--serve"]:
+    serve(sys.argv[2:])

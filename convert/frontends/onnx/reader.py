@@ -176,7 +176,10 @@ def _check_tensors(path: Path, proto: onnx.ModelProto) -> None:
             raise ir.ModelFormatError(
                 f"{where} has data type {tensor.data_type}, which is not an ONNX tensor type. Is the file corrupt?"
             )
-        if tensor.data_location == onnx.TensorProto.EXTERNAL or not tensor.HasField("raw_data"):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            continue
+        if not tensor.HasField("raw_data"):
+            _check_typed_data(where, tensor)
             continue
         need = _expected_bytes(tensor)
         if need is not None and need != len(tensor.raw_data):
@@ -184,6 +187,31 @@ def _check_tensors(path: Path, proto: onnx.ModelProto) -> None:
                 f"{where}: its dims {list(tensor.dims)} need {need:,} bytes but it stores "
                 f"{len(tensor.raw_data):,}. Is the file corrupt?"
             )
+
+
+_T = onnx.TensorProto
+# The typed field holding one value per element, for the types stored that way (not raw_data).
+_TYPED_FIELDS = {
+    _T.FLOAT: "float_data", _T.DOUBLE: "double_data", _T.INT64: "int64_data", _T.STRING: "string_data",
+    _T.UINT32: "uint64_data", _T.UINT64: "uint64_data", _T.INT32: "int32_data", _T.INT16: "int32_data",
+    _T.INT8: "int32_data", _T.UINT16: "int32_data", _T.UINT8: "int32_data", _T.BOOL: "int32_data",
+    _T.FLOAT16: "int32_data", _T.BFLOAT16: "int32_data",
+}
+_ANY_TYPED = ("float_data", "double_data", "int32_data", "int64_data", "uint64_data", "string_data")
+
+
+def _check_typed_data(where: str, tensor: onnx.TensorProto) -> None:
+    """Refuse a tensor kept in typed fields whose value count disagrees with its dims (an empty one too)."""
+    count = 1
+    for d in tensor.dims:
+        count *= d
+    field = _TYPED_FIELDS.get(tensor.data_type)
+    stored = len(getattr(tensor, field)) if field else sum(len(getattr(tensor, f)) for f in _ANY_TYPED)
+    if (field and stored != count) or (not field and count and not stored):
+        raise ir.ModelFormatError(
+            f"{where}: its dims {list(tensor.dims)} need {count:,} values but it stores {stored:,}. "
+            "Is the file corrupt?"
+        )
 
 
 def _node_label(node: onnx.NodeProto) -> str:

@@ -80,7 +80,14 @@ def _dims_disagree_with_length(tmp: Path) -> onnx.TensorProto:
     return _external("d.bin", length="8")  # dims [2, 2] of float need 16 (fuzzing found this: an exit 3)
 
 
+def _typed_data_short(tmp: Path) -> onnx.TensorProto:
+    t = TensorProto(name="w", dims=[2, 2], data_type=TensorProto.FLOAT)
+    t.float_data.extend([1.0, 2.0])  # 2 values for 4 elements (an empty one was an exit 3 in the writer)
+    return t
+
+
 CASES = {
+    "typed-data-short": (_typed_data_short, "need 4 values but it stores 2"),
     "dims-vs-external-length": (_dims_disagree_with_length, "need 16 bytes but its external data length is 8"),
     "negative-dims": (_negative_dims, "negative dimension"),
     "dims-past-bytes": (_dims_past_bytes, "need 64 bytes"),
