@@ -326,7 +326,11 @@ def flatten(node: Node, ctx: EmitContext) -> Emitted:
     return _reshape(node, ctx)
 
 
-def _reshape(node: Node, ctx: EmitContext) -> Emitted:
+def _reshape(node: Node, ctx: EmitContext) -> Emitted | None:
+    users = [use.node for use in node.outputs[0].uses()]
+    if not ctx.flavor.permute and len(users) == 1 and _channel_shuffle(users[0], ctx) is not None:
+        ctx.alias(node.outputs[0], node.inputs[0])  # the shuffle's convolution reads the 4-D input itself
+        return None
     y = ctx.shape(node.outputs[0])
     e = ctx.layer(node, "Reshape", [node.inputs[0]])
     e.layer.reshape_param.shape.dim.extend(y)
@@ -339,9 +343,46 @@ for _op in ("Reshape", "Squeeze", "Unsqueeze"):
 _note("Flatten", "Flatten / Reshape")
 
 
+def _channel_shuffle(node: Node, ctx: EmitContext) -> tuple[int, int] | None:
+    """Return (groups, channels) when ``node`` is ShuffleNet's channel shuffle: the Transpose
+    (0, 2, 1, 3, 4) of a Reshape (N, C, H, W) -> (N, g, C/g, H, W), reshaped back to (N, C, H, W)."""
+    if node.op_type != "Transpose" or list(_ints(node, "perm", [])) != [0, 2, 1, 3, 4]:
+        return None
+    first = node.inputs[0].producer() if node.inputs[0] is not None else None
+    if first is None or first.op_type != "Reshape" or first.inputs[0] is None:
+        return None
+    try:
+        x, five = ctx.shape(first.inputs[0]), ctx.shape(node.inputs[0])
+    except NotExpressible:
+        return None
+    if len(x) != 4 or len(five) != 5 or (five[0], five[1] * five[2], *five[3:]) != x:
+        return None
+    users = [use.node for use in node.outputs[0].uses()]
+    if len(users) != 1 or users[0].op_type != "Reshape" or node.outputs[0].is_graph_output():
+        return None
+    try:
+        back = ctx.shape(users[0].outputs[0])
+    except NotExpressible:
+        return None
+    return (five[1], x[1]) if back == x else None
+
+
 @EMITTERS.register("Transpose")
 def transpose(node: Node, ctx: EmitContext) -> Emitted:
-    """Transpose -> Permute (ssd flavor only; BVLC has no Permute)."""
+    """Transpose -> Permute (ssd); BVLC has no Permute, but a channel shuffle is a 1x1 Convolution
+    whose weights permute the channels (one 1.0 per output channel: exact)."""
+    shuffle = None if ctx.flavor.permute else _channel_shuffle(node, ctx)
+    if shuffle is not None:
+        g, c = shuffle
+        k = np.arange(c)
+        w = np.zeros((c, c, 1, 1), np.float32)
+        w[k, (k % g) * (c // g) + k // g, 0, 0] = 1.0  # out b*g + a <- in a*(C/g) + b
+        e = ctx.layer(node, "Convolution", [node.inputs[0]], blobs=[w])
+        cp = e.layer.convolution_param
+        cp.num_output = c
+        cp.bias_term = False
+        cp.kernel_size.append(1)
+        return e
     if not ctx.flavor.permute:
         raise NotExpressible(f"Transpose needs Permute, which {ctx.flavor.name} lacks; use --caffe-flavor ssd")
     rank = len(ctx.shape(node.inputs[0]))
@@ -350,7 +391,7 @@ def transpose(node: Node, ctx: EmitContext) -> Emitted:
     return e
 
 
-_note("Transpose", "Permute", "ssd flavor")
+_note("Transpose", "Permute", "ssd flavor; a channel shuffle is a permuting 1x1 Convolution in any flavor")
 
 
 @EMITTERS.register("Resize")

@@ -163,3 +163,23 @@ def test_pspnet_flavor_declares_inputs_without_an_input_layer(caffe_dir: Path, t
 
     with pytest.raises(UnsupportedOpsError, match=r"needs floor rounding.*'pspnet' dialect has no rounding field"):
         ex._export(src, tmp_path / "floor", "pspnet")
+
+
+def test_channel_shuffle_in_bvlc_is_a_permuting_convolution(caffe_dir: Path, tmp_path: Path) -> None:
+    """ShuffleNet's Reshape -> Transpose(0, 2, 1, 3, 4) -> Reshape has no Permute in BVLC: a 1x1
+    Convolution whose weights permute the channels computes it exactly."""
+    import onnxruntime as ort
+
+    src = ex._model(ex.HEAD + """
+    g (float[1, 12, 5, 5] x) => (float[1, 12, 5, 5] y) {
+        r = Reshape (x, s5)
+        t = Transpose <perm = [0, 2, 1, 3, 4]> (r)
+        y = Reshape (t, s4)
+    }""", {"s5": np.array([1, 3, 4, 5, 5], np.int64), "s4": np.array([1, 12, 5, 5], np.int64)})
+    paths = ex._export(src, tmp_path / "shuffle", "bvlc")
+    text = paths[0].read_text()
+    assert "Permute" not in text and 'type: "Convolution"' in text
+    feeds = ex._feeds(src)
+    ref = ort.InferenceSession(src.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    for got in (_real(paths, caffe_dir).run(feeds)["y"], ex._opencv(paths).run(feeds)["y"]):
+        np.testing.assert_array_equal(got.reshape(ref.shape), ref)  # one 1.0 per output channel: exact
