@@ -5,7 +5,12 @@ processes), then converts it; the table gives the conversion's wall time, the pr
 resident set (VmHWM, the model included) and the anonymous memory the conversion added on top
 of the built model, the ONNX node count, and ONNX Runtime's median CPU latency.
 
+``--zoo`` runs the look-alikes of ``models/pytorch/zoo.py`` instead (BERT, DistilBERT, GPT-2,
+MobileNetV3, RAFT-style, YOLOv8 head) and adds whether each file matches eager: max error
+relative to the output's scale over every output and two inputs, a match when <= 1e-4.
+
     python benchmarks/bench_pytorch.py [--models resnet50,big] [--runs 20]
+    python benchmarks/bench_pytorch.py --zoo [--models bert,gpt2]
 """
 
 from __future__ import annotations
@@ -35,9 +40,22 @@ def _status(key: str) -> int:
     return 0
 
 
+MATCH_TOL = 1e-4
+
+
+def _zoo() -> object:
+    sys.path.insert(0, str(ROOT / "models" / "pytorch"))
+    import zoo
+
+    return zoo
+
+
 def _build(name: str) -> tuple[object, tuple[object, ...]]:
     import torch
 
+    if name.startswith("zoo:"):
+        model, inputs = _zoo().build(name[4:])  # type: ignore[attr-defined]
+        return model, inputs(1)
     if name == "resnet50":
         sys.path.insert(0, str(ROOT / "models" / "pytorch"))
         import nets
@@ -78,9 +96,12 @@ def child(tool: str, name: str, out: str) -> None:
             passes.standard_pipeline()(ir_model)
             EXPORTER.save(ir_model, Path(out), options)
         else:
+            import inspect
+
+            names = list(inspect.signature(model.forward).parameters)[: len(example)]  # type: ignore[attr-defined]
             with torch.no_grad():
-                torch.onnx.export(model, example, out, opset_version=17, input_names=["x"],
-                                  output_names=["output"], dynamo=tool.endswith("(dynamo)"))
+                torch.onnx.export(model, example, out, opset_version=17, input_names=names,
+                                  dynamo=tool.endswith("(dynamo)"))
     except Exception as exc:  # reported in the table
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:120] if str(exc).strip() else ''}"
     seconds = time.perf_counter() - t0
@@ -115,16 +136,91 @@ def _latency(path: Path, name: str, runs: int) -> float:
     return statistics.median(times)
 
 
+def _match(path: Path, name: str) -> float:
+    """Return the max error relative to scale of ``path`` against eager, over two inputs and all outputs."""
+    import numpy as np
+    import onnxruntime as ort
+    import torch
+
+    model, inputs = _zoo().build(name[4:])  # type: ignore[attr-defined]
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    session = ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for seed in (1, 2):
+        xs = inputs(seed)
+        with torch.no_grad():
+            refs = model(*xs)
+        refs = list(refs) if isinstance(refs, (tuple, list)) else [refs]
+        feeds = {i.name: x.numpy() for i, x in zip(session.get_inputs(), xs, strict=False)}
+        outs = session.run(None, feeds)
+        if len(outs) != len(refs):
+            return float("inf")
+        for ours, ref in zip(outs, refs, strict=True):
+            r = ref.numpy().astype(np.float64)
+            if ours.shape != r.shape:
+                return float("inf")
+            worst = max(worst, float(np.abs(ours - r).max()) / max(float(np.abs(r).max()), 1e-30))
+    return worst
+
+
+def _zoo_table(names: list[str]) -> None:
+    import torch
+
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; match: max|onnx - eager| / max|eager| <= {MATCH_TOL} "
+          "on two inputs, every output")
+    header = f"{'model':15} {'exporter':26} {'file':>4} {'match':>6} {'max err':>9} {'time s':>7} {'peak RSS':>10}"
+    rows = [header, "-" * len(header)]
+    totals = {tool: [0, 0] for tool in TOOLS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            for tool in TOOLS:
+                out = Path(tmp) / f"{name}_{len(rows)}.onnx"
+                env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+                r = subprocess.run([sys.executable, __file__, "--child", tool, f"zoo:{name}", str(out)],
+                                   capture_output=True, text=True, env=env, timeout=3600)
+                lines = [ln for ln in r.stdout.splitlines() if ln.startswith("@@")]
+                m = json.loads(lines[-1][2:]) if lines else {"error": (r.stderr.strip().splitlines()
+                                                                        or ["failed"])[-1][:100]}
+                if m["error"] or not out.exists():
+                    rows.append(f"{name:15} {tool:26} {'no':>4} {'-':>6} {'':>9} failed: {m['error'][:70]}")
+                    print(rows[-1], flush=True)
+                    continue
+                try:
+                    err = _match(out, f"zoo:{name}")
+                except Exception as exc:  # an exported file ORT cannot run
+                    err = float("inf")
+                    rows.append(f"{name:15} {tool:26} {'yes':>4} {'no':>6} ORT failed: {str(exc)[:60]}")
+                    print(rows[-1], flush=True)
+                    totals[tool][0] += 1
+                    continue
+                ok = err <= MATCH_TOL
+                totals[tool][0] += 1
+                totals[tool][1] += int(ok)
+                rows.append(f"{name:15} {tool:26} {'yes':>4} {'yes' if ok else 'no':>6} {err:9.1e} "
+                            f"{m['seconds']:7.2f} {m['hwm'] / 2**20:8.0f} M")
+                print(rows[-1], flush=True)
+    rows.append("")
+    for tool, (files, matching) in totals.items():
+        rows.append(f"{tool:26} files {files}/{len(names)}, matching {matching}/{len(names)}")
+    print("\n".join(rows))
+
+
 def main() -> None:
     """Run every (model, tool) pair and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--models", default=None)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--zoo", action="store_true", help="the models/pytorch/zoo.py look-alikes, with matching")
     parser.add_argument("--child", nargs=3, metavar=("TOOL", "MODEL", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(*args.child)
         return
+    if args.zoo:
+        _zoo_table(args.models.split(",") if args.models else list(_zoo().ZOO))  # type: ignore[attr-defined]
+        return
+    args.models = args.models or ",".join(MODELS)
     import torch
 
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; latency: ONNX Runtime CPU, median of {args.runs}")

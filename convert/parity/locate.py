@@ -12,11 +12,12 @@ source     per-layer values from the framework's own runtime
 =========  ===========================================================================
 onnx       ONNX Runtime with every node output made a graph output (key: node name,
            else its first output's name)
-caffe      OpenCV DNN, unfused, by layer name
+caffe      real Caffe layer by layer, or OpenCV DNN unfused, by layer name
 darknet    the Darknet runtime's per-layer output buffers (key: layer index)
 pytorch    the ExportedProgram torch captured, run node by node by ``torch.fx.Interpreter``
            (key: module path; the FX node name for ops outside any module)
-paddle     not available: Paddle Inference only fetches the model's own outputs
+paddle     Paddle Inference on a copy of the PIR program with a fetch op per op's main
+           output (key: the op's output names); a legacy .pdmodel is not supported
 =========  ===========================================================================
 
 and the converted side in ONNX Runtime or OpenCV DNN. Layers are visited in the source's
@@ -56,6 +57,10 @@ _MAX_PROTO = 2**31 - 2**20
 # float32 rounding grows smoothly with depth (a deep net's middle layers can pass 1e-4 of their scale
 # while the outputs pass), a wrong weight or op makes the error jump where it happens.
 JUMP = 10.0  # what ONNX Runtime takes from bytes; larger models go through a temp folder
+
+
+class LocateUnavailableError(Exception):
+    """This model's layers cannot be exposed (the reason is the message)."""
 
 
 @dataclass(slots=True)
@@ -342,7 +347,57 @@ def _torch_source(paths: Sequence[Path], runtime: Runtime, feeds: Mapping[str, n
     return {k: captured[k] for k in groups if k in captured}
 
 
+# -- Paddle --------------------------------------------------------------------------------------
+def _paddle_source(paths: Sequence[Path], runtime: Runtime, feeds: Mapping[str, np.ndarray],
+                   options: Options) -> dict[str, list[np.ndarray]]:
+    """Run Paddle Inference on a copy of the PIR program with a fetch op added for each op's main
+    output (the parameters are linked, not copied)."""
+    import copy
+    import json
+    import os
+
+    from convert.frontends.paddle.context import layer_key
+    from convert.frontends.paddle.loader import read_program, resolve
+
+    from .runtimes.paddle import PaddleRuntime
+
+    files = resolve([Path(p) for p in paths])
+    if files.program.suffix != ".json" or files.params is None:
+        raise LocateUnavailableError("layer-by-layer runs need a PIR program (.json) with a combined .pdiparams")
+    doc = json.loads(files.program.read_text())
+    raw_ops = doc["program"]["regions"][0]["blocks"][0]["ops"]
+    fetches = [o for o in raw_ops if o.get("#") == "1.fetch"]
+    fetched = {i.get("%") for f in fetches for i in f.get("I", [])}  # a value fetched twice breaks Paddle
+    ids = [int(v) for v in re.findall(r'"%": (\d+)', json.dumps(doc))]
+    next_id = max(ids, default=0) + 1
+    keys: dict[str, str] = {}
+    for op in read_program(files.program).ops:
+        outs = raw_ops[op.index].get("O") or []
+        out = (outs if isinstance(outs, list) else [outs])[:1]
+        tt = out[0].get("TT") or {} if out else {}
+        if not out or out[0].get("%") in fetched or tt.get("#") != "0.t_dtensor" or \
+                (tt.get("D") or [{}])[0].get("#") != "0.t_f32":
+            continue
+        col = len(fetches) + len(keys)
+        name = f"convert_locate_{col}"
+        fetch = copy.deepcopy(fetches[0])
+        fetch["A"] = [{"AT": {"#": "0.a_str", "D": name}, "N": "name"}, {"AT": {"#": "0.a_i32", "D": col}, "N": "col"}]
+        fetch["I"] = [{"%": out[0]["%"]}]
+        fetch["O"] = [{"%": next_id, "TT": copy.deepcopy(tt)}]
+        next_id += 1
+        raw_ops.append(fetch)
+        keys[name] = layer_key(op)
+    with tempfile.TemporaryDirectory(prefix="convert-locate-") as tmp:
+        program = Path(tmp) / files.program.name
+        program.write_text(json.dumps(doc))
+        params = Path(tmp) / files.params.name
+        os.symlink(files.params.resolve(), params)
+        values = PaddleRuntime([program, params], device="cpu").run(feeds)
+    return {keys[n]: [values[n]] for n in keys if n in values}
+
+
 _SOURCES: dict[str, Callable[..., dict[str, list[np.ndarray]]]] = {
+    "paddle": _paddle_source,
     "onnx": _onnx_source,
     "caffe": _caffe_source,
     "darknet": _darknet_source,
@@ -392,10 +447,14 @@ def locate(source_format: str, source_paths: Sequence[Path], dest_format: str, d
     if source is None:
         result.unavailable = f"the {src} runtime cannot expose intermediate layers"
         return result
+    try:
+        refs = source([Path(p) for p in source_paths], runtime, feeds, options)
+    except LocateUnavailableError as exc:
+        result.unavailable = str(exc)
+        return result
     if dest is None:
         result.unavailable = f"no intermediate layers can be read from a {dst} model"
         return result
-    refs = source([Path(p) for p in source_paths], runtime, feeds, options)
     gots = dest([Path(p) for p in dest_paths], list(refs), dest_feeds, options)
     for key, ref_values in refs.items():
         if key not in gots:

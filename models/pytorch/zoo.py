@@ -4,7 +4,8 @@ Hugging Face transformers and timm are not dependencies, so each family is rewri
 its published structure, keeping the parts that matter for conversion: how transformers 5.x builds
 attention masks (advanced indexing with broadcast ``arange`` tensors -> ``aten.index``), GPT-2's
 Conv1D (``addmm``), tanh GELU, causal mask and last-token pooling (``logits[arange(B), lengths]``),
-DistilBERT's ``masked_fill(finfo.min)``, MobileNetV3's in-place hardswish/hardsigmoid, RAFT's
+DistilBERT's ``masked_fill(finfo.min)``, T5's relative-position buckets and RMS norm, Whisper's
+conv front end and pre-norm ``nn.TransformerEncoderLayer``, MobileNetV3's in-place hardswish/hardsigmoid, RAFT's
 ``grid_sample`` warping with instance norm and a ``meshgrid`` coordinate grid, YOLOv8's DFL head and
 anchors built without a prior forward (``meshgrid``, ``new_full``). Weights are seeded and random;
 BatchNorm statistics are measured on seeded data (``nets.recalibrate``).
@@ -45,15 +46,16 @@ def _nets() -> object:
 
 
 # -- text inputs and masks -----------------------------------------------------------------
-def _text_inputs(batch: int = 2) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+def _text_inputs(batch: int = 3) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
     def make(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
         gen = torch.Generator().manual_seed(seed)
         ids = torch.randint(1, VOCAB, (batch, SEQ), generator=gen)
         mask = torch.ones(batch, SEQ, dtype=torch.int64)
-        for b in range(1, batch):  # right padding of a different length per row and seed
+        for b in range(1, batch):  # padding of a different length per row and seed: right, then left
             pad = 2 + (seed + 3 * b) % (SEQ // 2)
-            mask[b, SEQ - pad:] = 0
-            ids[b, SEQ - pad:] = 0
+            cols = slice(SEQ - pad, SEQ) if b % 2 else slice(0, pad)
+            mask[b, cols] = 0
+            ids[b, cols] = 0
         return ids, mask
 
     return make
@@ -238,11 +240,97 @@ class GPT2Like(nn.Module):
             x = block(x, mask)
         x = self.ln_f(x)
         lm_logits = torch.matmul(x, self.wte.weight.T)
-        # GPT2ForSequenceClassification: the logits of the last non-padding token of each row
+        # GPT2ForSequenceClassification: the logits of the last non-padding token of each row (left
+        # padding leaves the first queries with every key masked: torch's attention gives 0 there)
         non_pad = (input_ids != 0).int()
         last = (non_pad * torch.arange(length, device=input_ids.device)).argmax(-1)
         pooled = self.score(x)[torch.arange(batch, device=input_ids.device), last]
         return lm_logits, pooled
+
+
+# -- T5 encoder ------------------------------------------------------------------------------
+class _T5Norm(nn.Module):
+    """T5's RMS norm: no mean subtraction, no bias, variance computed in float32."""
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.rand(dim) + 0.5)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        variance = x.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + self.eps))
+
+
+def relative_position_bucket(relative: torch.Tensor, buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
+    """Return T5's bidirectional relative-position bucket of every (query, key) offset."""
+    buckets //= 2
+    result = (relative > 0).to(torch.long) * buckets
+    relative = torch.abs(relative)
+    max_exact = buckets // 2
+    is_small = relative < max_exact
+    large = max_exact + (torch.log(relative.float() / max_exact) / math.log(max_distance / max_exact)
+                         * (buckets - max_exact)).to(torch.long)
+    large = torch.min(large, torch.full_like(large, buckets - 1))
+    return result + torch.where(is_small, relative, large)
+
+
+class T5EncoderLike(nn.Module):
+    """T5 encoder: RMS norms, no attention scaling, a learned relative-position bias, ReLU FFN."""
+
+    def __init__(self, dim: int = 64, heads: int = 4, layers: int = 2) -> None:
+        super().__init__()
+        self.heads = heads
+        self.embed = nn.Embedding(VOCAB, dim)
+        self.bias = nn.Embedding(32, heads)
+        self.qkvo = nn.ModuleList(nn.ModuleList(nn.Linear(dim, dim, bias=False) for _ in range(4))
+                                  for _ in range(layers))
+        self.ffn = nn.ModuleList(nn.Sequential(nn.Linear(dim, 2 * dim, bias=False), nn.ReLU(),
+                                               nn.Linear(2 * dim, dim, bias=False)) for _ in range(layers))
+        self.norms = nn.ModuleList(_T5Norm(dim) for _ in range(2 * layers + 1))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        b, s = input_ids.shape
+        x = self.embed(input_ids)
+        positions = torch.arange(s)
+        buckets = relative_position_bucket(positions[None, :] - positions[:, None])
+        bias = self.bias(buckets).permute(2, 0, 1)[None]  # [1, H, Q, K]
+        pad = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
+        bias = bias + pad
+        for i, (proj, ffn) in enumerate(zip(self.qkvo, self.ffn, strict=True)):
+            h = self.norms[2 * i](x)
+            q, k, v = (p(h).view(b, s, self.heads, -1).transpose(1, 2) for p in proj[:3])
+            scores = torch.matmul(q, k.transpose(3, 2)) + bias
+            weights = scores.float().softmax(-1).type_as(scores)
+            x = x + proj[3](torch.matmul(weights, v).transpose(1, 2).reshape(b, s, -1))
+            x = x + ffn(self.norms[2 * i + 1](x))
+        return self.norms[-1](x)
+
+
+# -- Whisper encoder -------------------------------------------------------------------------
+class WhisperEncoderLike(nn.Module):
+    """Whisper's audio encoder: two Conv1d + GELU over log-mel frames, sinusoidal positions, pre-norm layers."""
+
+    def __init__(self, mels: int = 16, dim: int = 64, heads: int = 4, layers: int = 2, frames: int = 32) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv1d(mels, dim, 3, padding=1)
+        self.conv2 = nn.Conv1d(dim, dim, 3, stride=2, padding=1)
+        length = frames // 2
+        inv = torch.exp(-math.log(10000) / (dim // 2 - 1) * torch.arange(dim // 2))
+        scaled = torch.arange(length)[:, None] * inv[None, :]
+        self.register_buffer("positions", torch.cat([torch.sin(scaled), torch.cos(scaled)], 1))
+        self.layers = nn.ModuleList(nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.0, activation="gelu",
+                                                               batch_first=True, norm_first=True)
+                                    for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, input_features: torch.Tensor) -> torch.Tensor:
+        x = F.gelu(self.conv1(input_features))
+        x = F.gelu(self.conv2(x)).permute(0, 2, 1)
+        x = x + self.positions
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
 
 
 # -- MobileNetV3 ---------------------------------------------------------------------------
@@ -378,6 +466,8 @@ ZOO: dict[str, tuple[Callable[[], nn.Module], Callable[[int], tuple[torch.Tensor
     "bert": (BertLike, _text_inputs(), None),
     "distilbert": (DistilBertLike, _text_inputs(), None),
     "gpt2": (GPT2Like, _text_inputs(), None),
+    "t5_encoder": (T5EncoderLike, _text_inputs(), None),
+    "whisper_encoder": (WhisperEncoderLike, _image_inputs((1, 16, 32)), None),
     "mobilenetv3": (MobileNetV3Like, _image_inputs((1, 3, 64, 64)), (1, 3, 64, 64)),
     "raft": (RaftLike, _image_inputs((1, 3, 32, 48), (1, 3, 32, 48)), None),
     "yolov8_head": (YoloV8HeadLike, _image_inputs((1, 3, 64, 64)), (1, 3, 64, 64)),

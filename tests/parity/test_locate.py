@@ -3,8 +3,9 @@
 Each test converts a real model, scales one weight tensor of one chosen layer of the *converted*
 files by 1.02 (a 2% error a buggy converter could make), and checks that the localisation names
 that layer, found by comparing every layer's output in the source's own runtime (libdarknet or
-OpenCV's Darknet importer, OpenCV's Caffe importer, torch.fx running the captured program, ONNX
-Runtime) with the converted model's in ONNX Runtime or OpenCV. The unperturbed conversion must
+OpenCV's Darknet importer, real Caffe or OpenCV's Caffe importer, torch.fx running the captured
+program, Paddle Inference, ONNX Runtime) with the converted model's in ONNX Runtime or the Caffe
+runtime. The unperturbed conversion must
 localise nothing: every compared layer within the tolerance.
 
 A Conv with its BatchNorm folded in computes the BatchNorm layer's output, so a perturbed Conv
@@ -248,12 +249,56 @@ def test_cli_localises_when_parity_fails_and_reports_it(plain_onnx: Path, tmp_pa
     assert passing.returncode == 0 and "locate:" not in passing.stdout, passing.stdout
 
 
-def test_paddle_source_says_localisation_is_unavailable(tmp_path: Path) -> None:
-    from convert.ir import Options
-    from convert.parity.locate import locate
+# -- Paddle -------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def paddle_resnet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    pytest.importorskip("paddle")
+    root = tmp_path_factory.mktemp("paddle")
+    out = {}
+    for fmt, extra in (("json", []), ("pdmodel", ["--legacy"])):
+        run = subprocess.run([sys.executable, str(REPO / "models/paddle/build_models.py"), str(root / fmt), "resnet18",
+                              *extra], capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-2000:]
+        out[fmt] = root / fmt / "resnet18"
+    return out
 
-    loc = locate("paddle", [], "onnx", [], None, {}, {}, Options(), 1e-4)  # type: ignore[arg-type]
-    assert loc.unavailable and "paddle" in loc.lines()[0]
+
+def _third_conv_layer(onnx_path: Path) -> tuple[str, str]:
+    """Return (the Conv's own layer, the layer whose output it computes) of the third Conv."""
+    convs = [n for n in onnx.load(str(onnx_path)).graph.node if n.op_type == "Conv"]
+    meta = {p.key: p.value for p in convs[2].metadata_props}
+    return meta["convert:source_layer"], meta.get("convert:output_of") or meta["convert:source_layer"]
+
+
+@pytest.mark.parametrize("dest", ["onnx", "caffe"])
+def test_paddle_names_the_perturbed_op(dest: str, paddle_resnet: dict[str, Path], tmp_path: Path) -> None:
+    src = paddle_resnet["json"]
+    if dest == "onnx":
+        good = [tmp_path / "r.onnx"]
+        api.convert([src], to="onnx", out=good[0], check=False, format="paddle")
+        _assert_clean(_locate([src], good, format="paddle"))
+        conv, named = _third_conv_layer(good[0])
+        _scale_onnx_weight(good[0], tmp_path / "bad.onnx", conv)
+        bad = [tmp_path / "bad.onnx"]
+    else:
+        good = list(api.convert([src], to="caffe", out=tmp_path / "c" / "r", check=False, fold_batchnorm=False,
+                                format="paddle", input_shapes={"x": (1, 3, 64, 64)}).outputs)
+        _assert_clean(_locate([src], good, format="paddle"))
+        api.convert([src], to="onnx", out=tmp_path / "probe.onnx", check=False, fold_batchnorm=False,
+                    format="paddle", input_shapes={"x": (1, 3, 64, 64)})
+        conv, named = _third_conv_layer(tmp_path / "probe.onnx")
+        _scale_caffe_weight(good[1], _conv_layer_of(good[0], conv))
+        bad = good
+    assert named.startswith("batch_norm" if dest == "onnx" else "conv2d"), named
+    _assert_named(_locate([src], bad, format="paddle"), named, "[conv2d]" if dest == "caffe" else "")
+
+
+def test_legacy_paddle_program_says_localisation_is_unavailable(paddle_resnet: dict[str, Path],
+                                                                tmp_path: Path) -> None:
+    src = paddle_resnet["pdmodel"]
+    api.convert([src], to="onnx", out=tmp_path / "r.onnx", check=False, format="paddle")
+    loc = api.verify([src], [tmp_path / "r.onnx"], locate=True, format="paddle").location
+    assert loc is not None and loc.unavailable and "PIR program" in loc.lines()[0]
 
 
 def test_gradual_float_rounding_is_not_named_a_jump_is(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -147,7 +147,9 @@ class EmitContext:
             dims = list(v.shape) if v.shape is not None else None
             if dims is not None and all(isinstance(d, int) for d in dims):
                 continue
-            shown = ",".join(str(d) if isinstance(d, int) else "?" for d in dims) if dims else "1,3,224,224"
+            # a free leading dim is the batch: 1 (a deployed Caffe net has a fixed batch); others to fill in
+            shown = ",".join(str(d) if isinstance(d, int) else ("1" if i == 0 else "?")
+                             for i, d in enumerate(dims)) if dims else "1,3,224,224"
             hints.append(f"--input-shape {v.name}={shown}")
         return " ".join(hints) if hints else "--input-shape NAME=1,3,224,224"
 

@@ -20,6 +20,11 @@ __all__ = ["PaddleContext"]
 _SMALL = 1 << 16
 
 
+def layer_key(op: Op) -> str:
+    """Return the source-layer key of a Paddle op: its first output names (the localisation reads it)."""
+    return ",".join(op.output_names()[:4])
+
+
 class PaddleContext:
     """State of one conversion: builder, value table, program, options."""
 
@@ -104,7 +109,7 @@ class PaddleContext:
 
     # -- emitting -------------------------------------------------------------------------
     def _prov(self, op: Op) -> Provenance:
-        return Provenance(layer=",".join(op.output_names()[:4]), kind=op.type)
+        return Provenance(layer=layer_key(op), kind=op.type)
 
     def emit(self, op_type: str, inputs: Sequence[Value | None], attrs: Mapping[str, object] | None = None,
              *, outputs: int = 1, domain: str = "") -> tuple[Value, ...]:

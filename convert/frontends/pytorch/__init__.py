@@ -52,6 +52,7 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
         check_pt2_payloads,
         classify,
         load_checkpoint,
+        traced_input_dtypes,
         traced_input_shapes,
     )
 
@@ -91,7 +92,8 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
             options.input_shapes = dict(zip(names, traced, strict=True))
             shown = ", ".join(f"{n}={','.join(map(str, s))}" for n, s in zip(names, traced, strict=True))
             options.diagnostics.note(f"{source}: input shapes taken from the example it was traced with: {shown}")
-        example = make_example_inputs(resolve_shapes(names, options, source))
+        dtypes = traced_input_dtypes(path)
+        example = make_example_inputs(resolve_shapes(names, options, source), dtypes=dtypes)
         return script_to_program(script, example, source), names, source
     if kind == CHECKPOINT:
         module = load_checkpoint(path, options)

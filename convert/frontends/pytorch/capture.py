@@ -113,12 +113,24 @@ def resolve_shapes(names: Sequence[str], options: Options, source: str) -> list[
     return shapes
 
 
-def make_example_inputs(shapes: Sequence[Sequence[int]], seed: int = 0) -> tuple[torch.Tensor, ...]:
-    """Return seeded float32 example inputs of ``shapes``."""
+def make_example_inputs(shapes: Sequence[Sequence[int]], seed: int = 0,
+                        dtypes: Sequence[str] | None = None) -> tuple[torch.Tensor, ...]:
+    """Return seeded example inputs of ``shapes``: float32, or the ``dtypes`` named ('int64', 'bool').
+
+    Integer inputs (token ids, attention masks) are 0 or 1, valid for any embedding or mask.
+    """
     import torch
 
     gen = torch.Generator().manual_seed(seed)
-    return tuple(torch.rand(tuple(s), generator=gen) for s in shapes)
+    out = []
+    for i, s in enumerate(shapes):
+        name = dtypes[i] if dtypes is not None and i < len(dtypes) else "float32"
+        dtype = getattr(torch, name, torch.float32)
+        if dtype.is_floating_point:
+            out.append(torch.rand(tuple(s), generator=gen).to(dtype))
+        else:
+            out.append(torch.randint(0, 2, tuple(s), generator=gen).to(dtype))
+    return tuple(out)
 
 
 def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Tensor], source: str) -> object:

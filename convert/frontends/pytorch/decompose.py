@@ -5,16 +5,18 @@ When an op has no converter, or an in-place op writes through a view, the progra
 functional forms, writes through views become ``*_scatter`` ops) and decomposes the ops the table
 names into Core ATen. The table is torch's default one minus every op our op table lowers, so
 conv, the norms, linear, attention, upsampling and the rest stay whole and keep their direct
-lowering.
+lowering. When a converter refuses a call (an argument it does not handle), the lowering asks
+again with that op decomposed too (``also``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 
 from .ops import resolve
 
-__all__ = ["decompose", "decomposition_table"]
+__all__ = ["decomposable", "decompose", "decomposition_table"]
 
 logger = logging.getLogger(__name__)
 
@@ -24,22 +26,35 @@ def _key(op: object) -> str:
     return str(name).split(".", 1)[0].replace("::", ".")
 
 
-def decomposition_table() -> object:
-    """Return torch's default decomposition table without the ops we lower ourselves."""
+def decomposition_table(also: Collection[str] = ()) -> object:
+    """Return torch's default decomposition table without the ops we lower ourselves.
+
+    Args:
+        also: op keys (``aten.softplus``) decomposed even though a converter exists: the calls of
+            them that the converter refused (a ``beta`` it does not handle, say).
+    """
     import torch
 
     table = torch.export.default_decompositions()
     for op in list(table.keys()):
-        if resolve(_key(op)) is not None:
+        key = _key(op)
+        if key not in also and resolve(key) is not None:
             del table[op]
     return table
 
 
-def decompose(program: object) -> object:
-    """Return ``program`` functionalized, with every op we cannot lower decomposed by torch."""
+def decomposable(key: str) -> bool:
+    """Return True when torch's default table can decompose op ``key``."""
+    import torch
+
+    return any(_key(op) == key for op in torch.export.default_decompositions().keys())  # noqa: SIM118
+
+
+def decompose(program: object, also: Collection[str] = ()) -> object:
+    """Return ``program`` functionalized, with every op we cannot lower (and ``also``) decomposed."""
     import torch
 
     from .capture import quiet_torch
 
     with torch.no_grad(), quiet_torch():
-        return program.run_decompositions(decomposition_table())  # type: ignore[attr-defined]
+        return program.run_decompositions(decomposition_table(also))  # type: ignore[attr-defined]

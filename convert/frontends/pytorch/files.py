@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["CHECKPOINT", "EXPORTED_PROGRAM", "TORCHSCRIPT", "check_archive", "check_pt2_payloads",
            "classify", "load_checkpoint", "load_factory",
-           "traced_input_shapes"]
+           "traced_input_dtypes", "traced_input_shapes"]
 
 TORCHSCRIPT = "torchscript"
 EXPORTED_PROGRAM = "exported_program"
@@ -58,7 +58,8 @@ class _ShapesOnly(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> object:
         if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
-            return lambda storage, offset, size, *rest: tuple(int(d) for d in size)
+            return lambda storage, offset, size, *rest: _TracedInput(tuple(int(d) for d in size),
+                                                                     _STORAGE_DTYPES.get(str(storage), "float32"))
         if (module, name) == ("torch.jit._pickle", "restore_type_tag"):
             return lambda value, tag: value
         if module == "torch" and name.endswith("Storage"):
@@ -68,7 +69,24 @@ class _ShapesOnly(pickle.Unpickler):
         raise pickle.UnpicklingError(f"unexpected global {module}.{name}")
 
     def persistent_load(self, pid: object) -> object:
-        return None
+        # ('storage', <what find_class gave for torch.XStorage>, key, location, numel)
+        return pid[1] if isinstance(pid, tuple) and len(pid) > 1 else None
+
+
+_STORAGE_DTYPES = {"FloatStorage": "float32", "DoubleStorage": "float64", "HalfStorage": "float16",
+                   "BFloat16Storage": "bfloat16", "LongStorage": "int64", "IntStorage": "int32",
+                   "ShortStorage": "int16", "CharStorage": "int8", "ByteStorage": "uint8", "BoolStorage": "bool"}
+
+
+class _TracedInput(tuple):  # type: ignore[type-arg]
+    """The shape of one recorded example input, with its dtype name in ``dtype``."""
+
+    dtype: str
+
+    def __new__(cls, shape: tuple[int, ...], dtype: str) -> _TracedInput:
+        obj = super().__new__(cls, shape)
+        obj.dtype = dtype
+        return obj
 
 
 # An archive member that inflates past both bounds is an archive bomb, not a model part.
@@ -170,6 +188,14 @@ def traced_input_shapes(path: Path) -> list[tuple[int, ...]] | None:
     if not isinstance(shapes, (list, tuple)) or not all(isinstance(s, tuple) for s in shapes):
         return None
     return list(shapes)
+
+
+def traced_input_dtypes(path: Path) -> list[str] | None:
+    """Return the dtype names ('float32', 'int64') of a traced TorchScript file's example inputs, or None."""
+    shapes = traced_input_shapes(path)
+    if shapes is None:
+        return None
+    return [getattr(s, "dtype", "float32") for s in shapes]
 
 
 def _state_dict_of(obj: object) -> Mapping[str, object] | None:

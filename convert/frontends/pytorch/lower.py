@@ -34,7 +34,7 @@ from convert.ir import (
     from_array,
 )
 
-from .ops import LowerContext, OpCall, TensorMeta, resolve
+from .ops import LowerContext, OpCall, TensorMeta, functional_key, resolve
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -203,6 +203,7 @@ class _Lowering:
                 self.const_names[node] = target
             else:
                 raise ModelFormatError(f"{source}: inputs of kind {spec.kind.name} ('{node.name}') are not supported")
+        self._protect_written_state()
         self.foldable = self._find_foldable()
         self.seen: Counter[str] = Counter()  # ATen ops met, converted or folded
         self.sym_names: dict[str, str] = {}  # symbolic dims: torch's symbol -> our name ('batch')
@@ -212,6 +213,20 @@ class _Lowering:
         self.alias_members: dict[object, list[object]] = {}
 
     # -- analysis ---------------------------------------------------------------------
+    def _protect_written_state(self) -> None:
+        """Copy the parameters and buffers the graph writes to (``self.buf.add_(1)``), so that
+        folding runs those writes on the copy and never changes the user's module."""
+        for node in self.ep.graph.nodes:  # type: ignore[attr-defined]
+            if node.op != "call_function":
+                continue
+            for w in _written(node):
+                base = w
+                while getattr(base, "op", None) == "call_function" and (_is_view(base) or _written(base)):
+                    base = base.args[0]  # type: ignore[attr-defined]
+                real = self.consts.get(base)
+                if real is not None and getattr(base, "op", None) == "placeholder" and hasattr(real, "clone"):
+                    self.consts[base] = real.clone()  # type: ignore[attr-defined]
+
     def _find_foldable(self) -> set[object]:
         foldable: set[object] = set(self.consts)
         for node in self.ep.graph.nodes:  # type: ignore[attr-defined]
@@ -388,7 +403,8 @@ class _Lowering:
         self.ctx.call = call
         try:
             result = converter(call, self.ctx)
-        except ConvertError:
+        except ConvertError as exc:
+            exc.aten_op = functional_key(key)  # type: ignore[attr-defined]  # for lower_program's retry
             raise
         except Exception as exc:
             raise ConversionError(where, f"{type(exc).__name__}: {exc}") from exc
@@ -530,8 +546,8 @@ def prepare_program(program: object, source: str, options: Options) -> object:
         options.diagnostics.note(f"{source}: no direct converter for {names}; lowered through torch's "
                                  "Core ATen decompositions")
     else:
-        options.diagnostics.note(f"{source}: in-place writes through views; the program was functionalized "
-                                 "by torch before lowering")
+        options.diagnostics.note(f"{source}: in-place writes to tensors that views share; the program was "
+                                 "functionalized by torch before lowering")
     return decomposed
 
 
@@ -556,11 +572,43 @@ def lower_program(program: object, *, source: str, options: Options,
     Returns:
         The IR model, inputs and outputs in the program's order.
 
+    A call its converter refuses (an argument the converter does not handle) is tried once more
+    through torch's decomposition of that op, where torch has one.
+
     Raises:
         UnsupportedOpsError: listing every op without a converter.
         ConversionError: when one call cannot be converted (its op, module path and line).
     """
+    from .decompose import decomposable, decompose
+
+    original = program
     program = prepare_program(program, source, options)
+    retried: list[str] = []
+    first: ConvertError | None = None  # the refusal the user's own op met, reported if retrying fails
+    while True:
+        try:
+            model = _lower_once(program, source=source, options=options, input_names=input_names, name=name)
+        except ConvertError as exc:
+            first = first or exc
+            key = getattr(exc, "aten_op", None)
+            if key is None or key in retried or not decomposable(key):
+                if first is exc:
+                    raise
+                raise first from exc
+            retried.append(key)
+            try:
+                program = decompose(original, also=retried)
+            except Exception:
+                raise first from None
+            continue
+        if first is not None:
+            options.diagnostics.note(f"{first}; lowered through torch's decomposition of "
+                                     f"{', '.join(retried)} instead")
+        return model
+
+
+def _lower_once(program: object, *, source: str, options: Options, input_names: Sequence[str] | None,
+                name: str) -> Model:
     builder = GraphBuilder(name, source=source)
     lowering = _Lowering(program, builder, options, source)
     missing = lowering.missing()

@@ -81,11 +81,13 @@ def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
         TORCHSCRIPT,
         classify,
         load_checkpoint,
+        traced_input_dtypes,
         traced_input_shapes,
     )
 
     path = Path(paths[0])
     kind = classify(path)
+    dtypes: list[str] | None = None
     if kind == EXPORTED_PROGRAM:
         program = torch.export.load(path)
         users = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
@@ -100,6 +102,7 @@ def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
         if not options.input_shapes and traced is not None and len(traced) == len(names):
             options = copy.copy(options)
             options.input_shapes = dict(zip(names, traced, strict=True))
+        dtypes = traced_input_dtypes(path)
     elif kind == CHECKPOINT:
         module = load_checkpoint(path, options)
         if isinstance(module, torch.jit.ScriptModule):
@@ -110,7 +113,10 @@ def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
     else:
         raise UsageError(f"{path}: not a PyTorch file")
     shapes = resolve_shapes(names, options, path.name)
-    return TorchRuntime(module, [TensorSpec(n, np.dtype(np.float32), s) for n, s in zip(names, shapes, strict=True)])
+    if dtypes is None or len(dtypes) != len(names):
+        dtypes = ["float32"] * len(names)
+    return TorchRuntime(module, [TensorSpec(n, np.dtype(d if d != "bfloat16" else "float32"), s)
+                                 for n, s, d in zip(names, shapes, dtypes, strict=True)])
 
 
 def module_runtime(module: object, example_inputs: object, options: Options) -> TorchRuntime:

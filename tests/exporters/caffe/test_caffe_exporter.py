@@ -314,7 +314,7 @@ def test_flavors_write_their_own_pooling_rounding(tmp_path: Path) -> None:
 
 
 def test_bvlc_round_mode_reads_back(tmp_path: Path) -> None:
-    """BVLC's round_mode (which OpenCV cannot parse) round-trips through our frontend."""
+    """BVLC's round_mode (which OpenCV and the fork cannot parse) round-trips through our frontend."""
     ort = pytest.importorskip("onnxruntime")
     text, weights, _ = CASES["floor_pool_permute_relu6"]
     src = _model(
@@ -330,6 +330,16 @@ def test_bvlc_round_mode_reads_back(tmp_path: Path) -> None:
     ref = ort.InferenceSession(src.SerializeToString()).run(None, feeds)[0]
     ours = ort.InferenceSession(serde.serialize_model(back).SerializeToString()).run(None, feeds)[0]
     assert _rel(ours, ref) <= RTOL
+    # and in real Caffe, which reads the same rounding spelled as its ceil_mode (and says so)
+    from convert.parity.runtimes.caffe_runtime import RealCaffeRuntime, find_caffe
+
+    caffe_dir = find_caffe()
+    if caffe_dir is None:
+        pytest.skip("real Caffe is not built here: run scripts/build_caffe")
+    rt = RealCaffeRuntime(paths[0], paths[1], caffe_dir)
+    ran = rt.run(feeds)[next(iter(rt.outputs()))]
+    assert "AS WRITTEN DOES NOT LOAD" in rt.notes[0]
+    assert float(ref.std()) > 1e-3 and _rel(ran, ref) <= RTOL
 
 
 NETS = ["lenet", "lenet_v1", "resnet", "mobilenet", "vgg", "ssd", "seg"]
@@ -482,7 +492,8 @@ def test_every_emitter_is_tested() -> None:
 
 
 DIALECT_ONLY = {
-    # Layers OpenCV cannot load: checked by reading the export back with our frontend.
+    # Dialect layers: run in the runtime that has them (Interp: OpenCV; Upsample: real Caffe), and
+    # read back with our frontend.
     "interp_pspnet": (
         'y = Resize <mode = "linear", coordinate_transformation_mode = "align_corners"> (x, , , sz)',
         "pspnet",
@@ -513,6 +524,16 @@ def test_dialect_layers_read_back(case: str, tmp_path: Path) -> None:
     ref = ort.InferenceSession(src.SerializeToString()).run(None, feeds)[0]
     ours = ort.InferenceSession(serde.serialize_model(back).SerializeToString()).run(None, feeds)[0]
     assert _rel(ours, ref) <= RTOL
+    if layer == "Interp":
+        ran = _opencv(paths).run(feeds)["y"]
+    else:
+        from convert.parity.runtimes.caffe_runtime import RealCaffeRuntime, find_caffe
+
+        caffe_dir = find_caffe()
+        if caffe_dir is None:
+            pytest.skip("real Caffe is not built here: run scripts/build_caffe")
+        ran = RealCaffeRuntime(paths[0], paths[1], caffe_dir).run(feeds)["y"]
+    assert float(ref.std()) > 1e-3 and _rel(ran, ref) <= RTOL
 
 
 def test_check_and_save_leave_the_model_alone(tmp_path: Path) -> None:

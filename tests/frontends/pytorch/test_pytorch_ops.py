@@ -106,7 +106,8 @@ CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
     "attention": (lambda: Fn(lambda m, q, k, v: (F.scaled_dot_product_attention(q, k, v),
                                                  F.scaled_dot_product_attention(q, k, v, is_causal=True),
                                                  F.scaled_dot_product_attention(
-                                                     q, k, v, attn_mask=q[0, 0] @ k[0, 0].T > 0, scale=0.3))),
+                                                     q, k, v, attn_mask=q[0, 0] @ k[0, 0].T > 0, scale=0.3),
+                                                 *_fully_masked_rows(q, k, v))),
                   [(1, 2, 6, 8)] * 3),
     "reshape_flatten_permute": (lambda: Fn(lambda m, x: (x.view(1, 4, 64), x.reshape(-1, 16).t(),
                                                          x.flatten(), x.flatten(1), x.flatten(0, 1),
@@ -138,6 +139,8 @@ CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
                              ), S4),
     "inplace_variants": (lambda: Fn(lambda m, x: _inplace_variants(x)), S4),
     "inplace_through_views": (lambda: Fn(lambda m, x: _inplace_views(x)), S4),
+    "inplace_aliases": (lambda: Fn(lambda m, x: _inplace_aliases(x)), S4),
+    "inplace_stale_view": (lambda: Fn(lambda m, x: _inplace_stale_view(x)), S4),
     "out_variant": (lambda: Fn(lambda m, x: _out_variant(x)), S4),
     "index_advanced": (lambda: Fn(lambda m, x, y: _advanced_index(x, y)), S4 + S4),
     "index_put": (lambda: Fn(lambda m, x, y: _index_put(x, y)), S4 + S4),
@@ -168,7 +171,37 @@ CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
                                                         + ((x > 0) ^ (x < 0.5)).float()
                                                         + x.new_empty((1, 4, 8, 8)).fill_(1.0))), S4),
     "aten_direct": (lambda: Fn(lambda m, x: _aten_direct(x)), S4),
+    "core_misc": (lambda: Fn(lambda m, x, y: _core_misc(x, y)), S4 + S4),
+    "bounds_divisor_selu": (lambda: Fn(lambda m, x, y: (torch.clamp(x, min=y * 0.1 - 0.5, max=y.abs() + 0.2),
+                                                        x.clamp_min(y), x.clamp_max(y * 0.5),
+                                                        F.avg_pool2d(x, 2, divisor_override=3),
+                                                        F.avg_pool2d(x, 3, 1, 1, divisor_override=5),
+                                                        F.selu(x), F.celu(x, 0.5))), S4 + S4),
+    "embedding_bag": (lambda: Fn(lambda m, x: _embedding_bag(m, x), mean=nn.EmbeddingBag(10, 3, mode="mean"),
+                                 total=nn.EmbeddingBag(10, 3, mode="sum", padding_idx=2)), S4),
 }
+
+
+def _embedding_bag(m: nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    idx = (x[0, 0].abs() * 4).long().clamp(0, 9)  # [8, 8] computed indices, some equal to padding_idx 2
+    flat = idx[:3].flatten()
+    offsets = torch.tensor([0, 5, 5, 11, 20])  # an empty bag (5, 5) included
+    weights = x[0, 1, :3].flatten()
+    return (m.mean(idx), m.total(flat, offsets, per_sample_weights=weights), m.mean(flat, offsets),
+            torch.nn.functional.embedding_bag(flat, m.total.weight, torch.tensor([0, 4, 24]), mode="sum",
+                                              include_last_offset=True))
+
+
+def _core_misc(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    aten = torch.ops.aten
+    idx = (y.abs() * 3).long().clamp(0, 7)
+    return (torch.diagonal(x, 1, 2, 3), torch.diagonal(x, -2, 3, 2), (x * 2).as_strided((4, 3, 3), (64, 8, 1), 5),
+            x.scatter_reduce(3, idx, y, "sum", include_self=False), x.scatter_reduce(2, idx, y, "prod"),
+            x.masked_scatter(x > 0, y * 10), torch.cdist(x[0], y[0]), torch.cdist(x[0], y[0], p=1.0),
+            torch.cdist(x[0], y[0], p=3.0), F.pdist(x[0, 0]), F.pdist(x[0, 1], p=1.0),
+            aten._adaptive_avg_pool3d(x[None], [2, 4, 4]),
+            F.fold(x.reshape(1, 16, 16), (5, 5), 2),  # col2im: 4 channels, 2x2 kernel, 4x4 blocks, overlaps
+            F.fold(x.reshape(1, 16, 16), (8, 9), 2, dilation=(2, 1), padding=(1, 0), stride=2))
 
 
 def _aten_direct(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -182,6 +215,14 @@ def _aten_direct(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
             aten.empty_strided([1, 4, 8, 8], [256, 64, 8, 1]).fill_(0.5) * x,
             aten.new_empty_strided(x, [8, 8], [8, 1]).fill_(2.0) * x, x * aten._local_scalar_dense(x.min()),
             aten.bitwise_xor(x > 0, x > 0.5).float())
+
+
+def _fully_masked_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention where query 1 may attend no key (bool and -inf float masks): torch gives 0 there."""
+    allowed = (q[0, 0] @ k[0, 0].T > 0) & (torch.arange(6)[:, None] != 1)
+    additive = torch.zeros(6, 6).masked_fill(~allowed, float("-inf"))
+    return (F.scaled_dot_product_attention(q, k, v, attn_mask=allowed),
+            F.scaled_dot_product_attention(q, k, v, attn_mask=additive))
 
 
 def _reduce_sort(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -215,6 +256,25 @@ def _inplace_views(x: torch.Tensor) -> torch.Tensor:
     y[:, :, 3] = x[:, :, 0] * 2
     y[..., ::2] = x[..., 1::2]
     return torch.cat([y + mask, early * 2], 1)
+
+
+def _inplace_stale_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    y = x * 2
+    early = y.view(1, 4, 64)  # a view taken before the write and used after it: functionalized
+    F.relu(y, inplace=True)
+    return early.sum(-1), y
+
+
+def _inplace_aliases(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Writes that rebinding expresses exactly (no functionalization)."""
+    z = torch.zeros(1, 4, 8, 8)
+    z.add_(x)  # a constant written with a computed value is no longer folded
+    w = z * 2
+    z.mul_(3)
+    c = x.clone()
+    a = c.relu_()  # a chain through the returned alias
+    a.add_(1.0)
+    return w + z, c * 2 + a
 
 
 def _out_variant(x: torch.Tensor) -> torch.Tensor:
@@ -289,13 +349,20 @@ def _build(case: str) -> tuple[nn.Module, tuple[object, ...]]:
 SEEN: set[str] = set()
 
 
+# Cases whose in-place writes must be functionalized by torch (the others are rebound directly).
+FUNCTIONALIZED = {"inplace_through_views", "inplace_stale_view", "index_put"}
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_op(case: str, tmp_path: Path) -> None:
     from convert.frontends.pytorch import load_module
     from convert.ir import Options
 
     module, xs = _build(case)
-    model = load_module(module, xs, Options())
+    options = Options()
+    model = load_module(module, xs, options)
+    functionalized = any("functionalized by torch" in n for n in options.diagnostics.notes)
+    assert functionalized == (case in FUNCTIONALIZED)
     _check(model, module, xs, tmp_path / f"{case}.onnx")
 
 
@@ -328,7 +395,8 @@ CORE_ATEN = ["batch_norm", "layer_norm", "softmax_log_softmax", "linear_2d_3d", 
              "binary_math", "compare_where", "reductions", "matmul_bmm_baddbmm", "gather_scatter",
              "ne_floor_divide", "pixel_shuffle_roll", "hardswish_hardsigmoid", "silu_sigmoid_tanh",
              "leaky_elu_softplus_mish", "clamp", "squeeze_unsqueeze", "select_slice_index", "embedding",
-             "reduce_sort", "unary_more", "inplace_variants", "out_variant"]
+             "reduce_sort", "unary_more", "inplace_variants", "out_variant", "embedding_bag", "core_misc",
+             "aten_direct", "item_xor_fix_new_empty", "inplace_aliases", "inplace_stale_view"]
 
 
 @pytest.mark.parametrize("case", CORE_ATEN)
@@ -353,12 +421,14 @@ UNTESTED = {
         "aten.native_batch_norm", "aten._prelu_kernel", "aten._to_dtype", "aten._unsafe_view", "aten.view_copy",
         "aten.expand_copy", "aten.bitwise_and", "aten.bitwise_or", "aten.concat", "aten.concatenate",
         "aten.constant_pad_nd", "aten.dropout_", "aten.gelu_", "aten.max_pool3d_with_indices",
-        "aten.unsafe_split", "aten.native_dropout")},
+        "aten.unsafe_split", "aten.native_dropout", "aten.as_strided_copy")},
     **{k: _NOOP for k in (
         "aten._assert_async", "aten._assert_scalar", "aten.sym_constrain_range",
         "aten.sym_constrain_range_for_size", "aten.alias", "aten.contiguous", "aten.detach", "aten.lift_fresh",
         "aten.lift_fresh_copy")},
     "aten.nonzero": "data-dependent output size: torch.export refuses it, and a trace fixes the count",
+    **{k: "torch.export specialises strides away; test_pytorch_core_aten.py inserts the sym_ forms by hand"
+       for k in ("aten.sym_stride", "aten.sym_storage_offset", "aten.stride", "aten.storage_offset")},
     **{k: _SHAPE for k in ("aten.dim", "aten.numel", "aten.size", "aten.sym_numel", "aten.sym_size")},
     **{k: "torch.export folds these on the symbols of test_symbolic_size_arithmetic; same converter as "
           "operator.mul" for k in ("operator.add", "operator.sub", "operator.floordiv")},
@@ -469,6 +539,62 @@ def test_transformer_encoder_layer_fast_path(norm_first: bool, activation: str, 
     model = lower_program(program, source="layer", options=Options())
     assert "aten._transformer_encoder_layer_fwd" in model.meta["convert:aten_ops"]
     _check(model, layer, (x,), tmp_path / "layer.onnx")
+
+
+class _VitEncoderBlock(nn.Module):
+    """torchvision ViT's EncoderBlock attention half: self-attention on one tensor, no weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln = nn.LayerNorm(16)
+        self.self_attention = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.ln(x)
+        y, _ = self.self_attention(y, y, y, need_weights=False)
+        return x + y
+
+
+def test_traced_vit_block_reaches_fused_attention(tmp_path: Path) -> None:
+    """Traced under no_grad in eval mode, nn.MultiheadAttention takes its fast path; it converts."""
+    from convert.frontends.pytorch import load
+    from convert.ir import Options
+
+    torch.manual_seed(0)
+    block = _VitEncoderBlock().eval()
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.jit.save(torch.jit.trace(block, (x,), check_trace=False), tmp_path / "block.pt")
+    model = load([tmp_path / "block.pt"], Options())
+    assert "aten._native_multi_head_attention" in model.meta["convert:aten_ops"]
+    _check(model, block, (x,), tmp_path / "block.onnx")
+
+
+class _WritesBuffers(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.arange(8.0))
+        self.register_buffer("acc", torch.zeros(8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.table[:4].mul_(2)  # a write of constants only: folded
+        self.acc.add_(x.sum(0))  # a write of a computed value: lowered, later reads see it
+        return x + self.table + self.acc
+
+
+def test_buffer_writes_convert_and_leave_the_module_alone(tmp_path: Path) -> None:
+    """In-place writes to buffers are converted; converting does not change the user's buffers."""
+    from convert.frontends.pytorch import load_module
+
+    module = _WritesBuffers()
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    model = load_module(module, (torch.randn(3, 8),))
+    assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
+    path = to_onnx(model, tmp_path / "buffers.onnx")
+    for seed in (1, 2):
+        x = torch.randn(3, 8, generator=torch.Generator().manual_seed(seed))
+        (ours,) = run_onnx(path, {model.graph.inputs[0].name: x.numpy()})
+        assert rel_to_scale(ours, _WritesBuffers()(x).numpy()) <= REL_TO_SCALE
 
 
 def test_every_converter_is_exercised() -> None:

@@ -32,7 +32,8 @@ def _zoo() -> object:
 
 # The op each model is here for: it must be in the converted graph.
 SIGNATURE_OPS = {
-    "bert": "aten.index", "distilbert": "aten.masked_fill", "gpt2": "aten.addmm",
+    "bert": "aten.index", "distilbert": "aten.masked_fill", "gpt2": "aten.addmm", "t5_encoder": "aten.rsqrt",
+    "whisper_encoder": "aten.conv1d",
     "mobilenetv3": "aten.hardswish_", "raft": "aten.grid_sampler", "yolov8_head": "aten.softmax",
 }
 
@@ -59,3 +60,51 @@ def test_zoo_model_matches_eager(name: str, tmp_path: Path) -> None:
 
 def test_zoo_lists_every_model() -> None:
     assert set(_zoo().ZOO) == set(SIGNATURE_OPS)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".pt2"], ids=["torchscript", "exported_program"])
+def test_text_model_files_keep_int64_inputs(suffix: str, tmp_path: Path) -> None:
+    """A traced or exported BERT file converts with its int64 inputs; the parity runtime feeds int64 too."""
+    from convert.frontends.pytorch import load
+    from convert.ir import Options
+    from convert.parity.runtimes.torch import open_runtime
+
+    model, inputs = _zoo().build("bert")  # type: ignore[attr-defined]
+    path = tmp_path / f"bert{suffix}"
+    with torch.no_grad():
+        if suffix == ".pt":
+            torch.jit.save(torch.jit.trace(model, inputs(1), check_trace=False), path)
+        else:
+            torch.export.save(torch.export.export(model, inputs(1)), path)
+    ir_model = load([path], Options())
+    assert [str(v.dtype) for v in ir_model.graph.inputs] == ["INT64", "INT64"]
+    assert [s.dtype.name for s in open_runtime([path], Options()).inputs()] == ["int64", "int64"]
+    onnx_path = to_onnx(ir_model, tmp_path / "bert.onnx")
+    for seed in (1, 2):
+        xs = inputs(seed)
+        with torch.no_grad():
+            refs = model(*xs)
+        outs = run_onnx(onnx_path, {v.name: x.numpy() for v, x in zip(ir_model.graph.inputs, xs, strict=True)})
+        for ours, ref in zip(outs, refs, strict=True):
+            assert rel_to_scale(ours, ref.numpy()) <= REL_TO_SCALE
+
+
+@pytest.mark.parametrize("name", list(SIGNATURE_OPS))
+def test_zoo_model_dynamic_batch(name: str, tmp_path: Path) -> None:
+    """Under --dynamic-batch each zoo model runs on another batch size than its example's."""
+    from convert.frontends.pytorch import load_module
+    from convert.ir import Options
+
+    zoo = _zoo()
+    model, inputs = zoo.build(name)  # type: ignore[attr-defined]
+    ir_model = load_module(model, inputs(1), Options(dynamic_batch=True))
+    assert all(str(v.shape).startswith("[batch,") for v in ir_model.graph.inputs)
+    path = to_onnx(ir_model, tmp_path / f"{name}.onnx")
+    xs = inputs(2)
+    xs = tuple(x[:2] if x.shape[0] > 2 else torch.cat([x, x.flip(-1)]) for x in xs)  # a different batch
+    with torch.no_grad():
+        refs = model(*xs)
+    refs = list(refs) if isinstance(refs, (tuple, list)) else [refs]
+    outs = run_onnx(path, {v.name: x.numpy() for v, x in zip(ir_model.graph.inputs, xs, strict=True)})
+    for ours, ref in zip(outs, refs, strict=True):
+        assert rel_to_scale(ours, ref.numpy()) <= REL_TO_SCALE

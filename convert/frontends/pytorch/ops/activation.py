@@ -59,14 +59,24 @@ def hardtanh(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.op("Clip", [call.tensor("self"), ctx.scalar_like(lo, meta), ctx.scalar_like(hi, meta)])
 
 
-@lowers("aten.clamp", "aten.clamp_min", "aten.clamp_max", to="Clip")
+@lowers("aten.clamp", "aten.clamp_min", "aten.clamp_max", to="Clip / Max+Min", notes="tensor bounds use Max/Min")
 def clamp(call: OpCall, ctx: LowerContext) -> Value:
-    """Lower clamp with scalar bounds to Clip; tensor bounds are not supported."""
+    """Lower clamp with scalar bounds to Clip; tensor bounds (broadcast) to Max then Min."""
     meta = call.meta("self")
     lo = call.args.get("min")
     hi = call.args.get("max")
     if isinstance(lo, Value) or isinstance(hi, Value):
-        raise call.unsupported("clamp with tensor bounds")
+        y = call.tensor("self")
+        for bound, op_type, name in ((lo, "Max", "min"), (hi, "Min", "max")):
+            if bound is None:
+                continue
+            if isinstance(bound, Value):
+                if call.meta(name).dtype != meta.dtype:
+                    bound = ctx.op("Cast", [bound], {"to": meta.dtype})
+            else:
+                bound = ctx.scalar_like(bound, meta)  # type: ignore[arg-type]
+            y = ctx.op(op_type, [y, bound])
+        return y
     lo_v = ctx.scalar_like(lo, meta) if lo is not None else None  # type: ignore[arg-type]
     hi_v = ctx.scalar_like(hi, meta) if hi is not None else None  # type: ignore[arg-type]
     inputs: list[Value | None] = [call.tensor("self"), lo_v]
@@ -104,12 +114,23 @@ def hardsigmoid(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.op("HardSigmoid", [call.tensor("self")], {"alpha": 1.0 / 6.0, "beta": 0.5})
 
 
-@lowers("aten.elu", to="Elu", notes="scale and input_scale must be 1")
+@lowers("aten.elu", to="Elu / Where+Exp+Mul", notes="scale / input_scale (selu, celu) as their formula")
 def elu(call: OpCall, ctx: LowerContext) -> Value:
-    """Lower elu to Elu(alpha)."""
-    if float(call.get("scale", 1)) != 1.0 or float(call.get("input_scale", 1)) != 1.0:  # type: ignore[arg-type]
-        raise call.unsupported("elu with scale or input_scale other than 1")
-    return ctx.op("Elu", [call.tensor("self")], {"alpha": float(call.get("alpha", 1.0))})  # type: ignore[arg-type]
+    """Lower elu to Elu(alpha); with scale or input_scale (selu, celu) to
+    scale * where(x > 0, x, alpha * (exp(x * input_scale) - 1)).
+    """
+    alpha = float(call.get("alpha", 1.0))  # type: ignore[arg-type]
+    scale = float(call.get("scale", 1))  # type: ignore[arg-type]
+    input_scale = float(call.get("input_scale", 1))  # type: ignore[arg-type]
+    x = call.tensor("self")
+    if scale == 1.0 and input_scale == 1.0:
+        return ctx.op("Elu", [x], {"alpha": alpha})
+    meta = call.meta("self")
+    e = ctx.op("Sub", [ctx.op("Exp", [ctx.op("Mul", [x, ctx.scalar_like(input_scale, meta)])]),
+                       ctx.scalar_like(1.0, meta)])
+    y = ctx.op("Where", [ctx.op("Greater", [x, ctx.scalar_like(0.0, meta)]), x,
+                         ctx.op("Mul", [e, ctx.scalar_like(alpha, meta)])])
+    return ctx.op("Mul", [y, ctx.scalar_like(scale, meta)])
 
 
 @lowers("aten.softplus", to="Softplus", notes="beta must be 1")

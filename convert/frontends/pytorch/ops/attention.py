@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from convert.ir import Value
+from convert.ir import DataType, Value
 
 from ._base import LowerContext, OpCall, TensorMeta, lowers
 
@@ -44,12 +44,29 @@ def scaled_dot_product_attention(call: OpCall, ctx: LowerContext) -> Value:
         causal = np.triu(np.full((length, source), -np.inf, dtype=qm.dtype.numpy()), k=1)
         scores = ctx.op("Add", [scores, ctx.const(causal)])
     mask = call.get("attn_mask")
+    valid = None
     if isinstance(mask, Value):
-        if call.meta("attn_mask").dtype.name == "BOOL":
-            mask = ctx.op("Where", [mask, ctx.scalar_like(0.0, qm), ctx.scalar_like(-np.inf, qm)])
+        mask, valid = _additive_mask(ctx, mask, call.meta("attn_mask"), qm)
         scores = ctx.op("Add", [scores, mask])
     probs = ctx.op("Softmax", [scores], {"axis": -1})
+    if valid is not None:
+        probs = ctx.op("Where", [valid, probs, ctx.scalar_like(0.0, qm)])
     return ctx.op("MatMul", [probs, v])
+
+
+def _additive_mask(ctx: LowerContext, mask: Value, meta: TensorMeta, like: TensorMeta) -> tuple[Value, Value]:
+    """Return (the mask as an additive float, a bool 'row has an allowed key' of the same rank).
+
+    torch's attention gives 0, not NaN, for a query whose keys are all masked (left padding, an
+    all-zero attention_mask row); the second value lets the lowering do the same after Softmax.
+    """
+    if meta.dtype.name == "BOOL":
+        allowed = ctx.op("ReduceMax", [ctx.op("Cast", [mask], {"to": DataType.INT32})], {"axes": [-1], "keepdims": 1})
+        valid = ctx.op("Cast", [allowed], {"to": DataType.BOOL})
+        additive = ctx.op("Where", [mask, ctx.scalar_like(0.0, like), ctx.scalar_like(-np.inf, like)])
+        return additive, valid
+    top = ctx.op("ReduceMax", [mask], {"axes": [-1], "keepdims": 1})
+    return mask, ctx.op("Greater", [top, ctx.scalar_like(-np.inf, like)])
 
 
 def _project(ctx: LowerContext, x: Value, w: Value, b: Value | None, rows: tuple[int, int] | None) -> Value:
@@ -86,9 +103,11 @@ def _attend(call: OpCall, ctx: LowerContext, q_in: Value, k_in: Value, v_in: Val
     if isinstance(mask, Value):
         mask_meta = call.meta("mask")
         if mask_meta.dtype.name == "BOOL":  # True marks a position that must not be attended
-            mask = ctx.op("Where", [mask, ctx.scalar_like(-np.inf, meta), ctx.scalar_like(0.0, meta)])
+            mask = ctx.op("Not", [mask])
         if args.get("mask_type") == 1 and mask_meta.rank == 2:  # key padding [B, S]
             mask = ctx.op("Unsqueeze", [mask, ctx.ints([1, 2])])
+        # unlike scaled_dot_product_attention, this kernel gives NaN where every key is masked: kept
+        mask = _additive_mask(ctx, mask, mask_meta, meta)[0]
         scores = ctx.op("Add", [scores, mask])
     probs = ctx.op("Softmax", [scores], {"axis": -1})
     out = ctx.op("Transpose", [ctx.op("MatMul", [probs, v])], {"perm": [0, 2, 1, 3]})

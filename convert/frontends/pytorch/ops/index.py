@@ -1,5 +1,6 @@
 """Indexing: advanced indexing ``x[idx...]`` -> Gather / GatherND, ``x[idx...] = v`` -> ScatterND,
-index_select -> Gather, gather -> GatherElements, scatter -> ScatterElements, slice_scatter /
+index_select -> Gather, gather -> GatherElements, scatter / scatter_reduce -> ScatterElements,
+masked_scatter -> NonZero + ScatterND, slice_scatter /
 select_scatter (the functional form of writes through views) -> Concat or ScatterElements.
 
 Advanced indexing follows torch's rule: the index tensors broadcast to one shape B; when the
@@ -19,7 +20,8 @@ from convert.ir import DataType, Value
 
 from ._base import LowerContext, OpCall, TensorMeta, lowers, norm_axis
 
-__all__ = ["gather", "index", "index_put", "index_select", "scatter", "select_scatter", "slice_scatter"]
+__all__ = ["embedding_bag", "gather", "index", "index_put", "index_select", "masked_scatter", "scatter",
+           "scatter_reduce", "select_scatter", "slice_scatter"]
 
 
 @dataclass(slots=True)
@@ -218,15 +220,20 @@ def slice_scatter(call: OpCall, ctx: LowerContext) -> Value:
     """Lower slice_scatter (``x[a:b:s] = src`` functionalized): the untouched parts concatenated around src."""
     meta = call.meta("self")
     axis = norm_axis(int(call.get("dim", 0)), meta.rank)  # type: ignore[call-overload]
-    size = meta.dim(axis)
     start = int(call.get("start", 0))  # type: ignore[call-overload]
-    end = min(int(call.get("end", size)), size)  # type: ignore[call-overload]
-    start = start + size if start < 0 else start
-    end = end + size if end < 0 else end
     step = int(call.get("step", 1))  # type: ignore[call-overload]
     src = call.tensor("src")
     if call.meta("src").dtype != meta.dtype:
         src = ctx.op("Cast", [src], {"to": meta.dtype})
+    end_arg = call.get("end")
+    if start == 0 and step == 1 and call.meta("src").shape[axis] == meta.shape[axis] \
+            and (end_arg is None or int(end_arg) >= 2**62 or not isinstance(meta.shape[axis], int)  # type: ignore[call-overload]
+                 or int(end_arg) >= meta.dim(axis)):  # type: ignore[call-overload]
+        return src  # the whole axis (``x[:, ...] = ...`` on a symbolic batch too)
+    size = meta.dim(axis)
+    end = min(int(call.get("end", size)), size)  # type: ignore[call-overload]
+    start = start + size if start < 0 else start
+    end = end + size if end < 0 else end
     return _scatter_range(call, ctx, src, axis, start, end, step)
 
 
@@ -241,3 +248,91 @@ def select_scatter(call: OpCall, ctx: LowerContext) -> Value:
     if call.meta("src").dtype != meta.dtype:
         src = ctx.op("Cast", [src], {"to": meta.dtype})
     return _scatter_range(call, ctx, src, axis, i, i + 1, 1)
+
+
+_SCATTER_REDUCE = {"sum": ("add", 0.0), "prod": ("mul", 1.0)}
+
+
+@lowers("aten.scatter_reduce", to="ScatterElements (add / mul)",
+        notes="reduce 'sum'/'prod' ('amax'/'amin'/'mean' need a later opset); include_self=False supported")
+def scatter_reduce(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower scatter_reduce(sum|prod) to ScatterElements(reduction); without include_self the
+    targeted positions are first reset to the reduction's identity.
+    """
+    reduce = str(call["reduce"])
+    if reduce not in _SCATTER_REDUCE:
+        raise call.unsupported(f"scatter_reduce with reduce='{reduce}'", "only 'sum' and 'prod' at opset 17")
+    meta = call.meta("self")
+    axis = norm_axis(int(call["dim"]), meta.rank)  # type: ignore[call-overload]
+    reduction, identity = _SCATTER_REDUCE[reduce]
+    x, idx, src = call.tensor("self"), call.tensor("index"), call.tensor("src")
+    if not call.get("include_self", True):
+        fill = ctx.op("Expand", [ctx.scalar_like(identity, meta), ctx.op("Shape", [idx])])
+        x = ctx.op("ScatterElements", [x, idx, fill], {"axis": axis})
+    return ctx.op("ScatterElements", [x, idx, src], {"axis": axis, "reduction": reduction})
+
+
+@lowers("aten.masked_scatter", to="NonZero+ScatterND", notes="source elements taken in order, as torch does")
+def masked_scatter(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower masked_scatter: the positions where mask is True, in row-major order, take source's
+    leading elements.
+    """
+    x = call.tensor("self")
+    mask = ctx.op("Expand", [call.tensor("mask"), ctx.op("Shape", [x])])
+    coords = ctx.op("Transpose", [ctx.op("NonZero", [mask])], {"perm": [1, 0]})  # [N, rank]
+    count = ctx.op("Slice", [ctx.op("Shape", [coords]), ctx.ints([0]), ctx.ints([1])])
+    flat = ctx.op("Reshape", [call.tensor("source"), ctx.ints([-1])])
+    updates = ctx.op("Slice", [flat, ctx.ints([0]), count])
+    return ctx.op("ScatterND", [x, coords, updates])
+
+
+@lowers("aten.embedding_bag", "aten._embedding_bag", to="Gather+CumSum+ScatterND(add)",
+        notes="modes sum and mean ('max' needs a later opset); per_sample_weights, padding_idx, include_last_offset")
+def embedding_bag(call: OpCall, ctx: LowerContext) -> tuple[Value, None, None, None]:
+    """Lower embedding_bag: gather the rows, give each its bag (a CumSum over bag starts), and add
+    them into their bag with ScatterND(reduction='add'); mean divides by the bag's row count (an
+    empty bag stays 0, as in torch). Only the first output may be used.
+    """
+    mode = int(call.get("mode", 0))  # type: ignore[call-overload]
+    if mode not in (0, 1):
+        raise call.unsupported("embedding_bag with mode='max'", "ONNX ScatterND max needs opset 18")
+    weight = call.tensor("weight")
+    wmeta = call.meta("weight")
+    out = call.out_meta
+    bags = out.dim(0)
+    indices = ctx.op("Reshape", [call.tensor("indices"), ctx.ints([-1])])
+    if call.meta("indices").dtype != DataType.INT64:
+        indices = ctx.op("Cast", [indices], {"to": DataType.INT64})
+    offsets = call.tensor("offsets")
+    if call.meta("offsets").dtype != DataType.INT64:
+        offsets = ctx.op("Cast", [offsets], {"to": DataType.INT64})
+    offsets = ctx.op("Slice", [offsets, ctx.ints([0]), ctx.ints([bags])])  # drops include_last_offset's end
+    count = ctx.op("Shape", [indices])
+    starts = ctx.op("ScatterElements", [ctx.op("Expand", [ctx.ints(0), count]), offsets,
+                                        ctx.op("Expand", [ctx.ints(1), ctx.op("Shape", [offsets])])],
+                    {"axis": 0, "reduction": "add"})
+    bag = ctx.op("Sub", [ctx.op("CumSum", [starts, ctx.ints(0)]), ctx.ints(1)])
+    rows = ctx.op("Gather", [weight, indices], {"axis": 0})
+    keep = None
+    padding_idx = call.get("padding_idx")
+    if padding_idx is not None and int(padding_idx) >= 0:  # type: ignore[call-overload]
+        keep = ctx.op("Cast", [ctx.op("Not", [ctx.op("Equal", [indices, ctx.ints(int(padding_idx))])])],  # type: ignore[call-overload]
+                      {"to": wmeta.dtype})
+    scale = call.get("per_sample_weights")
+    factor = None
+    if isinstance(scale, Value):
+        factor = ctx.op("Reshape", [scale, ctx.ints([-1])])
+    if keep is not None:
+        factor = keep if factor is None else ctx.op("Mul", [factor, keep])
+    if factor is not None:
+        rows = ctx.op("Mul", [rows, ctx.op("Unsqueeze", [factor, ctx.ints([1])])])
+    coords = ctx.op("Unsqueeze", [bag, ctx.ints([1])])
+    zeros = ctx.op("Expand", [ctx.scalar_like(0.0, wmeta), ctx.ints([bags, wmeta.dim(1)])])
+    total = ctx.op("ScatterND", [zeros, coords, rows], {"reduction": "add"})
+    if mode == 0:
+        return total, None, None, None
+    ones = keep if keep is not None else ctx.op("Expand", [ctx.scalar_like(1.0, wmeta), count])
+    sizes = ctx.op("ScatterND", [ctx.op("Expand", [ctx.scalar_like(0.0, wmeta), ctx.ints([bags])]), coords, ones],
+                   {"reduction": "add"})
+    sizes = ctx.op("Max", [sizes, ctx.scalar_like(1.0, wmeta)])
+    return ctx.op("Div", [total, ctx.op("Unsqueeze", [sizes, ctx.ints([1])])]), None, None, None

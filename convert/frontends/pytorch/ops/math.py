@@ -281,3 +281,41 @@ def atan2(call: OpCall, ctx: LowerContext) -> Value:
     result = ctx.op("Where", [ctx.op("Less", [x, zero]), ctx.op("Add", [base, shift]), base])
     half = ctx.op("Mul", [ctx.op("Sign", [y]), ctx.scalar_like(np.pi / 2, like)])
     return ctx.op("Where", [ctx.op("Equal", [x, zero]), half, result])
+
+
+def _pnorm(ctx: LowerContext, diff: Value, p: float, like: TensorMeta) -> Value:
+    """Return the p-norm of ``diff`` over its last axis."""
+    if p == 2.0:
+        return ctx.op("Sqrt", [ctx.op("ReduceSum", [ctx.op("Mul", [diff, diff]), ctx.ints([-1])], {"keepdims": 0})])
+    a = ctx.op("Abs", [diff])
+    if p == 1.0:
+        return ctx.op("ReduceSum", [a, ctx.ints([-1])], {"keepdims": 0})
+    if np.isinf(p):
+        return ctx.op("ReduceMax", [a], {"axes": [-1], "keepdims": 0})
+    if p == 0.0:
+        nonzero = ctx.op("Cast", [ctx.op("Not", [ctx.op("Equal", [a, ctx.scalar_like(0.0, like)])])],
+                         {"to": like.dtype})
+        return ctx.op("ReduceSum", [nonzero, ctx.ints([-1])], {"keepdims": 0})
+    total = ctx.op("ReduceSum", [ctx.op("Pow", [a, ctx.scalar_like(p, like)]), ctx.ints([-1])], {"keepdims": 0})
+    return ctx.op("Pow", [total, ctx.scalar_like(1.0 / p, like)])
+
+
+@lowers("aten._cdist_forward", to="Unsqueeze+Sub+(p-norm)", notes="computed directly (torch may use a matmul form)")
+def cdist(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower cdist(x1 [.., P, M], x2 [.., R, M], p) to the p-norm of every pairwise difference."""
+    like = call.out_meta
+    x1, x2 = call.tensor("x1"), call.tensor("x2")
+    diff = ctx.op("Sub", [ctx.op("Unsqueeze", [x1, ctx.ints([-2])]), ctx.op("Unsqueeze", [x2, ctx.ints([-3])])])
+    return _pnorm(ctx, diff, float(call["p"]), like)  # type: ignore[arg-type]
+
+
+@lowers("aten._pdist_forward", to="Unsqueeze+Sub+(p-norm)+Gather", notes="static row count")
+def pdist(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower pdist(x [N, M], p): all pairwise p-norms, then the upper triangle (i < j) row by row."""
+    like = call.out_meta
+    x = call.tensor("self")
+    n = call.meta("self").dim(0)
+    diff = ctx.op("Sub", [ctx.op("Unsqueeze", [x, ctx.ints([1])]), ctx.op("Unsqueeze", [x, ctx.ints([0])])])
+    full = ctx.op("Reshape", [_pnorm(ctx, diff, float(call.get("p", 2.0)), like), ctx.ints([-1])])  # type: ignore[arg-type]
+    rows, cols = np.triu_indices(n, k=1)
+    return ctx.op("Gather", [full, ctx.const((rows * n + cols).astype(np.int64))], {"axis": 0})

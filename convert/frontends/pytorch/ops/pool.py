@@ -38,12 +38,26 @@ def max_pool_with_indices(call: OpCall, ctx: LowerContext) -> tuple[Value, None]
     return _max_pool(call, ctx), None
 
 
-@lowers("aten.avg_pool1d", "aten.avg_pool2d", "aten.avg_pool3d", to="AveragePool",
-        notes="divisor_override is not supported")
+@lowers("aten.avg_pool1d", "aten.avg_pool2d", "aten.avg_pool3d", to="AveragePool (+Mul)",
+        notes="divisor_override scales the window sum (not with ceil_mode)")
 def avg_pool(call: OpCall, ctx: LowerContext) -> Value:
-    """Lower avg_pool{1,2,3}d to AveragePool (count_include_pad kept)."""
-    if call.get("divisor_override") is not None:
-        raise call.unsupported("avg_pool with divisor_override")
+    """Lower avg_pool{1,2,3}d to AveragePool (count_include_pad kept).
+
+    With ``divisor_override`` d the result is the window sum over d: the padded average times
+    kernel-area / d.
+    """
+    divisor = call.get("divisor_override")
+    if divisor is not None:
+        if call.get("ceil_mode", False):
+            raise call.unsupported("avg_pool with divisor_override and ceil_mode")
+        call.args["count_include_pad"] = True
+        y = _avg_pool(call, ctx)
+        area = int(np.prod(as_list(call["kernel_size"], call.meta("self").rank - 2)))
+        return ctx.op("Mul", [y, ctx.scalar_like(area / float(divisor), call.meta("self"))])  # type: ignore[arg-type]
+    return _avg_pool(call, ctx)
+
+
+def _avg_pool(call: OpCall, ctx: LowerContext) -> Value:
     kernel = as_list(call["kernel_size"], call.meta("self").rank - 2)
     nd = len(kernel)
     stride = call.get("stride") or kernel
@@ -71,7 +85,7 @@ def _adaptive(call: OpCall, ctx: LowerContext, kind: str) -> Value:
 
 
 @lowers("aten.adaptive_avg_pool1d", "aten.adaptive_avg_pool2d", "aten._adaptive_avg_pool2d",
-        "aten.adaptive_avg_pool3d", to="GlobalAveragePool / AveragePool",
+        "aten.adaptive_avg_pool3d", "aten._adaptive_avg_pool3d", to="GlobalAveragePool / AveragePool",
         notes="output size 1, or input size divisible by output size")
 def adaptive_avg_pool(call: OpCall, ctx: LowerContext) -> Value:
     """Lower adaptive average pooling to GlobalAveragePool or an equivalent AveragePool."""

@@ -338,6 +338,15 @@ def sym_size(call: OpCall, ctx: LowerContext) -> object:
     return ctx.op("Gather", [ctx.op("Shape", [call.tensor("self")]), ctx.ints([axis])], {"axis": 0})
 
 
+@lowers("aten.sym_stride", "aten.stride", "aten.sym_storage_offset", "aten.storage_offset", to="(a constant)",
+        notes="the value torch recorded; a symbolic one is refused")
+def sym_stride(call: OpCall, ctx: LowerContext) -> object:
+    """Return the stride or storage offset torch.export recorded for the call (a Python int)."""
+    if isinstance(call.out, int):
+        return call.out
+    raise call.unsupported(f"{call.op} with a symbolic value", "drop --dynamic-batch")
+
+
 @lowers("aten.sym_numel", "aten.numel", to="(a constant)", notes="shapes are static")
 def sym_numel(call: OpCall, ctx: LowerContext) -> int:
     """Return the static element count as a Python int."""
@@ -406,3 +415,43 @@ def arange(call: OpCall, ctx: LowerContext) -> Value:
         else:
             parts.append(ctx.const(np.asarray(v, dtype=dtype)))
     return ctx.op("Range", parts)
+
+
+@lowers("aten.diagonal", to="Transpose+Reshape+Gather", notes="static shapes")
+def diagonal(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower diagonal(offset, dim1, dim2): move both dims last, flatten them, Gather the diagonal."""
+    meta = call.meta("self")
+    d1 = norm_axis(int(call.get("dim1", 0)), meta.rank)  # type: ignore[call-overload]
+    d2 = norm_axis(int(call.get("dim2", 1)), meta.rank)  # type: ignore[call-overload]
+    offset = int(call.get("offset", 0))  # type: ignore[call-overload]
+    rest = [d for d in range(meta.rank) if d not in (d1, d2)]
+    n1, n2 = meta.dim(d1), meta.dim(d2)
+    x = ctx.op("Transpose", [call.tensor("self")], {"perm": [*rest, d1, d2]})
+    x = ctx.op("Reshape", [x, ctx.ints([*(meta.dim(d) for d in rest), n1 * n2])])
+    rows = np.arange(max(0, -offset), min(n1, n2 - offset)) if n2 - offset > 0 else np.arange(0)
+    positions = (rows * n2 + rows + offset).astype(np.int64)
+    return ctx.op("Gather", [x, ctx.const(positions)], {"axis": len(rest)})
+
+
+@lowers("aten.as_strided", "aten.as_strided_copy", to="Reshape+Gather",
+        notes="static; reads the input as a contiguous buffer from its first element")
+def as_strided(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower as_strided(size, stride, offset) to a Gather of precomputed flat positions.
+
+    The positions are computed at conversion (offset + sum(i_k * stride_k)); the input is taken as
+    the contiguous tensor torch.export's functional graphs hand to it.
+    """
+    meta = call.meta("self")
+    size = [int(s) for s in call["size"]]  # type: ignore[attr-defined]
+    stride = [int(s) for s in call["stride"]]  # type: ignore[attr-defined]
+    offset = int(call.get("storage_offset", 0))  # type: ignore[call-overload]
+    numel = int(np.prod(meta.dims())) if meta.rank else 1
+    positions = np.full(size, offset, dtype=np.int64)
+    for axis, (n, st) in enumerate(zip(size, stride, strict=True)):
+        shape = [1] * len(size)
+        shape[axis] = n
+        positions = positions + (np.arange(n, dtype=np.int64) * st).reshape(shape)
+    if positions.size and (positions.min() < 0 or positions.max() >= numel):
+        raise call.unsupported(f"as_strided reading outside the input's {numel} elements")
+    flat = ctx.op("Reshape", [call.tensor("self"), ctx.ints([-1])])
+    return ctx.op("Gather", [flat, ctx.const(positions)], {"axis": 0})
