@@ -144,6 +144,9 @@ CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
     "out_variant": (lambda: Fn(lambda m, x: _out_variant(x)), S4),
     "index_advanced": (lambda: Fn(lambda m, x, y: _advanced_index(x, y)), S4 + S4),
     "index_put": (lambda: Fn(lambda m, x, y: _index_put(x, y)), S4 + S4),
+    "index_bool_mask": (lambda: Fn(lambda m, x, y: (x[y > 0].sum(), x[:, :, y[0, 0, 0] > 0].sum(),
+                                                    torch.nonzero(y > 0.5).sum(0),
+                                                    x[:, 1][y[:, 2] < 0].abs().sum())), S4 + S4),
     "gather_scatter": (lambda: Fn(lambda m, x, y: _gather_scatter(x, y)), S4 + S4),
     "instance_norm": (lambda: Fn(lambda m, x: (m.inorm(x), F.instance_norm(x * 2 + 1)),
                                  inorm=nn.InstanceNorm2d(4, affine=True)), S4),
@@ -426,12 +429,13 @@ UNTESTED = {
         "aten._assert_async", "aten._assert_scalar", "aten.sym_constrain_range",
         "aten.sym_constrain_range_for_size", "aten.alias", "aten.contiguous", "aten.detach", "aten.lift_fresh",
         "aten.lift_fresh_copy")},
-    "aten.nonzero": "data-dependent output size: torch.export refuses it, and a trace fixes the count",
     **{k: "torch.export specialises strides away; test_pytorch_core_aten.py inserts the sym_ forms by hand"
        for k in ("aten.sym_stride", "aten.sym_storage_offset", "aten.stride", "aten.storage_offset")},
     **{k: _SHAPE for k in ("aten.dim", "aten.numel", "aten.size", "aten.sym_numel", "aten.sym_size")},
     **{k: "torch.export folds these on the symbols of test_symbolic_size_arithmetic; same converter as "
           "operator.mul" for k in ("operator.add", "operator.sub", "operator.floordiv")},
+    **{k: "torch.export emits only >= and <= (bounds of unbacked sizes); same converter as operator.ge"
+       for k in ("operator.gt", "operator.lt", "operator.eq")},
 }
 
 

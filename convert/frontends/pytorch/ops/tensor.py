@@ -380,7 +380,8 @@ def _sym_arith(op_type: str) -> object:
 
 
 for _key, _op in {"operator.mul": "Mul", "operator.add": "Add", "operator.sub": "Sub",
-                  "operator.floordiv": "Div"}.items():
+                  "operator.floordiv": "Div", "operator.ge": "GreaterOrEqual", "operator.le": "LessOrEqual",
+                  "operator.gt": "Greater", "operator.lt": "Less", "operator.eq": "Equal"}.items():
     lowers(_key, to=f"{_op} (int64)", notes="only with a symbolic size operand")(_sym_arith(_op))  # type: ignore[arg-type]
 
 
