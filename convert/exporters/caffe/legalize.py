@@ -19,6 +19,10 @@ Rules, in order (each preserves the graph's values exactly):
   ``Flatten(y) -> convert.caffe::Scale(x, ., axis=0)``: Caffe's two-bottom Scale.
 * ``Div(x, Sqrt(Add(ReduceSumSquare(x, axes=[1] or [1, 2, 3]), eps)))`` [``-> Mul(., s)`` with a
   per-channel or scalar constant ``s``] -> ``convert.caffe::Normalize(x, s)`` (SSD's Normalize).
+* ``Slice`` (step 1) that cuts several axes, when no earlier blob has the target's dims from the
+  first cut axis on (Caffe's ``Crop`` copies its sizes from such a reference blob; the Caffe
+  frontend's lowering of a ``Crop`` whose reference fed nothing else leaves none) -> one
+  ``Slice`` per cut axis, each written as Caffe's ``Slice`` (or a ``Crop`` when a reference exists).
 
 Preconditions: static shapes on the values involved (the exporter runs shape inference first).
 """
@@ -116,6 +120,7 @@ class LegalizeForCaffe(Pass):
                     "Div": self._div,
                     "Add": self._scale,
                     "Sub": self._scale,
+                    "Slice": self._per_axis_slices,
                 }.get(node.op_type)
                 if rule is not None and rule(graph, node):
                     changed += 1
@@ -430,6 +435,54 @@ class LegalizeForCaffe(Pass):
         self._replace(graph, last, new, last.outputs[0])
         for dead in ([node] if last is not node else []) + [sqrt, add, rss]:
             graph.remove(dead, safe=True)
+        return True
+
+    def _per_axis_slices(self, graph: Graph, node: Node) -> bool:
+        x, y = node.inputs[0], node.outputs[0]
+        xs, ys = _static(x), _static(y)
+        if x is None or xs is None or ys is None or len(xs) != len(ys) or len(node.inputs) < 3:
+            return False
+        starts, ends = _const(node.inputs[1]), _const(node.inputs[2])
+        axes = _const(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] is not None else None
+        steps = _const(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else None
+        if starts is None or ends is None or (steps is not None and np.any(steps != 1)):
+            return False
+        rank = len(xs)
+        ax = [int(a) % rank for a in (axes.reshape(-1) if axes is not None else range(starts.size))]
+        begin = [0] * rank
+        for a, st in zip(ax, starts.reshape(-1), strict=True):
+            st = int(st) + xs[a] if int(st) < 0 else int(st)
+            begin[a] = max(0, min(st, xs[a]))
+        cut = [a for a in range(rank) if xs[a] != ys[a] or begin[a]]
+        if len(cut) < 2:
+            return False
+        first = cut[0]
+        earlier: list[Value] = list(graph.inputs)
+        for n in graph:
+            if n is node:
+                break
+            earlier.extend(o for o in n.outputs if o is not None)
+        for value in earlier:
+            vs = _static(value)
+            if value.is_graph_output() and not value.uses():
+                continue  # the emitter does not crop against a net output (it would stop being one)
+            if value is not x and vs is not None and len(vs) == rank and vs[first:] == ys[first:]:
+                return False  # the emitter crops against it
+        cur, shape = x, list(xs)
+        for i, a in enumerate(cut):
+            shape[a] = ys[a]
+            last = i == len(cut) - 1
+            out = Value(name=self._fresh(f"{y.name or 'crop'}_axis{a}"), shape=Shape(list(shape)), type=y.type)
+            piece = Node("", "Slice", [cur, self._init_int(graph, f"{node.name or 'crop'}.start{a}", [begin[a]]),
+                                       self._init_int(graph, f"{node.name or 'crop'}.end{a}", [begin[a] + ys[a]]),
+                                       self._init_int(graph, f"{node.name or 'crop'}.axis{a}", [a])],
+                         outputs=[out], name=node.name if last else self._fresh(f"{node.name or 'crop'}_axis{a}"))
+            set_provenance(piece, get_provenance(node))
+            if last:
+                self._replace(graph, node, piece, y)
+            else:
+                graph.insert_before(node, piece)
+            cur = out
         return True
 
     def _two_bottom_scale(self, graph: Graph, node: Node) -> bool:
