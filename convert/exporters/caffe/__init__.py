@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from convert.ir import ExporterSpec, Model, OpSupport, Options, OptionSpec, Unsupported
+from convert.ir import ExporterSpec, ExportPlan, Model, OpSupport, Options, OptionSpec, Unsupported
 
 from .flavor import DEFAULT_FLAVOR, FLAVOR_HELP, FLAVORS
 
@@ -23,10 +23,14 @@ def _save(model: Model, path: Path, options: Options) -> list[Path]:
     return save_caffe(model, path, options)
 
 
-def _check(model: Model, options: Options) -> Sequence[Unsupported]:
-    from .writer import check
+def _plan(model: Model, options: Options) -> ExportPlan:
+    from .writer import plan
 
-    return check(model, options)
+    return plan(model, options)
+
+
+def _check(model: Model, options: Options) -> Sequence[Unsupported]:
+    return _plan(model, options).gaps
 
 
 def _ops() -> Sequence[OpSupport]:
@@ -49,6 +53,7 @@ EXPORTER = ExporterSpec(
     save=_save,
     ops=_ops,
     check=_check,
+    plan=_plan,
     options=(
         OptionSpec(
             flag="--caffe-flavor",
@@ -60,5 +65,4 @@ EXPORTER = ExporterSpec(
         ),
     ),
     companions=(".caffemodel",),
-    meta={"flavors": ", ".join(FLAVORS)},
 )

@@ -21,7 +21,7 @@ from convert.ir import DataType, Registry, TensorType, Value
 from .context import CaffeContext
 from .reader import LayerDef
 
-__all__ = ["LAYERS", "NOTES"]
+__all__ = ["LAYERS", "NOTES", "Converter"]
 
 Converter = Callable[[LayerDef, CaffeContext], None]
 LAYERS: Registry[Converter] = Registry("caffe layers")

@@ -100,5 +100,5 @@ FRONTEND = FrontendSpec(
                    "(pjreddie), 'alexeyab', or 'auto' (AlexeyAB when the cfg uses its features)",
                    default="auto", choices=("auto", "original", "alexeyab")),
     ),
-    inputs_help="CFG [WEIGHTS]",
+    runtime="convert.parity.runtimes.darknet",
 )

@@ -67,5 +67,5 @@ FRONTEND = FrontendSpec(
             choices=("reader", "paddle2onnx"),
         ),
     ),
-    inputs_help="MODEL_DIR | PREFIX | MODEL.json/.pdmodel [MODEL.pdiparams]",
+    runtime="convert.parity.runtimes.paddle",
 )

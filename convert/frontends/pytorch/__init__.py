@@ -168,6 +168,12 @@ def _sniff(path: Path) -> bool:
     return classify(path) is not None
 
 
+def _module_runtime(module: object, example_inputs: object, options: Options) -> object:
+    from convert.parity.runtimes.torch import module_runtime  # lazily: imports torch
+
+    return module_runtime(module, example_inputs, options)
+
+
 FRONTEND = FrontendSpec(
     name="pytorch",
     description="PyTorch: TorchScript (.pt), ExportedProgram (.pt2), torch.save modules (--trust-pickle)",
@@ -177,5 +183,7 @@ FRONTEND = FrontendSpec(
     ops=supported_ops,
     check_support=check_support,
     options=OPTIONS,
-    inputs_help="MODEL.pt",
+    runtime="convert.parity.runtimes.torch",
+    load_object=lambda obj, example, options: load_module(obj, example, options),  # type: ignore[arg-type]
+    object_runtime=_module_runtime,
 )
