@@ -35,12 +35,9 @@ def _check(model: Model, options: Options) -> Sequence[Unsupported]:
 
 def _ops() -> Sequence[OpSupport]:
     from . import layers_tensor  # noqa: F401
-    from .layers import EMITTERS, NOTES
+    from .layers import EMITTERS
 
-    rows = []
-    for key in EMITTERS.keys():  # noqa: SIM118 (Registry is not iterable)
-        layer, limits = NOTES.get(str(key), ("", ""))
-        rows.append(OpSupport(op=str(key), maps_to=layer, notes=limits))
+    rows = EMITTERS.support()
     rows.append(OpSupport("HardSigmoid", "Power + ReLU/Power/Eltwise", "decomposed exactly (decompose.py)"))
     rows.append(OpSupport("HardSwish", "HardSigmoid + Eltwise PROD", "decomposed exactly (decompose.py)"))
     return rows

@@ -27,7 +27,7 @@ from convert.ir import (
 
 from . import layers_tensor  # noqa: F401  (registers the tensor layers)
 from .context import CaffeContext
-from .layers import LAYERS, NOTES, Converter
+from .layers import LAYERS, Converter
 from .reader import LayerDef, NetDef, read_caffemodel, read_prototxt
 from .support import CHECKS
 
@@ -182,7 +182,4 @@ def sniff(path: Path) -> bool:
 
 def ops() -> list[OpSupport]:
     """Return the support table: one row per Caffe layer type."""
-    return [
-        OpSupport(op=str(k), maps_to=NOTES.get(str(k), ("", ""))[0], notes=NOTES.get(str(k), ("", ""))[1])
-        for k in LAYERS.keys()  # noqa: SIM118 (Registry is not iterable)
-    ]
+    return LAYERS.support()

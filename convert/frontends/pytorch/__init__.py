@@ -156,10 +156,7 @@ def supported_ops() -> list[OpSupport]:
     """Return the support table: one row per ATen op."""
     from .ops import OPS
 
-    rows = []
-    for key, func in sorted(OPS.items(), key=lambda kv: str(kv[0])):
-        rows.append(OpSupport(op=str(key), maps_to=getattr(func, "maps_to", ""), notes=getattr(func, "notes", "")))
-    return rows
+    return OPS.support(sort=True)
 
 
 def _sniff(path: Path) -> bool:
