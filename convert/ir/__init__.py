@@ -12,7 +12,7 @@ import onnx_ir as _ir
 from . import passes
 from .builder import CANONICAL_OPSET, GraphBuilder, NameAuthority
 from .driver import GapCollector, InternalError, RefusedError, convert_all
-from .edit import replace_value
+from .edit import GraphEditor, replace_value
 from .errors import (
     ConversionError,
     ConvertError,
@@ -69,6 +69,7 @@ __all__ = [
     "GapCollector",
     "Graph",
     "GraphBuilder",
+    "GraphEditor",
     "InternalError",
     "LazyTensor",
     "Model",
