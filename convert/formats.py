@@ -20,6 +20,7 @@ __all__ = [
     "frontend",
     "frontend_names",
     "normalize",
+    "object_frontend",
     "routes",
     "runtime_module",
 ]
@@ -34,14 +35,6 @@ _FRONTENDS = {
 _EXPORTERS = {
     "onnx": "convert.exporters.onnx",
     "caffe": "convert.exporters.caffe",
-}
-# The reference runtime of each format, used by the parity check (module exposing open_runtime).
-_RUNTIMES = {
-    "onnx": "convert.parity.runtimes.onnxruntime",
-    "caffe": "convert.parity.runtimes.caffe_runtime",
-    "darknet": "convert.parity.runtimes.darknet",
-    "pytorch": "convert.parity.runtimes.torch",
-    "paddle": "convert.parity.runtimes.paddle",
 }
 ALIASES = {"torch": "pytorch", "pt": "pytorch", "paddlepaddle": "paddle", "pd": "paddle"}
 
@@ -97,8 +90,23 @@ def routes() -> list[tuple[str, str]]:
 
 
 def runtime_module(name: str) -> str | None:
-    """Return the module path of the reference runtime of format ``name``."""
-    return _RUNTIMES.get(normalize(name))
+    """Return the module path of the reference runtime of format ``name`` (its frontend names it)."""
+    spec = _spec(_FRONTENDS, normalize(name), "FRONTEND")
+    return (spec.runtime or None) if isinstance(spec, FrontendSpec) else None
+
+
+def object_frontend(obj: object) -> FrontendSpec:
+    """Return the frontend that converts the in-memory model ``obj`` (a ``torch.nn.Module``).
+
+    Raises:
+        UsageError: no frontend of this installation converts in-memory models.
+    """
+    for name in frontend_names():
+        spec = frontend(name)
+        if spec.load_object is not None:
+            return spec
+    raise UsageError(f"cannot convert an in-memory {type(obj).__name__}: pass a file path, or install the "
+                     "frontend that reads it (pip install 'convert-toolkit[torch]')")
 
 
 def detect_format(paths: Sequence[Path]) -> str:

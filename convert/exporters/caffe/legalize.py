@@ -40,6 +40,7 @@ import numpy as np
 from convert.ir import (
     DataType,
     Graph,
+    GraphEditor,
     Model,
     Node,
     Shape,
@@ -113,7 +114,7 @@ class LegalizeForCaffe(Pass):
     def call(self, model: Model) -> PassResult:
         """Rewrite ``model.graph``; return whether anything changed."""
         graph = model.graph
-        self._names = set(graph.initializers) | {v.name for n in graph for v in n.outputs if v.name}
+        self._edit = GraphEditor(graph)
         changed = 0
         for node in list(graph):
             if node.graph is None:
@@ -141,23 +142,10 @@ class LegalizeForCaffe(Pass):
 
     # -- helpers ------------------------------------------------------------------------------
     def _fresh(self, base: str) -> str:
-        name, i = base, 1
-        while name in self._names:
-            name, i = f"{base}_{i}", i + 1
-        self._names.add(name)
-        return name
+        return self._edit.fresh(base)
 
     def _init(self, graph: Graph, base: str, arr: np.ndarray) -> Value:
-        name = self._fresh(base)
-        arr = np.ascontiguousarray(arr, dtype=np.float32)
-        value = Value(
-            name=name,
-            shape=Shape(arr.shape),
-            type=TensorType(DataType.FLOAT),
-            const_value=from_array(arr, name=name),
-        )
-        graph.register_initializer(value)
-        return value
+        return self._edit.const(np.asarray(arr, dtype=np.float32), base)
 
     @staticmethod
     def _replace(graph: Graph, old: Node, new: Node, old_out: Value) -> None:

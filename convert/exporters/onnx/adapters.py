@@ -30,37 +30,13 @@ _AXES_INPUT_SINCE = {
 }
 
 
-class _Ctx:
-    """What an adapter needs: the graph, the two opsets, and a name authority."""
+class _Ctx(ir.GraphEditor):
+    """What an adapter needs: the graph editor and the two opsets."""
 
     def __init__(self, graph: ir.Graph, source: int, target: int) -> None:
-        self.graph = graph
+        super().__init__(graph)
         self.source = source
         self.target = target
-        self.names = ir.NameAuthority()
-        for node in graph:
-            for v in node.outputs:
-                self.names.reserve(v.name or "")
-        for name in graph.initializers:
-            self.names.reserve(name)
-
-    def const(self, array: np.ndarray, base: str) -> ir.Value:
-        name = self.names.fresh(base)
-        value = ir.Value(name=name, shape=ir.Shape(array.shape),
-                         type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-                         const_value=ir.from_array(array, name=name))
-        self.graph.register_initializer(value)
-        return value
-
-    def node_before(self, anchor: ir.Node, op_type: str, inputs: list[ir.Value | None],
-                    attrs: dict[str, object] | None = None) -> ir.Value:
-        name = self.names.fresh(f"{anchor.name or op_type}_{op_type.lower()}")
-        out = ir.Value(name=name)
-        node = ir.Node("", op_type, inputs, ir.convenience.convert_attributes(attrs or {}),
-                       outputs=[out], name=name)
-        node.metadata_props.update(anchor.metadata_props)
-        self.graph.insert_before(anchor, node)
-        return out
 
 
 def _axes_adapter(ctx: _Ctx, node: ir.Node) -> None:
