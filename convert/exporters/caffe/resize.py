@@ -30,15 +30,14 @@ import numpy as np
 
 from convert.ir import (
     DataType,
+    GraphEditor,
     Model,
     Node,
     Shape,
     TensorType,
     Value,
     convenience,
-    from_array,
     get_provenance,
-    replace_value,
     set_provenance,
 )
 from convert.ir.passes import Pass, PassResult
@@ -70,7 +69,7 @@ class LowerHalfPixelBilinear(Pass):
         """Rewrite in place; return whether anything changed."""
         graph = model.graph
         self._graph = graph
-        self._names = set(graph.initializers) | {v.name for n in graph for v in n.outputs if v.name}
+        self._edit = GraphEditor(graph)
         changed = 0
         for node in list(graph):
             if node.domain in ("", "ai.onnx") and node.op_type == "Resize" and self._lower(node):
@@ -78,23 +77,12 @@ class LowerHalfPixelBilinear(Pass):
         return PassResult(model, changed > 0)
 
     # -- helpers -------------------------------------------------------------------------------
-    def _fresh(self, base: str) -> str:
-        name, i = base, 1
-        while name in self._names:
-            name, i = f"{base}_{i}", i + 1
-        self._names.add(name)
-        return name
-
     def _const(self, arr: np.ndarray) -> Value:
-        name = self._fresh(f"{self._anchor.name or 'resize'}_k")
-        v = Value(name=name, shape=Shape(arr.shape), type=TensorType(DataType.from_numpy(arr.dtype)),
-                  const_value=from_array(arr, name=name))
-        self._graph.register_initializer(v)
-        return v
+        return self._edit.const(arr, f"{self._anchor.name or 'resize'}_k")
 
     def _op(self, op: str, inputs: list[Value], shapes: list[tuple[int, ...]], attrs: dict[str, object]) -> list[Value]:
         base = self._anchor.name or "resize"
-        outs = [Value(name=self._fresh(f"{base}_{op.lower()}"), shape=Shape(s), type=TensorType(DataType.FLOAT))
+        outs = [Value(name=self._edit.fresh(f"{base}_{op.lower()}"), shape=Shape(s), type=TensorType(DataType.FLOAT))
                 for s in shapes]
         node = Node("", op, inputs, convenience.convert_attributes(attrs), outputs=outs, name=outs[0].name)
         set_provenance(node, get_provenance(self._anchor))
@@ -138,8 +126,7 @@ class LowerHalfPixelBilinear(Pass):
             out = self._downsample(x, xs, ys)
         else:
             return False
-        replace_value(self._graph, y, out)
-        self._graph.remove(node, safe=True)
+        self._edit.replace(node, out)
         return True
 
     def _upsample(self, x: Value, xs: tuple[int, ...], ys: tuple[int, ...]) -> Value:
