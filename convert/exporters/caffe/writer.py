@@ -39,6 +39,7 @@ from convert.ir import (
 from . import layers_tensor  # noqa: F401  (registers the tensor emitters)
 from .context import Blob, EmitContext, Emitted, NotExpressible
 from .decompose import DecomposeBoundedActivations
+from .detection import RaiseDetectionOutput
 from .flavor import Flavor, flavor
 from .layers import EMITTERS
 from .legalize import LegalizeForCaffe
@@ -86,6 +87,8 @@ def _prepare(model: Model, flav: Flavor) -> Model:
     # of an initializer, as old ONNX files have) becomes a lazy constant, evaluated when written.
     if passes.FoldWeights()(model).modified:
         passes.EliminateDeadCode()(model)
+    if flav.detection:  # a Caffe source's SSD head, recorded by the frontend: PriorBox + DetectionOutput again
+        RaiseDetectionOutput()(model)
     AttributesToInputs()(model)  # Clip/Pad/Slice of opsets < 10/11 in the form the emitters read
     DecomposeBoundedActivations(flav)(model)
     LowerHalfPixelBilinear()(model)  # align_corners=False bilinear by integer factors: Deconvolution
