@@ -91,7 +91,7 @@ def _prepare(model: Model, flav: Flavor) -> Model:
         RaiseDetectionOutput()(model)
     AttributesToInputs()(model)  # Clip/Pad/Slice of opsets < 10/11 in the form the emitters read
     DecomposeBoundedActivations(flav)(model)
-    LowerHalfPixelBilinear()(model)  # align_corners=False bilinear by integer factors: Deconvolution
+    LowerHalfPixelBilinear(flav)(model)  # bilinear: Deconvolution (integer half-pixel) or matrices
     LegalizeForCaffe()(model)
     return model
 
