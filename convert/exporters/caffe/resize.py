@@ -19,7 +19,7 @@ factor ``f`` it is exactly a fixed-weight transposed convolution of the edge-rep
 
 The emitters write ``Slice``, ``Concat``, ``Deconvolution`` and ``Convolution`` (BVLC 1.0 layers),
 so the result loads in every flavor, OpenCV included. Other ratios and coordinate modes use the
-interpolation matrices (see ``LowerHalfPixelBilinear``); what they cannot express is left to the
+interpolation matrices (see ``LowerBilinearResize``); what they cannot express is left to the
 ``Resize`` emitter, which refuses it with the reason.
 """
 
@@ -45,7 +45,7 @@ from convert.ir.passes import Pass, PassResult
 
 from .flavor import Flavor
 
-__all__ = ["LowerHalfPixelBilinear", "half_pixel_kernel"]
+__all__ = ["MAX_KRON_BYTES", "LowerBilinearResize", "half_pixel_kernel", "interpolation_matrix"]
 
 _HALF_PIXEL = ("half_pixel", "pytorch_half_pixel")
 
@@ -95,7 +95,7 @@ def interpolation_matrix(n: int, m: int, mode: str, scale: float | None = None) 
     return a
 
 
-class LowerHalfPixelBilinear(Pass):
+class LowerBilinearResize(Pass):
     """Rewrite bilinear ``Resize`` as described in the module docstring.
 
     Half-pixel by integer factors: edge replication and a fixed-weight (de)convolution, any

@@ -44,7 +44,7 @@ from .flavor import Flavor, flavor
 from .layers import EMITTERS
 from .legalize import LegalizeForCaffe
 from .old_opsets import AttributesToInputs
-from .resize import LowerHalfPixelBilinear
+from .resize import LowerBilinearResize
 
 if TYPE_CHECKING:
     from convert._proto import caffe_pb2
@@ -91,7 +91,7 @@ def _prepare(model: Model, flav: Flavor) -> Model:
         RaiseDetectionOutput()(model)
     AttributesToInputs()(model)  # Clip/Pad/Slice of opsets < 10/11 in the form the emitters read
     DecomposeBoundedActivations(flav)(model)
-    LowerHalfPixelBilinear(flav)(model)  # bilinear: Deconvolution (integer half-pixel) or matrices
+    LowerBilinearResize(flav)(model)  # bilinear: Deconvolution (integer half-pixel) or matrices
     LegalizeForCaffe()(model)
     return model
 
