@@ -459,3 +459,6 @@ _note(
     "nearest integer scales; bilinear align_corners with pspnet (Interp); bilinear half_pixel by integer "
     "factors as Slice/Concat + Deconvolution (any flavor); other bilinear ratios/modes as InnerProduct matrices",
 )
+
+
+from . import detection  # noqa: E402, F401  (its emitters, always registered after these ones)
