@@ -311,7 +311,6 @@ def slice_(node: Node, ctx: EmitContext) -> Emitted:
     tops: list[Value] = []
     for i in range(len(points) + 1):
         tops.append(node.outputs[0] if i == keep else Value(name=f"{node.outputs[0].name}_unused{i}"))
-    ctx.unused.extend(t for t in tops if t is not node.outputs[0])
     e = ctx.layer(node, "Slice", [node.inputs[0]], tops=tops)
     e.layer.slice_param.axis = a
     e.layer.slice_param.slice_point.extend(points)

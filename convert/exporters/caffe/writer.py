@@ -146,10 +146,6 @@ def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[
                 folded = f" + '{key}' folded in" if key != prov.layer else ""
                 result.origin = (key, prov.where() + folded)
             emitted.append(result)
-        if ctx.unused:  # else Caffe and OpenCV report the cut-off parts of a Slice as net outputs
-            emitted.append(Emitted(pb.LayerParameter(name=ctx.fresh_layer_name(f"{emitted[-1].layer.name}_unused"),
-                                                     type="Silence", bottom=[ctx.blob(v) for v in ctx.unused])))
-            ctx.unused.clear()
     for value in graph.outputs:
         blob = ctx.blob(value)
         name = _safe(value.name or blob)
