@@ -43,6 +43,7 @@ from .flavor import Flavor, flavor
 from .layers import EMITTERS
 from .legalize import LegalizeForCaffe
 from .old_opsets import AttributesToInputs
+from .resize import LowerHalfPixelBilinear
 
 if TYPE_CHECKING:
     from convert._proto import caffe_pb2
@@ -87,6 +88,7 @@ def _prepare(model: Model, flav: Flavor) -> Model:
         passes.EliminateDeadCode()(model)
     AttributesToInputs()(model)  # Clip/Pad/Slice of opsets < 10/11 in the form the emitters read
     DecomposeBoundedActivations(flav)(model)
+    LowerHalfPixelBilinear()(model)  # align_corners=False bilinear by integer factors: Deconvolution
     LegalizeForCaffe()(model)
     return model
 
@@ -141,6 +143,10 @@ def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[
                 folded = f" + '{key}' folded in" if key != prov.layer else ""
                 result.origin = (key, prov.where() + folded)
             emitted.append(result)
+        if ctx.unused:  # else Caffe and OpenCV report the cut-off parts of a Slice as net outputs
+            emitted.append(Emitted(pb.LayerParameter(name=ctx.fresh_layer_name(f"{emitted[-1].layer.name}_unused"),
+                                                     type="Silence", bottom=[ctx.blob(v) for v in ctx.unused])))
+            ctx.unused.clear()
     for value in graph.outputs:
         blob = ctx.blob(value)
         name = _safe(value.name or blob)
