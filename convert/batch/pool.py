@@ -171,6 +171,7 @@ def run_local(
 ) -> list[ModelResult]:
     """Run every model on ``workers`` local processes; return the rows in manifest order."""
     ctx = mp.get_context("spawn")
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     workers = max(1, min(workers, len(specs)))
     threads = max(1, usable_cores() // workers)
     emit = on_event or (lambda event: None)
