@@ -52,6 +52,7 @@ def run_ray(
     import convert
 
     emit = on_event or (lambda event: None)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     connected_here = not ray.is_initialized()
     if connected_here:
         try:

@@ -83,3 +83,14 @@ def test_progress_on_a_terminal_draws_bars(capsys: pytest.CaptureFixture[str]) -
     err = capsys.readouterr().err
     assert "batch:" in err and "[1/2] PASS      a  onnx:onnx" in err and "write weights" in err
     assert sys.stderr is not None
+
+
+def test_onnx_runtime_takes_the_workers_thread_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pool workers set OMP_NUM_THREADS = cores // workers; ONNX Runtime's own pool follows it."""
+    from convert.parity.runtimes.onnxruntime import OnnxRuntime
+
+    write_zoo(tmp_path, TWO)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert OnnxRuntime(tmp_path / "cnn.onnx").session.get_session_options().intra_op_num_threads == 1
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert OnnxRuntime(tmp_path / "cnn.onnx").session.get_session_options().intra_op_num_threads == 0  # ORT's default

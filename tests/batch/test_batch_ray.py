@@ -7,7 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from batch_helpers import run_cli, write_zoo
+from batch_helpers import ROOT, kill_once, run_cli, write_zoo
+
+from convert.batch import ERROR, PASS, load_manifest
 
 ray = pytest.importorskip("ray")
 
@@ -39,7 +41,10 @@ tol = 1e-12
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # Workers of this driver import this checkout and the tests' helpers (kill_once) by path.
+    path = ":".join(str(p) for p in (ROOT, ROOT / "tests", ROOT / "tests" / "batch"))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": path}})
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
@@ -73,3 +78,27 @@ def test_ray_gives_the_same_table_as_the_local_pool(cluster: str, tmp_path: Path
         return [line.split()[:4] for line in text.splitlines()[2:6]]
 
     assert cells(on_ray.stdout) == cells(local.stdout)
+
+
+def test_ray_worker_killed_is_retried_once_and_reported(cluster: str, tmp_path: Path) -> None:
+    from convert.batch.ray_runner import run_ray
+
+    manifest = load_manifest(write_zoo(tmp_path, TWO))
+    cnn, always = run_ray(manifest.models, tmp_path / "out", address=cluster, work=kill_once)
+    assert (cnn.verdict, cnn.attempts) == (PASS, 2)  # its first Ray worker was killed; converted on the retry
+    assert cnn.retry_reason == "its Ray worker died (WorkerCrashedError) while converting"
+    assert (always.verdict, always.attempts) == (ERROR, 2)
+    assert always.error.endswith("while converting, and again on the retry")
+
+
+TWO = """\
+[[models]]
+name = "cnn"
+route = "onnx:onnx"
+files = "cnn.onnx"
+
+[[models]]
+name = "always-killed"
+route = "onnx:onnx"
+files = "cnn.onnx"
+"""
