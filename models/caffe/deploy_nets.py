@@ -53,8 +53,10 @@ def _fields(params: dict[str, object], indent: int) -> list[str]:
 class Net:
     """Accumulate layers as prototxt text."""
 
-    def __init__(self, name: str, origin: str, shape: Sequence[int], *, legacy_input: bool = False) -> None:
+    def __init__(self, name: str, origin: str, shape: Sequence[int], *, legacy_input: bool = False,
+                 bn_layer: bool = False) -> None:
         self.name = name
+        self.bn_layer = bn_layer  # PSPNet's own BN layer instead of BatchNorm + Scale
         self.lines = [f"# {line}" for line in origin.strip().splitlines()]
         self.lines.append(f'name: "{name}"')
         if legacy_input:  # PSPNet's Caffe has no Input layer (its field 143 is interp_param)
@@ -88,6 +90,8 @@ class Net:
         return self.layer(name, "ReLU", [blob], [blob])
 
     def bn(self, name: str, scale: str, blob: str) -> str:
+        if self.bn_layer:
+            return self.layer(name, "BN", [blob], [blob], bn_param={"frozen": True})
         self.layer(name, "BatchNorm", [blob], [blob], batch_norm_param={"use_global_stats": True})
         return self.layer(scale, "Scale", [blob], [blob], scale_param={"bias_term": True})
 
@@ -418,7 +422,12 @@ stage's maps concatenated with the features and use 7x7 convolutions. Input 48x4
 
 
 # ---- PSPNet --------------------------------------------------------------------------------------
-def pspnet() -> Net:
+def pspnet_bn() -> Net:
+    """PSPNet-50 as its released deploy files write it: PSPNet's own BN layer (slope, bias, mean, variance)."""
+    return pspnet(bn_layer=True)
+
+
+def pspnet(*, bn_layer: bool = False) -> Net:
     net = Net("pspnet50", """
 PSPNet-50 (Zhao et al., CVPR 2017; hszhao/PSPNet's pspnet50 deploy architecture, ADE20K: 150
 classes): three-convolution stem, dilated ResNet-50 (stride 8; dilation 2 in stage 4, 4 in stage 5),
@@ -426,7 +435,9 @@ pyramid pooling over 1, 2, 3 and 6 bins with Interp back to the map size, Interp
 input. PSPNet's dialect: the input as the net's input/input_shape (no Input layer). Its released
 files use PSPNet's BN layer; this one uses the BatchNorm + Scale pair its fork also runs, so that
 OpenCV DNN can run it. Input 89x89 (a 12x12 map, so the pyramid pools are 12, 6, 4 and 2 wide
-where the 473x473 model's are 60, 30, 20, 10).""", (1, 3, 89, 89), legacy_input=True)
+where the 473x473 model's are 60, 30, 20, 10). pspnet50_bn.prototxt is the same net with PSPNet's BN
+layers, as its released files have them (no runtime here has BN: it is checked against this file).""",
+              (1, 3, 89, 89), legacy_input=True, bn_layer=bn_layer)
     x = "data"
     for name, n, s in (("conv1_1_3x3_s2", 64, 2), ("conv1_2_3x3", 64, 1), ("conv1_3_3x3", 128, 1)):
         x = net.conv(name, x, n, 3, s=s, p=1, bias=False)
@@ -466,6 +477,7 @@ NETS = {
     "mobilenet_ssd": mobilenet_ssd,
     "openpose_coco": openpose,
     "pspnet50": pspnet,
+    "pspnet50_bn": pspnet_bn,
 }
 
 

@@ -80,7 +80,7 @@ def _out_shape(layer: LayerDef, ins: list[Shape]) -> list[Shape]:
             return [(x[0], x[1], int(ip.height), int(ip.width))]
         z = int(ip.zoom_factor)
         return [(x[0], x[1], x[2] + (x[2] - 1) * (z - 1), x[3] + (x[3] - 1) * (z - 1))]
-    if t in ("ReLU", "Sigmoid", "TanH", "LRN", "Dropout", "BatchNorm", "Scale", "Softmax", "Eltwise", "PReLU",
+    if t in ("ReLU", "Sigmoid", "TanH", "LRN", "Dropout", "BatchNorm", "BN", "Scale", "Softmax", "Eltwise", "PReLU",
              "Normalize", "Power", "ELU", "ReLU6"):
         return [x]
     if t == "Split":
@@ -90,7 +90,7 @@ def _out_shape(layer: LayerDef, ins: list[Shape]) -> list[Shape]:
 
 def _blobs(layer: LayerDef, x: Shape, rng: np.random.Generator, residual: bool) -> list[np.ndarray]:
     t, p = layer.type, layer.param
-    if t not in ("Convolution", "Deconvolution", "InnerProduct", "BatchNorm", "Scale", "PReLU", "Normalize"):
+    if t not in ("Convolution", "Deconvolution", "InnerProduct", "BatchNorm", "BN", "Scale", "PReLU", "Normalize"):
         return []
     if x is None:
         raise ValueError(f"layer '{layer.name}' ({t}): the shape of its bottom is not known here")
@@ -114,6 +114,10 @@ def _blobs(layer: LayerDef, x: Shape, rng: np.random.Generator, residual: bool) 
     c = x[1]  # type: ignore[index]
     if t == "BatchNorm":
         return [rng.normal(0, 0.1, c), rng.uniform(0.8, 1.25, c), np.ones(1)]
+    if t == "BN":  # PSPNet: slope, bias, mean, variance, each 1 x C x 1 x 1
+        lo, hi = (0.1, 0.3) if residual else (0.5, 1.0)
+        return [a.reshape(1, c, 1, 1) for a in (rng.uniform(lo, hi, c), rng.normal(0, 0.05, c),
+                                                rng.normal(0, 0.1, c), rng.uniform(0.8, 1.25, c))]
     if t == "Scale":
         lo, hi = (0.1, 0.3) if residual else (0.5, 1.0)
         out = [rng.uniform(lo, hi, c)]

@@ -34,7 +34,7 @@ def _check(model: Model, options: Options) -> Sequence[Unsupported]:
 
 
 def _ops() -> Sequence[OpSupport]:
-    from . import layers_tensor  # noqa: F401
+    from . import layers_tensor  # noqa: F401  (registers the tensor and detection emitters)
     from .layers import EMITTERS
 
     rows = EMITTERS.support()

@@ -39,12 +39,13 @@ class Flavor:
     upsample: bool = False
     normalize: bool = False
     interp: bool = False
+    detection: bool = False  # PriorBox / DetectionOutput (the SSD fork's layers)
     input_layer: bool = True  # inputs as Input layers (field 143); else the net's input/input_shape
 
 
 FLAVORS = {
     "bvlc": Flavor("bvlc", "round_mode"),
-    "ssd": Flavor("ssd", "ceil_mode", permute=True, relu6=True, upsample=True, normalize=True),
+    "ssd": Flavor("ssd", "ceil_mode", permute=True, relu6=True, upsample=True, normalize=True, detection=True),
     # PSPNet's caffe.proto has no Input layer (its field 143 is interp_param) and no pooling rounding field.
     "pspnet": Flavor("pspnet", "", interp=True, input_layer=False),
 }

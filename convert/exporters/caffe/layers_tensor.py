@@ -311,7 +311,6 @@ def slice_(node: Node, ctx: EmitContext) -> Emitted:
     tops: list[Value] = []
     for i in range(len(points) + 1):
         tops.append(node.outputs[0] if i == keep else Value(name=f"{node.outputs[0].name}_unused{i}"))
-    ctx.unused.extend(t for t in tops if t is not node.outputs[0])
     e = ctx.layer(node, "Slice", [node.inputs[0]], tops=tops)
     e.layer.slice_param.axis = a
     e.layer.slice_param.slice_point.extend(points)
@@ -407,21 +406,18 @@ def resize(node: Node, ctx: EmitContext) -> Emitted:
     mode = node.attributes.get_string("mode", "nearest")
     coord = node.attributes.get_string("coordinate_transformation_mode", "half_pixel")
     if mode == "linear":
-        if coord in ("half_pixel", "pytorch_half_pixel"):
+        if coord == "align_corners" and ctx.flavor.interp:
+            e = ctx.layer(node, "Interp", [node.inputs[0]])
+            e.layer.interp_param.height = y[2]
+            e.layer.interp_param.width = y[3]
+            return e
+        if coord in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric") and not ctx.flavor.permute:
+            mib = y[2] * y[3] * x[2] * y[3] * 4 / 2**20
             raise NotExpressible(
-                f"bilinear resize ({coord}, align_corners=False) from {list(x[2:])} to {list(y[2:])} is written "
-                "exactly only for integer factors (a fixed-weight Deconvolution, any flavor): resize to a "
-                "multiple of the input size (an input size that the network's stride divides)"
-            )
-        if coord != "align_corners" or not ctx.flavor.interp:
-            raise NotExpressible(
-                f"bilinear resize ({coord}) needs Interp with align_corners: "
-                "use --caffe-flavor pspnet (and align_corners=True)"
-            )
-        e = ctx.layer(node, "Interp", [node.inputs[0]])
-        e.layer.interp_param.height = y[2]
-        e.layer.interp_param.width = y[3]
-        return e
+                f"bilinear resize ({coord}) from {list(x[2:])} to {list(y[2:])}: without Permute ({ctx.flavor.name}) "
+                f"the height is resized by an InnerProduct over H*W' whose weight would take {mib:.0f} MiB (limit "
+                "16 MiB); use --caffe-flavor ssd, or sizes that are integer multiples (align_corners=False)")
+        raise NotExpressible(f"bilinear resize with coordinate_transformation_mode={coord} has no Caffe form")
     if mode != "nearest":
         raise NotExpressible(f"resize mode '{mode}' has no Caffe layer")
     if coord in ("align_corners", "tf_crop_and_resize"):
@@ -459,6 +455,9 @@ def resize(node: Node, ctx: EmitContext) -> Emitted:
 _note(
     "Resize",
     "Deconvolution (fixed ones) / Upsample (ssd) / Interp (pspnet)",
-    "nearest integer scales; bilinear align_corners with pspnet; bilinear half_pixel by integer factors "
-    "as Slice/Concat + Deconvolution (any flavor)",
+    "nearest integer scales; bilinear align_corners with pspnet (Interp); bilinear half_pixel by integer "
+    "factors as Slice/Concat + Deconvolution (any flavor); other bilinear ratios/modes as InnerProduct matrices",
 )
+
+
+from . import detection  # noqa: E402, F401  (its emitters, always registered after these ones)

@@ -1,4 +1,4 @@
-"""Bilinear resizing with half-pixel centres (``align_corners=False``) in layers every Caffe runs.
+"""Bilinear resizing in layers every Caffe runs (half-pixel integer factors; other ratios as matrices).
 
 PyTorch's ``F.interpolate(mode='bilinear', align_corners=False)`` (ONNX ``Resize`` linear with
 ``half_pixel`` / ``pytorch_half_pixel``) reads output ``o`` from source ``s = (o + 0.5) / f - 0.5``
@@ -18,8 +18,9 @@ factor ``f`` it is exactly a fixed-weight transposed convolution of the edge-rep
   stride ``n`` and weight 1 at the centre tap (odd ``n``) or 1/2 at the two centre taps (even).
 
 The emitters write ``Slice``, ``Concat``, ``Deconvolution`` and ``Convolution`` (BVLC 1.0 layers),
-so the result loads in every flavor, OpenCV included. Other ratios are left to the ``Resize``
-emitter, which refuses them with the reason.
+so the result loads in every flavor, OpenCV included. Other ratios and coordinate modes use the
+interpolation matrices (see ``LowerBilinearResize``); what they cannot express is left to the
+``Resize`` emitter, which refuses it with the reason.
 """
 
 from __future__ import annotations
@@ -30,20 +31,21 @@ import numpy as np
 
 from convert.ir import (
     DataType,
+    GraphEditor,
     Model,
     Node,
     Shape,
     TensorType,
     Value,
     convenience,
-    from_array,
     get_provenance,
-    replace_value,
     set_provenance,
 )
 from convert.ir.passes import Pass, PassResult
 
-__all__ = ["LowerHalfPixelBilinear", "half_pixel_kernel"]
+from .flavor import Flavor
+
+__all__ = ["MAX_KRON_BYTES", "LowerBilinearResize", "half_pixel_kernel", "interpolation_matrix"]
 
 _HALF_PIXEL = ("half_pixel", "pytorch_half_pixel")
 
@@ -63,14 +65,55 @@ def _static(value: Value | None) -> tuple[int, ...] | None:
     return tuple(int(d) for d in value.shape)
 
 
-class LowerHalfPixelBilinear(Pass):
-    """Rewrite half-pixel bilinear ``Resize`` by integer factors as described in the module docstring."""
+# A Kronecker-factored H-axis weight (flavors without Permute) is written only up to this size.
+MAX_KRON_BYTES = 16 * 2**20
+_MODES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+
+
+def interpolation_matrix(n: int, m: int, mode: str, scale: float | None = None) -> np.ndarray:
+    """Return the (m, n) matrix of 1-D linear resizing from ``n`` to ``m`` samples (ONNX ``Resize``).
+
+    ``scale`` is the ONNX scale (``m / n`` unless the model gives another); the source coordinate
+    of output ``o`` is clamped to ``[0, n - 1]`` and split between its two neighbours.
+    """
+    s = m / n if scale is None else scale
+    a = np.zeros((m, n), np.float64)
+    for o in range(m):
+        if mode == "align_corners":
+            x = o * (n - 1) / (m - 1) if m > 1 else 0.0
+        elif mode == "asymmetric":
+            x = o / s
+        elif mode == "pytorch_half_pixel" and m == 1:
+            x = 0.0
+        else:
+            x = (o + 0.5) / s - 0.5
+        x = min(max(x, 0.0), n - 1.0)
+        i0 = int(np.floor(x))
+        i1 = min(i0 + 1, n - 1)
+        a[o, i0] += 1.0 - (x - i0)
+        a[o, i1] += x - i0
+    return a
+
+
+class LowerBilinearResize(Pass):
+    """Rewrite bilinear ``Resize`` as described in the module docstring.
+
+    Half-pixel by integer factors: edge replication and a fixed-weight (de)convolution, any
+    flavor. Other ratios and coordinate modes (``align_corners`` outside ``pspnet``, whose
+    ``Interp`` has it): the separable interpolation matrices, ``MatMul`` on the last axis
+    (InnerProduct, ``axis`` 3) for the width, and for the height either ``Transpose`` around one
+    (``Permute``, flavors that have it) or a ``MatMul`` over the flattened (H, W') axes by
+    ``kron(A_h, I)`` when that weight stays under 16 MiB.
+    """
+
+    def __init__(self, flav: Flavor | None = None) -> None:
+        self.flavor = flav
 
     def call(self, model: Model) -> PassResult:
         """Rewrite in place; return whether anything changed."""
         graph = model.graph
         self._graph = graph
-        self._names = set(graph.initializers) | {v.name for n in graph for v in n.outputs if v.name}
+        self._edit = GraphEditor(graph)
         changed = 0
         for node in list(graph):
             if node.domain in ("", "ai.onnx") and node.op_type == "Resize" and self._lower(node):
@@ -78,23 +121,12 @@ class LowerHalfPixelBilinear(Pass):
         return PassResult(model, changed > 0)
 
     # -- helpers -------------------------------------------------------------------------------
-    def _fresh(self, base: str) -> str:
-        name, i = base, 1
-        while name in self._names:
-            name, i = f"{base}_{i}", i + 1
-        self._names.add(name)
-        return name
-
     def _const(self, arr: np.ndarray) -> Value:
-        name = self._fresh(f"{self._anchor.name or 'resize'}_k")
-        v = Value(name=name, shape=Shape(arr.shape), type=TensorType(DataType.from_numpy(arr.dtype)),
-                  const_value=from_array(arr, name=name))
-        self._graph.register_initializer(v)
-        return v
+        return self._edit.const(arr, f"{self._anchor.name or 'resize'}_k")
 
     def _op(self, op: str, inputs: list[Value], shapes: list[tuple[int, ...]], attrs: dict[str, object]) -> list[Value]:
         base = self._anchor.name or "resize"
-        outs = [Value(name=self._fresh(f"{base}_{op.lower()}"), shape=Shape(s), type=TensorType(DataType.FLOAT))
+        outs = [Value(name=self._edit.fresh(f"{base}_{op.lower()}"), shape=Shape(s), type=TensorType(DataType.FLOAT))
                 for s in shapes]
         node = Node("", op, inputs, convenience.convert_attributes(attrs), outputs=outs, name=outs[0].name)
         set_provenance(node, get_provenance(self._anchor))
@@ -118,29 +150,59 @@ class LowerHalfPixelBilinear(Pass):
         attrs = node.attributes
         if attrs.get_string("mode", "nearest") != "linear" or attrs.get_int("antialias", 0):
             return False
-        if attrs.get_string("coordinate_transformation_mode", "half_pixel") not in _HALF_PIXEL:
+        mode = attrs.get_string("coordinate_transformation_mode", "half_pixel")
+        if mode not in _MODES:
             return False
         x, y = node.inputs[0], node.outputs[0]
         xs, ys = _static(x), _static(y)
         if x is None or xs is None or ys is None or len(xs) != 4 or xs[:2] != ys[:2]:
             return False
         scales = node.inputs[2] if len(node.inputs) > 2 else None
+        given: list[float] | None = None
         if scales is not None and scales.const_value is not None and scales.const_value.size == 4:
-            given = np.asarray(scales.const_value.numpy(), np.float64).reshape(-1)[2:]
-            if any(abs(g * i - o) > 1e-6 * o for g, i, o in zip(given, xs[2:], ys[2:], strict=True)):
-                return False  # ONNX then uses the given scale, not out/in: leave it to the emitter's refusal
-        ups = [o % i == 0 for i, o in zip(xs[2:], ys[2:], strict=True)]
-        downs = [i % o == 0 for i, o in zip(xs[2:], ys[2:], strict=True)]
+            given = [float(g) for g in np.asarray(scales.const_value.numpy(), np.float64).reshape(-1)[2:]]
+        exact = given is None or all(abs(g * i - o) <= 1e-6 * o for g, i, o in zip(given, xs[2:], ys[2:], strict=True))
         self._anchor = node
-        if all(ups):
-            out = self._upsample(x, xs, ys)
-        elif all(downs):
-            out = self._downsample(x, xs, ys)
-        else:
+        out = None
+        if mode in _HALF_PIXEL and exact:
+            if all(o % i == 0 for i, o in zip(xs[2:], ys[2:], strict=True)):
+                out = self._upsample(x, xs, ys)
+            elif all(i % o == 0 for i, o in zip(xs[2:], ys[2:], strict=True)):
+                out = self._downsample(x, xs, ys)
+        if out is None:
+            if self.flavor is None or (mode == "align_corners" and self.flavor.interp):
+                return False  # PSPNet's Interp writes align_corners as one layer
+            out = self._matrices(x, xs, ys, mode, given)
+        if out is None:
             return False
-        replace_value(self._graph, y, out)
-        self._graph.remove(node, safe=True)
+        self._edit.replace(node, out)
         return True
+
+    def _matrices(self, x: Value, xs: tuple[int, ...], ys: tuple[int, ...], mode: str,
+                  given: list[float] | None) -> Value | None:
+        n, c, h, w = xs
+        ho, wo = ys[2], ys[3]
+        a_h = interpolation_matrix(h, ho, mode, given[0] if given else None)
+        a_w = interpolation_matrix(w, wo, mode, given[1] if given else None)
+        flavor = self.flavor
+        assert flavor is not None
+        if not flavor.permute and (h, ho) != (1, 1) and ho * wo * h * wo * 4 > MAX_KRON_BYTES:
+            return None  # the emitter refuses it, with the reason
+        y = x
+        if (w, wo) != (1, 1) or not np.array_equal(a_w, np.eye(w)):
+            (y,) = self._op("MatMul", [y, self._const(a_w.T.astype(np.float32).copy())], [(n, c, h, wo)], {})
+        if np.array_equal(a_h, np.eye(h)):
+            return y
+        if flavor.permute:
+            (t,) = self._op("Transpose", [y], [(n, c, wo, h)], {"perm": [0, 1, 3, 2]})
+            (t,) = self._op("MatMul", [t, self._const(a_h.T.astype(np.float32).copy())], [(n, c, wo, ho)], {})
+            (out,) = self._op("Transpose", [t], [(n, c, ho, wo)], {"perm": [0, 1, 3, 2]})
+            return out
+        (t,) = self._op("Reshape", [y, self._const(np.asarray([n, c, h * wo], np.int64))], [(n, c, h * wo)], {})
+        kron = np.kron(a_h, np.eye(wo)).T.astype(np.float32)
+        (t,) = self._op("MatMul", [t, self._const(np.ascontiguousarray(kron))], [(n, c, ho * wo)], {})
+        (out,) = self._op("Reshape", [t, self._const(np.asarray(ys, np.int64))], [ys], {})
+        return out
 
     def _upsample(self, x: Value, xs: tuple[int, ...], ys: tuple[int, ...]) -> Value:
         kernels, strides, pads = [], [], []

@@ -39,11 +39,12 @@ from convert.ir import (
 from . import layers_tensor  # noqa: F401  (registers the tensor emitters)
 from .context import Blob, EmitContext, Emitted, NotExpressible
 from .decompose import DecomposeBoundedActivations
+from .detection import RaiseDetectionOutput
 from .flavor import Flavor, flavor
 from .layers import EMITTERS
 from .legalize import LegalizeForCaffe
 from .old_opsets import AttributesToInputs
-from .resize import LowerHalfPixelBilinear
+from .resize import LowerBilinearResize
 
 if TYPE_CHECKING:
     from convert._proto import caffe_pb2
@@ -86,9 +87,11 @@ def _prepare(model: Model, flav: Flavor) -> Model:
     # of an initializer, as old ONNX files have) becomes a lazy constant, evaluated when written.
     if passes.FoldWeights()(model).modified:
         passes.EliminateDeadCode()(model)
+    if flav.detection:  # a Caffe source's SSD head, recorded by the frontend: PriorBox + DetectionOutput again
+        RaiseDetectionOutput()(model)
     AttributesToInputs()(model)  # Clip/Pad/Slice of opsets < 10/11 in the form the emitters read
     DecomposeBoundedActivations(flav)(model)
-    LowerHalfPixelBilinear()(model)  # align_corners=False bilinear by integer factors: Deconvolution
+    LowerBilinearResize(flav)(model)  # bilinear: Deconvolution (integer half-pixel) or matrices
     LegalizeForCaffe()(model)
     return model
 
@@ -143,10 +146,6 @@ def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[
                 folded = f" + '{key}' folded in" if key != prov.layer else ""
                 result.origin = (key, prov.where() + folded)
             emitted.append(result)
-        if ctx.unused:  # else Caffe and OpenCV report the cut-off parts of a Slice as net outputs
-            emitted.append(Emitted(pb.LayerParameter(name=ctx.fresh_layer_name(f"{emitted[-1].layer.name}_unused"),
-                                                     type="Silence", bottom=[ctx.blob(v) for v in ctx.unused])))
-            ctx.unused.clear()
     for value in graph.outputs:
         blob = ctx.blob(value)
         name = _safe(value.name or blob)

@@ -6,6 +6,7 @@ Registered into ``layers.LAYERS``; see that module for the conventions.
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 
@@ -641,7 +642,34 @@ def prior_box(layer: LayerDef, ctx: CaffeContext) -> None:
                              "OpenCV and brocolli-caffe do (the original SSD fork defaults to false); set it "
                              "explicitly")
     boxes = prior_boxes(pp, (fmap[2], fmap[3]), (img_h, img_w), clip)
-    ctx.set_top(layer, ctx.weight(layer, boxes, "priors"))
+    priors = ctx.weight(layer, boxes, "priors")
+    # what the Caffe exporter needs to write this layer back (ssd flavor): see DetectionOutput
+    priors.metadata_props[PRIOR_BOX_KEY] = json.dumps({
+        "layer": layer.name, "param": _one_line(pp), "shape": list(boxes.shape),
+        "bottoms": [v.name for v in ctx.inputs(layer)]})
+    ctx.set_top(layer, priors)
+
+
+PRIOR_BOX_KEY = "convert:caffe_prior_box"
+DETECTION_OUTPUT_KEY = "convert:caffe_detection_output"
+
+
+def _one_line(message: object) -> str:
+    from google.protobuf import text_format
+
+    return str(text_format.MessageToString(message, as_one_line=True))  # type: ignore[arg-type]
+
+
+def _prior_records(priors: Value) -> list[object] | None:
+    """Return the PriorBox layers behind ``priors`` (one, or a Concat over axis 2 of several)."""
+    own = priors.metadata_props.get(PRIOR_BOX_KEY)
+    if own:
+        return [json.loads(own)]
+    node = priors.producer()
+    if node is None or node.op_type != "Concat" or node.attributes.get_int("axis", 0) != 2:
+        return None
+    found = [v.metadata_props.get(PRIOR_BOX_KEY) if v is not None else None for v in node.inputs]
+    return None if not all(found) else [json.loads(str(f)) for f in found]
 
 
 _note("PriorBox", "constant (computed from the static shapes)",
@@ -764,8 +792,14 @@ def detection_output(layer: LayerDef, ctx: CaffeContext) -> None:
             for i, v in enumerate(rows[:2])]
     image = _dyn(ctx, layer, "Mul", [cols[0], ctx.const(0.0)], None, ["detections", 1], "_image")
     table = _dyn(ctx, layer, "Concat", [image, *cols, rows[2]], {"axis": 1}, ["detections", 7], "_table")
-    ctx.set_top(layer, _dyn(ctx, layer, "Reshape", [table, ctx.const((1, 1, -1, 7), i64)], None,
-                            [1, 1, "detections", 7], ""))
+    top = _dyn(ctx, layer, "Reshape", [table, ctx.const((1, 1, -1, 7), i64)], None, [1, 1, "detections", 7], "")
+    records = _prior_records(priors)
+    if records is not None:  # the Caffe exporter (ssd flavor) writes the layer back from this
+        producer = top.producer()
+        if producer is not None:
+            producer.metadata_props[DETECTION_OUTPUT_KEY] = json.dumps({
+                "param": _one_line(dp), "loc": loc.name, "conf": conf.name, "priors": records})
+    ctx.set_top(layer, top)
 
 
 _note("DetectionOutput", "decode + TopK + NonMaxSuppression + TopK (keep_top_k) + sort",

@@ -2,7 +2,8 @@
 
 The exporter writes it as edge replication (Slice + Concat) and a fixed-weight grouped
 Deconvolution (integer upsampling) or Convolution (integer downsampling): BVLC 1.0 layers, so
-the file loads in real Caffe and OpenCV whatever the flavor. Oracles: torch eager
+the file loads in real Caffe and OpenCV whatever the flavor. Other ratios and coordinate modes
+are the separable interpolation matrices as InnerProduct layers (with Permute in ssd). Oracles: torch eager
 (``F.interpolate``) and ONNX Runtime on the ONNX source; the written files run in real Caffe and
 OpenCV DNN.
 """
@@ -25,9 +26,9 @@ nn = torch.nn
 RTOL = 1e-5
 FLAVORS = ("ssd", "bvlc", "pspnet")
 
-# (input H, W) -> (output H, W): up by 2, 3, 4, 8, mixed factors, from one pixel, down by 2 and 3
-SIZES = [((5, 7), (10, 14)), ((4, 4), (12, 12)), ((3, 3), (24, 24)), ((5, 4), (10, 12)), ((2, 3), (8, 3)),
-         ((1, 1), (6, 6)), ((1, 3), (4, 12)), ((6, 6), (3, 3)), ((9, 6), (3, 2))]
+# (input H, W) -> (output H, W): up by 2, 3, 8, by 4 and 1, from one pixel, down by 2 and by 3 and 3
+SIZES = [((5, 7), (10, 14)), ((4, 4), (12, 12)), ((3, 3), (24, 24)), ((2, 3), (8, 3)), ((1, 1), (6, 6)),
+         ((6, 6), (3, 3)), ((9, 6), (3, 2))]
 IDS = [f"{a[0]}x{a[1]}-{b[0]}x{b[1]}" for a, b in SIZES]
 
 
@@ -76,14 +77,56 @@ def test_resize_half_pixel_in_every_flavor(size: tuple[int, int], out: tuple[int
             assert _rel(got, ref) <= RTOL, (flavor, name)
 
 
-def test_other_ratios_are_refused_with_the_reason(tmp_path: Path) -> None:
-    src = ex._model(ex.HEAD + """
-    g (float[1, 3, 5, 5] x) => (float[1, 3, 7, 7] y) {
-        y = Resize <mode = "linear", coordinate_transformation_mode = "half_pixel"> (x, , , sz)
-    }""", {"sz": np.array([1, 3, 7, 7], np.int64)})
+# (H, W) -> (H', W'), coordinate mode: ratios no (de)convolution gives, and align_corners
+MATRIX_CASES = [((5, 5), (7, 7), "half_pixel"), ((7, 6), (3, 10), "pytorch_half_pixel"),
+                ((6, 4), (11, 9), "align_corners"), ((4, 5), (6, 5), "asymmetric")]
+
+
+@pytest.mark.parametrize(("size", "out", "mode"), MATRIX_CASES, ids=[c[2] for c in MATRIX_CASES])
+def test_other_ratios_and_modes_as_interpolation_matrices(size: tuple[int, int], out: tuple[int, int], mode: str,
+                                                          tmp_path: Path) -> None:
+    """InnerProduct on the width; the height via Permute (ssd) or a Kronecker InnerProduct (bvlc, pspnet)."""
+    import onnxruntime as ort
+
+    (h, w), (oh, ow) = size, out
+    src = ex._model(ex.HEAD + f"""
+    g (float[1, 3, {h}, {w}] x) => (float[1, 3, {oh}, {ow}] y) {{
+        y = Resize <mode = "linear", coordinate_transformation_mode = "{mode}"> (x, , , sz)
+    }}""", {"sz": np.array([1, 3, oh, ow], np.int64)})
+    x = np.random.default_rng(0).standard_normal((1, 3, h, w)).astype(np.float32)
+    ref = ort.InferenceSession(src.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    if mode in ("half_pixel", "align_corners"):  # torch eager agrees with the ONNX source
+        torch_ref = F.interpolate(torch.from_numpy(x), size=(oh, ow), mode="bilinear",
+                                  align_corners=mode == "align_corners").numpy()
+        assert _rel(ref, torch_ref) <= RTOL
     for flavor in FLAVORS:
-        with pytest.raises(UnsupportedOpsError, match=r"align_corners=False.*\[5, 5\] to \[7, 7\].*integer factors"):
+        paths = ex._export(src, tmp_path / flavor, flavor)
+        text = paths[0].read_text()
+        if flavor == "pspnet" and mode == "align_corners":
+            assert 'type: "Interp"' in text  # PSPNet's own layer; real Caffe lacks it: OpenCV runs it
+        else:
+            assert 'type: "InnerProduct"' in text and ("Permute" in text) == (flavor == "ssd")
+        runtimes = [("OpenCV", ex._opencv(paths))]
+        if "Interp" not in text:
+            runtimes.append(("real Caffe", _real(paths)))
+        for name, rt in runtimes:
+            got = rt.run({"x": x})["y"]  # type: ignore[attr-defined]
+            assert _rel(got, ref) <= RTOL, (flavor, name)
+
+
+def test_large_maps_without_permute_are_refused_with_the_reason(tmp_path: Path) -> None:
+    src = ex._model(ex.HEAD + """
+    g (float[1, 3, 40, 40] x) => (float[1, 3, 97, 97] y) {
+        y = Resize <mode = "linear", coordinate_transformation_mode = "half_pixel"> (x, , , sz)
+    }""", {"sz": np.array([1, 3, 97, 97], np.int64)})
+    for flavor in ("bvlc", "pspnet"):
+        with pytest.raises(UnsupportedOpsError, match=r"\[40, 40\] to \[97, 97\]: without Permute.*"
+                                                      r"139 MiB.*--caffe-flavor ssd"):
             ex._export(src, tmp_path / flavor, flavor)
+    paths = ex._export(src, tmp_path / "ssd", "ssd")
+    x = np.random.default_rng(2).standard_normal((1, 3, 40, 40)).astype(np.float32)
+    ref = F.interpolate(torch.from_numpy(x), size=(97, 97), mode="bilinear", align_corners=False).numpy()
+    assert _rel(_real(paths).run({"x": x})["y"], ref) <= RTOL  # type: ignore[attr-defined]
 
 
 class _DeepLabV3Like(nn.Module):
