@@ -32,7 +32,7 @@ seed = 0
 
 [[models]]
 name = "cnn"
-route = "onnx:onnx"
+to = "onnx"                 # the source format is guessed from the file
 files = "cnn.onnx"
 
 [[models]]
@@ -48,7 +48,7 @@ files = "sample.pt"
 
 [[models]]
 name = "missing"
-route = "onnx:onnx"
+to = "onnx"
 files = "no-such-model.onnx"
 
 [[models]]

@@ -36,6 +36,7 @@ def test_table_and_exit_status(full_run: tuple[Path, object]) -> None:
     rows = {line.split()[0]: line.split() for line in lines[2:7]}
     assert {name: row[2] for name, row in rows.items()} == VERDICTS
     assert rows["sample"][1] == "pytorch:onnx" and rows["simple-caffe"][1] == "onnx:caffe"
+    assert rows["cnn"][1] == rows["missing"][1] == "onnx:onnx"  # no 'from': guessed from the file names
     assert rows["cnn"][3] == "0"  # ONNX Runtime against itself: identical
     assert float(rows["sample"][3]) < 1e-4 and 0 < float(rows["tight"][3]) < 1e-4
     assert any("missing: " in line and "no-such-model.onnx: no such file" in line for line in lines)
