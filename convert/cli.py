@@ -684,13 +684,18 @@ def _run_batch(ctx: click.Context, **kw: object) -> int:
     names = list(kw.get("only") or ())  # type: ignore[call-overload]
     count = len(names) if names else len(manifest.models)
     progress = _BatchProgress(count, sys.stderr.isatty() and not kw.get("quiet"))
+    out = Path(str(kw["output"])) if kw.get("output") else manifest.output
     try:
         result = batch.run_batch(
-            manifest, out=Path(str(kw["output"])) if kw.get("output") else None,
-            workers=kw.get("workers"), ray_address=kw.get("ray"), baseline=compare,  # type: ignore[arg-type]
-            factor=float(kw["regression_factor"]), floor=float(kw["regression_floor"]),  # type: ignore[arg-type]
-            on_event=progress, only=names,
+            manifest, out=out, workers=kw.get("workers"), ray_address=kw.get("ray"),  # type: ignore[arg-type]
+            baseline=compare, factor=float(kw["regression_factor"]),  # type: ignore[arg-type]
+            floor=float(kw["regression_floor"]), on_event=progress, only=names,  # type: ignore[arg-type]
         )
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the finished models' files stay
+        progress.close()
+        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        _err(f"{what} after {progress.finished} of {count} models; their files are in {out}; no report was written")
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     finally:
         progress.close()
     click.echo(result.table())

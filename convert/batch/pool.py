@@ -214,6 +214,11 @@ def run_local(
                                               attempts=attempts[index], retry_reason=retry_reason[index])
                             results[index] = row
                             emit(Event("done", index, row.name, slot=k, result=row))
+    except BaseException:  # Ctrl-C, SIGTERM: stop the workers now, whatever they hold
+        for slot in slots:
+            if slot is not None:
+                slot.proc.kill()
+        raise
     finally:
         for slot in slots:
             if slot is not None:

@@ -52,6 +52,12 @@ to = "onnx"
 files = "no-such-model.onnx"
 
 [[models]]
+name = "nocheck"
+to = "onnx"
+files = "cnn.onnx"
+check = false
+
+[[models]]
 name = "tight"
 route = "onnx:caffe"
 files = "simple.onnx"
