@@ -38,7 +38,7 @@ def test_table_and_exit_status(full_run: tuple[Path, object]) -> None:
     assert {name: row[2] for name, row in rows.items()} == VERDICTS
     assert rows["sample"][1] == "pytorch:onnx" and rows["simple-caffe"][1] == "onnx:caffe"
     assert rows["cnn"][1] == rows["missing"][1] == "onnx:onnx"  # no 'from': guessed from the file names
-    assert rows["cnn"][3] == "0"  # ONNX Runtime against itself: identical
+    assert float(rows["cnn"][3]) < 1e-6  # ONNX Runtime against itself (BatchNorm folded)
     assert float(rows["sample"][3]) < 1e-4 and 0 < float(rows["tight"][3]) < 1e-4
     assert any("missing: " in line and "no-such-model.onnx: no such file" in line for line in lines)
     assert "worst element [" in r.stdout and "first bad layer:" in r.stdout
@@ -51,6 +51,8 @@ def test_table_and_exit_status(full_run: tuple[Path, object]) -> None:
     assert (folder / "out" / "simple-caffe" / "simple.prototxt").exists()
     assert (folder / "out" / "simple-caffe" / "simple.caffemodel").exists()
     assert not (folder / "out" / "missing").exists()
+    prototxt = (folder / "out" / "simple-caffe" / "simple.prototxt").read_text()
+    assert prototxt.startswith("# Written by convert-toolkit, Caffe flavor 'bvlc'.")  # the model's options
 
 
 def test_junit(full_run: tuple[Path, object]) -> None:
@@ -94,6 +96,8 @@ def test_json_report(full_run: tuple[Path, object]) -> None:
     assert tight["location"]["first_bad"]["layer"] == "c"
     assert models["missing"]["parity"] is None and "no such file" in models["missing"]["error"]
     assert models["simple-caffe"]["outputs"][0].endswith("out/simple-caffe/simple.prototxt")
+    cnn = models["cnn"]["parity"]  # parity inputs from the manifest's .npz, not seeded
+    assert cnn["seed"] is None and cnn["inputs"] == {"x": [1, 3, 32, 32]}
     assert models["nocheck"]["parity"] is None and models["nocheck"]["outputs"][0].endswith("out/nocheck/cnn.onnx")
     doc = (ROOT / "docs" / "batch.md").read_text()  # the schema documented there names every field
     for key in [*data, *models["tight"]]:
