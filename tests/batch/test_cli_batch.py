@@ -127,8 +127,14 @@ def test_baseline_accept_then_regression(full_run: tuple[Path, object]) -> None:
     r = run_cli(*args, "--accept", cwd=folder)
     assert r.returncode == 0, r.stderr
     assert "accepted this run as the baseline base.json" in r.stderr
+    # accepting a subset keeps the other models' accepted entries
+    r = run_cli("batch", "models.toml", "--model", "cnn", "-o", "out2", "-q", "--baseline", "base.json", "--accept",
+                cwd=folder)
+    assert r.returncode == 0, r.stderr
     base = json.loads((folder / "base.json").read_text())
-    output = base["models"][0]["parity"]["outputs"][0]
+    assert [m["name"] for m in base["models"]] == ["cnn", "simple-caffe"]
+    assert "kept the accepted entries of 1 model(s) not run: simple-caffe" in base["notes"]
+    output = base["models"][1]["parity"]["outputs"][0]
     err = output["rel_to_scale"]
     assert 1e-8 < err < 1e-4, "the test needs a conversion with a small non-zero error"
     output["rel_to_scale"] = err / 1000  # an earlier run that was 1000 times closer
