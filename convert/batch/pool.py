@@ -180,6 +180,7 @@ def run_local(
     retry_reason = [""] * len(specs)
     results: list[ModelResult | None] = [None] * len(specs)
     slots: list[_Slot | None] = [None] * workers
+    lost = 0  # workers found dead while idle
     try:
         while queue or any(s is not None and s.task is not None for s in slots):
             for k in range(workers):
@@ -187,12 +188,23 @@ def run_local(
                 if queue and (slot is None or slot.task is None):
                     if slot is None:
                         slot = slots[k] = _Slot(ctx, work, threads)
-                    index = queue.popleft()
+                    index = queue[0]
+                    try:
+                        slot.conn.send((index, specs[index], str(out_dir)))
+                    except OSError:  # the idle worker died (the OOM killer chose it): start another
+                        lost += 1
+                        why = slot.death()
+                        slots[k] = None
+                        if lost > 2 * workers + 2:
+                            raise RuntimeError(f"worker processes die before taking a model (the last {why})") from None
+                        continue
+                    queue.popleft()
                     attempts[index] += 1
                     slot.task = index
-                    slot.conn.send((index, specs[index], str(out_dir)))
                     emit(Event("started", index, specs[index].name, slot=k))
             busy = [s for s in slots if s is not None and s.task is not None]
+            if not busy:
+                continue
             ready = wait([s.conn for s in busy] + [s.proc.sentinel for s in busy])
             for k, slot in enumerate(slots):
                 if slot is None or slot.task is None:
