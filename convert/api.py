@@ -142,8 +142,8 @@ def save(model: ir.Model, path: PathLike, *, format: str | None = None, **option
     fmt = formats.normalize(format) if format else _format_from_suffix(path)
     ex = formats.exporter(fmt)
     opts = make_options([ex], options)
-    _check_export(ex, model, opts)
-    return list(ex.save(model, path, opts))
+    plan = _check_export(ex, model, opts)
+    return list(plan.write(path) if plan is not None else ex.save(model, path, opts))
 
 
 def _format_from_suffix(path: Path) -> str:
@@ -153,14 +153,16 @@ def _format_from_suffix(path: Path) -> str:
     raise ir.UsageError(f"cannot tell the format of '{path}' from its suffix; pass format=")
 
 
-def _check_export(ex: ir.ExporterSpec, model: ir.Model, opts: ir.Options) -> None:
-    if ex.check is not None:
-        gaps = list(ex.check(model, opts))
-        if gaps:
-            raise ir.UnsupportedOpsError(
-                f"export to {ex.name}: the model '{model.graph.name or 'graph'}'", gaps,
-                hint=f"Run `convert ops {ex.name}` for what {ex.name} can express; nothing was written.",
-            )
+def _check_export(ex: ir.ExporterSpec, model: ir.Model, opts: ir.Options) -> ir.ExportPlan | None:
+    """Raise when ``ex`` cannot express ``model``; return the exporter's plan (one lowering) if it makes one."""
+    plan = ex.plan(model, opts) if ex.plan is not None else None
+    gaps = list(plan.gaps) if plan is not None else list(ex.check(model, opts)) if ex.check is not None else []
+    if gaps:
+        raise ir.UnsupportedOpsError(
+            f"export to {ex.name}: the model '{model.graph.name or 'graph'}'", gaps,
+            hint=f"Run `convert ops {ex.name}` for what {ex.name} can express; nothing was written.",
+        )
+    return plan
 
 
 def _files_read(paths: Sequence[Path], model: ir.Model) -> set[Path]:
@@ -315,12 +317,11 @@ def convert(
     ex = formats.exporter(dest)
     module_src = not isinstance(src, (str, Path, list, tuple))
     if module_src:
-        fe = formats.frontend("pytorch")
-        fmt = "pytorch"
+        fe = formats.object_frontend(src)
+        fmt = fe.name
         opts = make_options([fe, ex], options, progress=progress)
-        from .frontends.pytorch import load_module  # lazily: imports torch
-
-        model = load_module(src, example_inputs, opts)
+        assert fe.load_object is not None
+        model = fe.load_object(src, example_inputs, opts)
         paths: list[Path] = []
     else:
         paths = _paths(src)  # type: ignore[arg-type]
@@ -337,10 +338,8 @@ def convert(
     parity_error = ""
     if check:
         try:
-            if module_src:
-                from .parity.runtimes.torch import module_runtime  # lazily: imports torch
-
-                src_runtime = module_runtime(src, example_inputs, opts)
+            if module_src and fe.object_runtime is not None:
+                src_runtime = fe.object_runtime(src, example_inputs, opts)  # type: ignore[assignment]
             else:
                 src_runtime = open_runtime(fmt, paths, opts)
         except ir.ConvertError as exc:
@@ -352,11 +351,11 @@ def convert(
     refuse_overwrite(_files_read(paths, model), written_candidates(target, ex))
     check_writable(target, "the output")
     ir.passes.standard_pipeline(fold_batchnorm=fold_batchnorm, validate=validate)(model)
-    _check_export(ex, model, opts)
+    plan = _check_export(ex, model, opts)
     if out is not None and str(out).endswith(("/", os.sep)):  # `-o newdir/`: the user asked for a folder
         target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        written = list(ex.save(model, target, opts))
+        written = list(plan.write(target) if plan is not None else ex.save(model, target, opts))
     except OSError as exc:
         raise write_error(exc, target) from exc
     stats = ir.model_stats(model)

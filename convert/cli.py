@@ -471,7 +471,8 @@ def _guard(func, ctx: click.Context, debug: bool, **kw: object) -> None:  # type
         if debug:
             raise
         first = (str(exc).strip().splitlines() or [""])[0]
-        _err(f"internal error: {type(exc).__name__}: {first}")
+        _err(f"internal error {first}" if isinstance(exc, ir.InternalError) else
+             f"internal error: {type(exc).__name__}: {first}")
         _err("this is a bug in convert, not a problem with your model: please report it with the command "
              "line and the traceback that --debug prints")
         ctx.exit(EXIT_INTERNAL)

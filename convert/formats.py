@@ -20,6 +20,9 @@ __all__ = [
     "frontend",
     "frontend_names",
     "normalize",
+    "object_frontend",
+    "register_exporter",
+    "register_frontend",
     "routes",
     "runtime_module",
 ]
@@ -35,15 +38,29 @@ _EXPORTERS = {
     "onnx": "convert.exporters.onnx",
     "caffe": "convert.exporters.caffe",
 }
-# The reference runtime of each format, used by the parity check (module exposing open_runtime).
-_RUNTIMES = {
-    "onnx": "convert.parity.runtimes.onnxruntime",
-    "caffe": "convert.parity.runtimes.caffe_runtime",
-    "darknet": "convert.parity.runtimes.darknet",
-    "pytorch": "convert.parity.runtimes.torch",
-    "paddle": "convert.parity.runtimes.paddle",
-}
 ALIASES = {"torch": "pytorch", "pt": "pytorch", "paddlepaddle": "paddle", "pd": "paddle"}
+
+
+def register_frontend(name: str, module: str) -> None:
+    """Make the frontend of module ``module`` (it exposes ``FRONTEND``) readable as format ``name``.
+
+    Installed packages can do the same without code: an entry point ``name = "module"`` in the
+    group ``convert.frontends`` (``convert.exporters`` for ``register_exporter``).
+    """
+    _FRONTENDS[normalize(name)] = module
+
+
+def register_exporter(name: str, module: str) -> None:
+    """Make the exporter of module ``module`` (it exposes ``EXPORTER``) writable as format ``name``."""
+    _EXPORTERS[normalize(name)] = module
+
+
+def _add_entry_points() -> None:
+    from importlib.metadata import entry_points
+
+    for group, table in (("convert.frontends", _FRONTENDS), ("convert.exporters", _EXPORTERS)):
+        for ep in entry_points(group=group):
+            table.setdefault(ep.name, ep.value)
 
 
 def normalize(name: str) -> str:
@@ -97,8 +114,23 @@ def routes() -> list[tuple[str, str]]:
 
 
 def runtime_module(name: str) -> str | None:
-    """Return the module path of the reference runtime of format ``name``."""
-    return _RUNTIMES.get(normalize(name))
+    """Return the module path of the reference runtime of format ``name`` (its frontend names it)."""
+    spec = _spec(_FRONTENDS, normalize(name), "FRONTEND")
+    return (spec.runtime or None) if isinstance(spec, FrontendSpec) else None
+
+
+def object_frontend(obj: object) -> FrontendSpec:
+    """Return the frontend that converts the in-memory model ``obj`` (a ``torch.nn.Module``).
+
+    Raises:
+        UsageError: no frontend of this installation converts in-memory models.
+    """
+    for name in frontend_names():
+        spec = frontend(name)
+        if spec.load_object is not None:
+            return spec
+    raise UsageError(f"cannot convert an in-memory {type(obj).__name__}: pass a file path, or install the "
+                     "frontend that reads it (pip install 'convert-toolkit[torch]')")
 
 
 def detect_format(paths: Sequence[Path]) -> str:
@@ -114,3 +146,6 @@ def detect_format(paths: Sequence[Path]) -> str:
                 return name
     shown = ", ".join(str(p) for p in paths)
     raise UsageError(f"cannot tell the format of {shown}: name it, e.g. 'darknet:onnx' or --from darknet")
+
+
+_add_entry_points()

@@ -11,7 +11,8 @@ import onnx_ir as _ir
 
 from . import passes
 from .builder import CANONICAL_OPSET, GraphBuilder, NameAuthority
-from .edit import replace_value
+from .driver import GapCollector, InternalError, RefusedError, convert_all
+from .edit import GraphEditor, replace_value
 from .errors import (
     ConversionError,
     ConvertError,
@@ -23,7 +24,7 @@ from .errors import (
     UsageError,
 )
 from .io import from_proto, load_file, save_inline_streamed, save_model, serialize_inline
-from .plugins import Diagnostics, ExporterSpec, FrontendSpec, OpSupport, Options, OptionSpec, ProgressFn
+from .plugins import Diagnostics, ExporterSpec, ExportPlan, FrontendSpec, OpSupport, Options, OptionSpec, ProgressFn
 from .provenance import Provenance, describe, get_provenance, output_key, set_output_of, set_provenance
 from .registry import Registry
 from .tensors import (
@@ -61,11 +62,15 @@ __all__ = [
     "DataType",
     "Diagnostics",
     "ExportError",
+    "ExportPlan",
     "ExporterSpec",
     "ExternalTensor",
     "FrontendSpec",
+    "GapCollector",
     "Graph",
     "GraphBuilder",
+    "GraphEditor",
+    "InternalError",
     "LazyTensor",
     "Model",
     "ModelFormatError",
@@ -77,6 +82,7 @@ __all__ = [
     "PassError",
     "ProgressFn",
     "Provenance",
+    "RefusedError",
     "Registry",
     "Shape",
     "SymbolicDim",
@@ -88,6 +94,7 @@ __all__ = [
     "UsageError",
     "Value",
     "convenience",
+    "convert_all",
     "describe",
     "file_slice",
     "from_array",

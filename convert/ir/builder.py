@@ -36,11 +36,16 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.:/\-]")
 
 
 class NameAuthority:
-    """Hands out unique names: ``base``, then ``base_1``, ``base_2`` ..."""
+    """Hands out unique names: ``base``, then ``base_1``, ``base_2`` ...
 
-    def __init__(self) -> None:
+    Names are made safe for every format (``[A-Za-z0-9_.:/-]``) unless ``sanitize=False`` (a
+    rewrite of a graph read from a file keeps the names it derives from the file's).
+    """
+
+    def __init__(self, *, sanitize: bool = True) -> None:
         self._used: set[str] = set()
         self._next: dict[str, int] = {}
+        self._sanitize = sanitize
 
     def reserve(self, name: str) -> None:
         """Mark ``name`` as taken (e.g. names read from a source model)."""
@@ -48,7 +53,7 @@ class NameAuthority:
 
     def fresh(self, base: str) -> str:
         """Return a unique name derived from ``base``."""
-        base = _UNSAFE.sub("_", base) or "v"
+        base = (_UNSAFE.sub("_", base) if self._sanitize else base) or "v"
         if base not in self._used:
             self._used.add(base)
             return base

@@ -11,9 +11,10 @@ them into options and passes their values in ``Options.extra`` under ``OptionSpe
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import onnx_ir as _ir
 
@@ -21,6 +22,7 @@ from .errors import ConvertError, Unsupported
 
 __all__ = [
     "Diagnostics",
+    "ExportPlan",
     "ExporterSpec",
     "FrontendSpec",
     "OpSupport",
@@ -119,8 +121,22 @@ class FrontendSpec:
     ops: Callable[[], Sequence[OpSupport]] = lambda: ()
     check_support: Callable[[Sequence[Path], Options], Sequence[Unsupported]] | None = None
     options: tuple[OptionSpec, ...] = ()
-    # How many input files a model takes, for messages ("a .cfg and a .weights").
-    inputs_help: str = "MODEL"
+    # The module whose ``open_runtime(paths, options)`` runs this format for the parity check.
+    runtime: str = ""
+    # An in-memory model (the Python API's ``convert(module, ...)``): ``load_object(obj, example_inputs,
+    # options)`` converts it, ``object_runtime(obj, example_inputs, options)`` is its reference runtime.
+    load_object: Callable[[object, object, Options], _ir.Model] | None = None
+    object_runtime: Callable[[object, object, Options], object] | None = None
+
+
+class ExportPlan(Protocol):
+    """A model lowered once for an exporter: what it cannot express, and how to write it."""
+
+    gaps: Sequence[Unsupported]
+
+    def write(self, path: Path) -> Sequence[Path]:
+        """Write the lowered model at ``path``; return every file written, the main one first."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +149,10 @@ class ExporterSpec:
     save: Callable[[_ir.Model, Path, Options], Sequence[Path]]
     ops: Callable[[], Sequence[OpSupport]] = lambda: ()
     check: Callable[[_ir.Model, Options], Sequence[Unsupported]] | None = None
+    # One lowering, checked then written: ``plan(model, options)`` returns an ``ExportPlan``. An
+    # exporter with a plan does its work once; ``check`` and ``save`` are then ``plan(...).gaps``
+    # and ``plan(...).write(path)``.
+    plan: Callable[[_ir.Model, Options], ExportPlan] | None = None
     options: tuple[OptionSpec, ...] = ()
     # Extra files written beside the main output (e.g. '.caffemodel' beside '.prototxt').
     companions: tuple[str, ...] = ()
-    meta: Mapping[str, str] = field(default_factory=dict)

@@ -3,12 +3,17 @@
 Every frontend and exporter owns one instance. Keys may carry a *since* version (the opset or
 format version where the handler's behaviour starts); ``lookup(key, version)`` returns the
 handler with the largest ``since`` not above ``version``.
+
+An entry also carries what ``convert ops`` and docs/SUPPORTED_OPS.md print for it: what it maps
+to and its limits (``register(..., maps_to=, notes=)`` or ``describe``); ``support()`` is the table.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
 from typing import Generic, TypeVar
+
+from .plugins import OpSupport
 
 __all__ = ["Registry"]
 
@@ -21,9 +26,10 @@ class Registry(Generic[F]):
     def __init__(self, name: str) -> None:
         self.name = name
         self._entries: dict[Hashable, dict[int, F]] = {}
+        self._described: dict[Hashable, tuple[str, str]] = {}
 
-    def register(self, *keys: Hashable, since: int = 1) -> Callable[[F], F]:
-        """Register the decorated function under every key in ``keys``.
+    def register(self, *keys: Hashable, since: int = 1, maps_to: str = "", notes: str = "") -> Callable[[F], F]:
+        """Register the decorated function under every key in ``keys`` (and describe them, when given).
 
         Raises:
             ValueError: when a key is already registered with the same ``since``.
@@ -40,9 +46,20 @@ class Registry(Generic[F]):
                         f"{versions[since].__qualname__} and {func.__qualname__}"
                     )
                 versions[since] = func
+                if maps_to or notes:
+                    self.describe(key, maps_to, notes)
             return func
 
         return decorate
+
+    def describe(self, key: Hashable, maps_to: str, notes: str = "") -> None:
+        """Record what ``key`` maps to and its limits, for the support table."""
+        self._described[key] = (maps_to, notes)
+
+    def support(self, *, sort: bool = False) -> list[OpSupport]:
+        """Return the support table: one row per key (registration order, or sorted by name)."""
+        keys = sorted(self._entries, key=str) if sort else list(self._entries)
+        return [OpSupport(str(k), *self._described.get(k, ("", ""))) for k in keys]
 
     def lookup(self, key: Hashable, version: int | None = None) -> F | None:
         """Return the handler for ``key`` valid at ``version`` (newest if None), or None."""

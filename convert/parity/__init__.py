@@ -17,7 +17,7 @@ import numpy as np
 from convert.formats import normalize, runtime_module
 from convert.ir import ConvertError, ModelFormatError, Options, UsageError
 
-from .compare import OutputResult, ParityReport, compare_one, compare_outputs, match_outputs
+from .compare import OutputResult, ParityReport, compare_one, match_outputs
 from .locate import Location
 from .locate import locate as locate_layers
 from .runtime import Runtime, TensorSpec
@@ -29,7 +29,6 @@ __all__ = [
     "Runtime",
     "TensorSpec",
     "compare_one",
-    "compare_outputs",
     "load_inputs",
     "make_inputs",
     "open_runtime",

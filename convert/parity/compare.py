@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -25,7 +25,7 @@ import numpy as np
 if TYPE_CHECKING:
     from .locate import Location
 
-__all__ = ["OutputResult", "ParityReport", "compare_outputs", "match_outputs"]
+__all__ = ["OutputResult", "ParityReport", "match_outputs"]
 
 
 @dataclass(slots=True)
@@ -188,9 +188,3 @@ def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol
                         passed, note, allclose_bad, degenerate, nan_mismatch or not within,
                         worst, float(r64[worst]), float(g64[worst]))
 
-
-def compare_outputs(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], *,
-                    atol: float, rtol: float, tol: float = 1e-4) -> list[OutputResult]:
-    """Compare every output of ``ref`` with its match in ``got``."""
-    pairs = match_outputs(list(ref), list(got))
-    return [compare_one(r, ref[r], g, got[g], atol, rtol, tol) for r, g in pairs]

@@ -82,6 +82,16 @@ def _scale2(b: NetBuilder) -> None:
     )
 
 
+def _crop_per_axis(b: NetBuilder) -> None:
+    # The reference blob feeds only the crops, so the IR has no blob of the target shape left:
+    # the exporter cuts one axis at a time (Slice layers) instead of writing a Crop.
+    b.conv("r", "data", "r", 4, 2, 1)
+    b.pool("ref", "r", "ref", 3, 2)  # (1, 2, 5, 5)
+    b.layer("Crop", "c1", ["data", "ref"], ["c1"], crop_param={"axis": 1, "offset": [1, 2, 3]})
+    b.layer("Crop", "c2", ["data", "ref"], ["c2"], crop_param={"axis": 2, "offset": [4, 0]})
+    b.layer("TanH", "t2", ["c2"], ["t2"])
+
+
 SINGLES = {
     "prelu": _prelu,
     "power": _power,
@@ -91,4 +101,5 @@ SINGLES = {
     "pool_floor": _pool_floor,
     "shuffle_normalize_relu6": _shuffle_norm,
     "scale_bottom_deconv_group": _scale2,
+    "crop_per_axis": _crop_per_axis,
 }

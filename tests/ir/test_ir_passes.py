@@ -90,14 +90,27 @@ def test_validator_catches_use_before_definition() -> None:
 
 
 def test_pass_error_names_the_pass_and_the_ones_before() -> None:
+    """A pass refusing the model is the user's error (PassError); a pass crashing is a bug (InternalError)."""
+
+    class Refuse(ir.passes.Pass):
+        def call(self, model: ir.Model) -> ir.passes.PassResult:
+            raise ir.ExportError("cannot fold this")
+
     class Boom(ir.passes.Pass):
         def call(self, model: ir.Model) -> ir.passes.PassResult:
             raise RuntimeError("kaput")
 
-    b = ir.GraphBuilder("g")
-    b.output(b.op("Relu", [b.input("x", ir.DataType.FLOAT, (1,))]), "y")
-    with pytest.raises(ir.PassError, match=r"pass 'Boom' failed \(after: TopologicalSort\): RuntimeError: kaput"):
-        ir.passes.PassManager([ir.passes.TopologicalSort(), Boom()])(b.build())
+    def model() -> ir.Model:
+        b = ir.GraphBuilder("g")
+        b.output(b.op("Relu", [b.input("x", ir.DataType.FLOAT, (1,))]), "y")
+        return b.build()
+
+    with pytest.raises(ir.PassError, match=r"pass 'Refuse' failed \(after: TopologicalSort\): cannot fold this"):
+        ir.passes.PassManager([ir.passes.TopologicalSort(), Refuse()])(model())
+    with pytest.raises(ir.InternalError, match=r"pass 'Boom' \(after: TopologicalSort\): RuntimeError: kaput") as info:
+        ir.passes.PassManager([ir.passes.TopologicalSort(), Boom()])(model())
+    assert not isinstance(info.value, ir.ConvertError)
+    assert isinstance(info.value.__cause__, RuntimeError)
 
 
 def test_fold_constants_and_dce() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from convert.ir import ExporterSpec, Model, OpSupport, Options, OptionSpec, Unsupported
+from convert.ir import ExporterSpec, ExportPlan, Model, OpSupport, Options, OptionSpec, Unsupported
 
 from .flavor import DEFAULT_FLAVOR, FLAVOR_HELP, FLAVORS
 
@@ -23,20 +23,21 @@ def _save(model: Model, path: Path, options: Options) -> list[Path]:
     return save_caffe(model, path, options)
 
 
-def _check(model: Model, options: Options) -> Sequence[Unsupported]:
-    from .writer import check
+def _plan(model: Model, options: Options) -> ExportPlan:
+    from .writer import plan
 
-    return check(model, options)
+    return plan(model, options)
+
+
+def _check(model: Model, options: Options) -> Sequence[Unsupported]:
+    return _plan(model, options).gaps
 
 
 def _ops() -> Sequence[OpSupport]:
     from . import layers_tensor  # noqa: F401
-    from .layers import EMITTERS, NOTES
+    from .layers import EMITTERS
 
-    rows = []
-    for key in EMITTERS.keys():  # noqa: SIM118 (Registry is not iterable)
-        layer, limits = NOTES.get(str(key), ("", ""))
-        rows.append(OpSupport(op=str(key), maps_to=layer, notes=limits))
+    rows = EMITTERS.support()
     rows.append(OpSupport("HardSigmoid", "Power + ReLU/Power/Eltwise", "decomposed exactly (decompose.py)"))
     rows.append(OpSupport("HardSwish", "HardSigmoid + Eltwise PROD", "decomposed exactly (decompose.py)"))
     return rows
@@ -49,6 +50,7 @@ EXPORTER = ExporterSpec(
     save=_save,
     ops=_ops,
     check=_check,
+    plan=_plan,
     options=(
         OptionSpec(
             flag="--caffe-flavor",
@@ -60,5 +62,4 @@ EXPORTER = ExporterSpec(
         ),
     ),
     companions=(".caffemodel",),
-    meta={"flavors": ", ".join(FLAVORS)},
 )

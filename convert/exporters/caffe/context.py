@@ -75,6 +75,7 @@ class EmitContext:
             self._main[id(node)] = safe
             self._used_layers.add(safe)
         self.produced: list[Value] = []  # values with a Caffe blob, in order (for Crop references)
+        self.unused: list[Value] = []  # tops nothing reads (Slice's cut-off parts): a Silence layer ends them
 
     # -- names --------------------------------------------------------------------------------
     def blob(self, value: Value) -> str:
@@ -114,6 +115,14 @@ class EmitContext:
         if id(node) in self._main:
             return self._main.pop(id(node))
         base = _UNSAFE.sub("_", node.name or get_provenance(node).layer or node.op_type) or node.op_type
+        name, i = base, 1
+        while name in self._used_layers:
+            name, i = f"{base}_{i}", i + 1
+        self._used_layers.add(name)
+        return name
+
+    def fresh_layer_name(self, base: str) -> str:
+        """Return a layer name no other layer has, from ``base``."""
         name, i = base, 1
         while name in self._used_layers:
             name, i = f"{base}_{i}", i + 1

@@ -18,18 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from convert.ir import (
-    DataType,
-    Model,
-    Node,
-    Shape,
-    TensorType,
-    Value,
-    from_array,
-    get_provenance,
-    replace_value,
-    set_provenance,
-)
+from convert.ir import GraphEditor, Model, Node, Value
 from convert.ir.passes import Pass, PassResult
 
 from .flavor import Flavor
@@ -55,7 +44,7 @@ class DecomposeBoundedActivations(Pass):
         """Rewrite in place; returns whether anything changed."""
         graph = model.graph
         self._graph = graph
-        self._names = set(graph.initializers) | {v.name for n in graph for v in n.outputs if v.name}
+        self._edit = GraphEditor(graph)
         changed = 0
         for node in list(graph):
             if node.domain not in ("", "ai.onnx") or node.op_type not in _TARGETS:
@@ -86,27 +75,12 @@ class DecomposeBoundedActivations(Pass):
         return PassResult(model, changed > 0)
 
     # -- building blocks -----------------------------------------------------------------------
-    def _fresh(self, base: str) -> str:
-        name, i = base, 1
-        while name in self._names:
-            name, i = f"{base}_{i}", i + 1
-        self._names.add(name)
-        return name
-
     def _const(self, value: float) -> Value:
-        name = self._fresh(f"{self._anchor.name or 'act'}_c")
-        arr = np.asarray(value, dtype=np.float32)
-        v = Value(name=name, shape=Shape(()), type=TensorType(DataType.FLOAT), const_value=from_array(arr, name=name))
-        self._graph.register_initializer(v)
-        return v
+        return self._edit.const(np.asarray(value, dtype=np.float32), f"{self._anchor.name or 'act'}_c")
 
     def _op(self, op: str, inputs: list[Value]) -> Value:
         base = self._anchor.name or self._anchor.op_type.lower()
-        out = Value(name=self._fresh(f"{base}_{op.lower()}"), shape=self._like.shape, type=self._like.type)
-        node = Node("", op, inputs, outputs=[out], name=out.name)
-        set_provenance(node, get_provenance(self._anchor))
-        self._graph.insert_before(self._anchor, node)
-        return out
+        return self._edit.node_before(self._anchor, op, inputs, base=f"{base}_{op.lower()}", like=self._like)
 
     def _affine(self, x: Value, scale: float, shift: float) -> Value:
         y = x if scale == 1.0 else self._op("Mul", [x, self._const(scale)])
@@ -122,5 +96,4 @@ class DecomposeBoundedActivations(Pass):
         return self._affine(low, 1.0, lo)
 
     def _replace(self, node: Node, new: Value) -> None:
-        replace_value(self._graph, node.outputs[0], new)
-        self._graph.remove(node, safe=True)
+        self._edit.replace(node, new)

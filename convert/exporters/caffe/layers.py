@@ -17,16 +17,16 @@ from convert.ir import DataType, Node, Registry, TensorProtocol, Value
 
 from .context import Blob, EmitContext, Emitted, NotExpressible
 
-__all__ = ["CAFFE_DOMAIN", "EMITTERS", "NOTES", "caffe_pool_size"]
+__all__ = ["CAFFE_DOMAIN", "EMITTERS", "caffe_pool_size"]
 
 CAFFE_DOMAIN = "convert.caffe"
 Emitter = Callable[[Node, EmitContext], "Emitted | None"]
 EMITTERS: Registry[Emitter] = Registry("caffe emitters")
-NOTES: dict[str, tuple[str, str]] = {}
 
 
 def _note(op: str, layer: str, limits: str = "") -> None:
-    NOTES[op] = (layer, limits)
+    """Describe ``op``'s support-table row (the Caffe layer it becomes, its limits)."""
+    EMITTERS.describe(op, layer, limits)
 
 
 def _ints(node: Node, name: str, default: list[int]) -> list[int]:

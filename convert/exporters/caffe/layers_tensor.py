@@ -291,6 +291,8 @@ def slice_(node: Node, ctx: EmitContext) -> Emitted:
             rs = ctx.shape(ref)
         except NotExpressible:
             continue
+        if ref.is_graph_output() and not ref.uses():
+            continue  # Caffe's outputs are the tops nothing reads: a Crop reading it would hide it
         if len(rs) == len(y) and rs[first:] == y[first:] and ref is not node.inputs[0]:
             e = ctx.layer(node, "Crop", [node.inputs[0], ref])
             e.layer.crop_param.axis = first
@@ -309,6 +311,7 @@ def slice_(node: Node, ctx: EmitContext) -> Emitted:
     tops: list[Value] = []
     for i in range(len(points) + 1):
         tops.append(node.outputs[0] if i == keep else Value(name=f"{node.outputs[0].name}_unused{i}"))
+    ctx.unused.extend(t for t in tops if t is not node.outputs[0])
     e = ctx.layer(node, "Slice", [node.inputs[0]], tops=tops)
     e.layer.slice_param.axis = a
     e.layer.slice_param.slice_point.extend(points)
@@ -404,6 +407,12 @@ def resize(node: Node, ctx: EmitContext) -> Emitted:
     mode = node.attributes.get_string("mode", "nearest")
     coord = node.attributes.get_string("coordinate_transformation_mode", "half_pixel")
     if mode == "linear":
+        if coord in ("half_pixel", "pytorch_half_pixel"):
+            raise NotExpressible(
+                f"bilinear resize ({coord}, align_corners=False) from {list(x[2:])} to {list(y[2:])} is written "
+                "exactly only for integer factors (a fixed-weight Deconvolution, any flavor): resize to a "
+                "multiple of the input size (an input size that the network's stride divides)"
+            )
         if coord != "align_corners" or not ctx.flavor.interp:
             raise NotExpressible(
                 f"bilinear resize ({coord}) needs Interp with align_corners: "
@@ -450,5 +459,6 @@ def resize(node: Node, ctx: EmitContext) -> Emitted:
 _note(
     "Resize",
     "Deconvolution (fixed ones) / Upsample (ssd) / Interp (pspnet)",
-    "nearest integer scales; bilinear align_corners with pspnet",
+    "nearest integer scales; bilinear align_corners with pspnet; bilinear half_pixel by integer factors "
+    "as Slice/Concat + Deconvolution (any flavor)",
 )

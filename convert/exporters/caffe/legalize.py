@@ -13,12 +13,20 @@ Rules, in order (each preserves the graph's values exactly):
   (Caffe's BatchNorm has no affine part; BVLC pairs it with a Scale layer).
 * ``Mul/Div/Add/Sub(x, c)`` with a constant ``c`` that varies over a contiguous block of ``x``'s
   axes (per-channel (C, 1, 1), per-feature (F,), ...) -> ``convert.caffe::Scale(x, gamma[, beta])``
-  with Caffe's ``axis``/``num_axes``; a ``Mul`` followed only by an ``Add``
+  with Caffe's ``axis``/``num_axes`` (``Sub(c, x)`` is the Scale -1 with bias c); a ``Mul`` followed only by an ``Add``
   of that kind becomes one Scale with a bias.
 * ``Mul(x, y)`` with ``x`` (N, C, H, W) and a computed ``y`` (N, C, 1, 1) (squeeze-excitation) ->
   ``Flatten(y) -> convert.caffe::Scale(x, ., axis=0)``: Caffe's two-bottom Scale.
 * ``Div(x, Sqrt(Add(ReduceSumSquare(x, axes=[1] or [1, 2, 3]), eps)))`` [``-> Mul(., s)`` with a
   per-channel or scalar constant ``s``] -> ``convert.caffe::Normalize(x, s)`` (SSD's Normalize).
+* ``Transpose(u, perm=(0, 2, 1, 3)) -> Softmax(axis=1) -> Conv(1x1, weight (1, R, 1, 1))`` on ``u``
+  of shape (N, A, R, P) (YOLOv8's DFL box decoding: a softmax over R bins and their expectation)
+  -> ``Softmax(u, axis=2) -> Reshape(N, A*R, P, 1) -> Conv(group=A, the weight per group) ->
+  Reshape(N, 1, A, P)``: the same sums with no Permute, which BVLC and PSPNet lack.
+* ``Slice`` (step 1) that cuts several axes, when no earlier blob has the target's dims from the
+  first cut axis on (Caffe's ``Crop`` copies its sizes from such a reference blob; the Caffe
+  frontend's lowering of a ``Crop`` whose reference fed nothing else leaves none) -> one
+  ``Slice`` per cut axis, each written as Caffe's ``Slice`` (or a ``Crop`` when a reference exists).
 
 Preconditions: static shapes on the values involved (the exporter runs shape inference first).
 """
@@ -32,6 +40,7 @@ import numpy as np
 from convert.ir import (
     DataType,
     Graph,
+    GraphEditor,
     Model,
     Node,
     Shape,
@@ -62,6 +71,11 @@ def _static(value: Value | None) -> tuple[int, ...] | None:
     if value is None or value.shape is None or not all(isinstance(d, int) for d in value.shape):
         return None
     return tuple(d for d in value.shape if isinstance(d, int))
+
+
+def _ints_attr(node: Node, name: str) -> list[int]:
+    attr = node.attributes.get(name)
+    return [int(v) for v in attr.value] if attr is not None else []
 
 
 def _per_channel(x: Value, c: np.ndarray) -> np.ndarray | None:
@@ -100,7 +114,7 @@ class LegalizeForCaffe(Pass):
     def call(self, model: Model) -> PassResult:
         """Rewrite ``model.graph``; return whether anything changed."""
         graph = model.graph
-        self._names = set(graph.initializers) | {v.name for n in graph for v in n.outputs if v.name}
+        self._edit = GraphEditor(graph)
         changed = 0
         for node in list(graph):
             if node.graph is None:
@@ -116,6 +130,8 @@ class LegalizeForCaffe(Pass):
                     "Div": self._div,
                     "Add": self._scale,
                     "Sub": self._scale,
+                    "Slice": self._per_axis_slices,
+                    "Transpose": self._dfl,
                 }.get(node.op_type)
                 if rule is not None and rule(graph, node):
                     changed += 1
@@ -126,23 +142,10 @@ class LegalizeForCaffe(Pass):
 
     # -- helpers ------------------------------------------------------------------------------
     def _fresh(self, base: str) -> str:
-        name, i = base, 1
-        while name in self._names:
-            name, i = f"{base}_{i}", i + 1
-        self._names.add(name)
-        return name
+        return self._edit.fresh(base)
 
     def _init(self, graph: Graph, base: str, arr: np.ndarray) -> Value:
-        name = self._fresh(base)
-        arr = np.ascontiguousarray(arr, dtype=np.float32)
-        value = Value(
-            name=name,
-            shape=Shape(arr.shape),
-            type=TensorType(DataType.FLOAT),
-            const_value=from_array(arr, name=name),
-        )
-        graph.register_initializer(value)
-        return value
+        return self._edit.const(np.asarray(arr, dtype=np.float32), base)
 
     @staticmethod
     def _replace(graph: Graph, old: Node, new: Node, old_out: Value) -> None:
@@ -323,9 +326,11 @@ class LegalizeForCaffe(Pass):
         cb = _const(b)
         if node.op_type == "Mul" and cb is None and _const(a) is None:
             return self._two_bottom_scale(graph, node)
+        negate = False
         if cb is None or _const(a) is not None:
-            if node.op_type in ("Mul", "Add") and _const(a) is not None and cb is None:
+            if node.op_type in ("Mul", "Add", "Sub") and _const(a) is not None and cb is None:
                 a, b, cb = b, a, _const(a)
+                negate = node.op_type == "Sub"  # c - x = (-1) * x + c (YOLOv8's anchor - lt)
             else:
                 return False
         if a is None or cb is None:
@@ -342,10 +347,12 @@ class LegalizeForCaffe(Pass):
             gamma = (1.0 / vec).astype(np.float32)
         elif node.op_type == "Add":
             beta = vec
+        elif negate:
+            gamma, beta = -np.ones(dims, np.float32), vec
         else:
             beta = -vec
         out = node.outputs[0]
-        if beta is None and not out.is_graph_output() and len(out.uses()) == 1:
+        if beta is None and not negate and not out.is_graph_output() and len(out.uses()) == 1:
             nxt = next(iter(out.uses())).node
             if nxt.op_type in ("Add", "Sub") and nxt.domain in ("", "ai.onnx") and nxt.inputs[0] is out:
                 cn = _const(nxt.inputs[1])
@@ -430,6 +437,106 @@ class LegalizeForCaffe(Pass):
         self._replace(graph, last, new, last.outputs[0])
         for dead in ([node] if last is not node else []) + [sqrt, add, rss]:
             graph.remove(dead, safe=True)
+        return True
+
+    def _dfl(self, graph: Graph, node: Node) -> bool:
+        u, t = node.inputs[0], node.outputs[0]
+        us = _static(u)
+        attr = node.attributes.get("perm")
+        if u is None or us is None or len(us) != 4 or attr is None or list(attr.value) != [0, 2, 1, 3]:
+            return False
+        if t.is_graph_output() or len(t.uses()) != 1:
+            return False
+        soft = next(iter(t.uses())).node
+        if soft.op_type != "Softmax" or soft.domain not in ("", "ai.onnx"):
+            return False
+        if soft.attributes.get_int("axis", -1) % 4 != 1:
+            return False
+        p = soft.outputs[0]
+        if p.is_graph_output() or len(p.uses()) != 1:
+            return False
+        conv = next(iter(p.uses())).node
+        w = _const(conv.inputs[1]) if conv.op_type == "Conv" and len(conv.inputs) > 1 else None
+        n, a, r, cols = us
+        if w is None or w.shape != (1, r, 1, 1) or conv.attributes.get_int("group", 1) != 1:
+            return False
+        if any(int(v) != 1 for key in ("strides", "dilations") for v in _ints_attr(conv, key)) or any(
+                int(v) for v in _ints_attr(conv, "pads")) or conv.attributes.get_string("auto_pad", "NOTSET") not in (
+                "NOTSET", "VALID"):
+            return False
+        bias = _const(conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] is not None else None
+        if len(conv.inputs) > 2 and conv.inputs[2] is not None and bias is None:
+            return False
+        base = conv.name or "dfl"
+        prov = get_provenance(conv)
+
+        def add(op: str, inputs: list[Value | None], shape: list[int], attrs: dict[str, object]) -> Value:
+            out = Value(name=self._fresh(f"{base}_{op.lower()}"), shape=Shape(shape), type=TensorType(DataType.FLOAT))
+            new = Node("", op, inputs, convenience.convert_attributes(attrs), outputs=[out], name=out.name)
+            set_provenance(new, prov)
+            graph.insert_before(conv, new)
+            return out
+
+        s2 = add("Softmax", [u], [n, a, r, cols], {"axis": 2})
+        flat = add("Reshape", [s2, self._init_int(graph, f"{base}.bins", [n, a * r, cols, 1])], [n, a * r, cols, 1], {})
+        weight = self._init(graph, f"{base}.grouped", np.tile(w.reshape(1, r, 1, 1), (a, 1, 1, 1)))
+        inputs: list[Value | None] = [flat, weight]
+        if bias is not None:
+            inputs.append(self._init(graph, f"{base}.grouped_bias", np.tile(bias.reshape(1), a)))
+        summed = add("Conv", inputs, [n, a, cols, 1], {"group": a, "kernel_shape": [1, 1]})
+        back = Node("", "Reshape", [summed, self._init_int(graph, f"{base}.shape", [n, 1, a, cols])],
+                    outputs=[Value(name=self._fresh(f"{base}_expect"))], name=conv.name)
+        set_provenance(back, prov)
+        self._replace(graph, conv, back, conv.outputs[0])
+        graph.remove([soft, node], safe=True)
+        return True
+
+    def _per_axis_slices(self, graph: Graph, node: Node) -> bool:
+        x, y = node.inputs[0], node.outputs[0]
+        xs, ys = _static(x), _static(y)
+        if x is None or xs is None or ys is None or len(xs) != len(ys) or len(node.inputs) < 3:
+            return False
+        starts, ends = _const(node.inputs[1]), _const(node.inputs[2])
+        axes = _const(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] is not None else None
+        steps = _const(node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] is not None else None
+        if starts is None or ends is None or (steps is not None and np.any(steps != 1)):
+            return False
+        rank = len(xs)
+        ax = [int(a) % rank for a in (axes.reshape(-1) if axes is not None else range(starts.size))]
+        begin = [0] * rank
+        for a, st in zip(ax, starts.reshape(-1), strict=True):
+            st = int(st) + xs[a] if int(st) < 0 else int(st)
+            begin[a] = max(0, min(st, xs[a]))
+        cut = [a for a in range(rank) if xs[a] != ys[a] or begin[a]]
+        if len(cut) < 2:
+            return False
+        first = cut[0]
+        earlier: list[Value] = list(graph.inputs)
+        for n in graph:
+            if n is node:
+                break
+            earlier.extend(o for o in n.outputs if o is not None)
+        for value in earlier:
+            vs = _static(value)
+            if value.is_graph_output() and not value.uses():
+                continue  # the emitter does not crop against a net output (it would stop being one)
+            if value is not x and vs is not None and len(vs) == rank and vs[first:] == ys[first:]:
+                return False  # the emitter crops against it
+        cur, shape = x, list(xs)
+        for i, a in enumerate(cut):
+            shape[a] = ys[a]
+            last = i == len(cut) - 1
+            out = Value(name=self._fresh(f"{y.name or 'crop'}_axis{a}"), shape=Shape(list(shape)), type=y.type)
+            piece = Node("", "Slice", [cur, self._init_int(graph, f"{node.name or 'crop'}.start{a}", [begin[a]]),
+                                       self._init_int(graph, f"{node.name or 'crop'}.end{a}", [begin[a] + ys[a]]),
+                                       self._init_int(graph, f"{node.name or 'crop'}.axis{a}", [a])],
+                         outputs=[out], name=node.name if last else self._fresh(f"{node.name or 'crop'}_axis{a}"))
+            set_provenance(piece, get_provenance(node))
+            if last:
+                self._replace(graph, node, piece, y)
+            else:
+                graph.insert_before(node, piece)
+            cur = out
         return True
 
     def _two_bottom_scale(self, graph: Graph, node: Node) -> bool:

@@ -15,16 +15,17 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 
 from convert.ir import (
-    ConversionError,
     ConvertError,
     ExportError,
+    GapCollector,
+    InternalError,
     Model,
     Options,
     Unsupported,
@@ -39,14 +40,15 @@ from . import layers_tensor  # noqa: F401  (registers the tensor emitters)
 from .context import Blob, EmitContext, Emitted, NotExpressible
 from .decompose import DecomposeBoundedActivations
 from .flavor import Flavor, flavor
-from .layers import CAFFE_DOMAIN, EMITTERS
+from .layers import EMITTERS
 from .legalize import LegalizeForCaffe
 from .old_opsets import AttributesToInputs
+from .resize import LowerHalfPixelBilinear
 
 if TYPE_CHECKING:
     from convert._proto import caffe_pb2
 
-__all__ = ["MAX_CAFFEMODEL_BYTES", "build_net", "check", "output_paths", "save_caffe"]
+__all__ = ["MAX_CAFFEMODEL_BYTES", "CaffePlan", "build_net", "check", "output_paths", "plan", "save_caffe"]
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +88,7 @@ def _prepare(model: Model, flav: Flavor) -> Model:
         passes.EliminateDeadCode()(model)
     AttributesToInputs()(model)  # Clip/Pad/Slice of opsets < 10/11 in the form the emitters read
     DecomposeBoundedActivations(flav)(model)
+    LowerHalfPixelBilinear()(model)  # align_corners=False bilinear by integer factors: Deconvolution
     LegalizeForCaffe()(model)
     return model
 
@@ -98,14 +101,14 @@ def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[
     pb = ctx.pb
     net = pb.NetParameter(name=graph.name or "net")
     emitted: list[Emitted] = []
-    gaps: dict[str, list[tuple[str, str]]] = {}
+    gaps = GapCollector(by_reason=False)
     for value in graph.inputs:
         if value.is_initializer():
             continue
         try:
             dims = list(ctx.shape(value))
         except NotExpressible as exc:
-            gaps.setdefault("input", []).append((f"graph input '{value.name}'", str(exc)))
+            gaps.add("input", f"graph input '{value.name}'", str(exc))
             continue
         if not flav.input_layer:  # the net's own input / input_shape fields (BVLC 1.0 style)
             net.input.append(ctx.blob(value))
@@ -123,23 +126,27 @@ def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[
         key = _key(node)
         emit = EMITTERS.lookup(key)
         if emit is None:
-            gaps.setdefault(key, []).append((describe(node), "Caffe has no layer for it"))
+            gaps.add(key, describe(node), "Caffe has no layer for it")
             continue
         try:
             result = emit(node, ctx)
         except NotExpressible as exc:
-            gaps.setdefault(key, []).append((describe(node), str(exc)))
+            gaps.add(key, describe(node), str(exc))
             continue
         except ConvertError:
             raise
-        except Exception as exc:
-            raise ConversionError(describe(node), f"{type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # a bug in the emitter, not the user's model (see convert.ir.driver)
+            raise InternalError(describe(node), exc) from exc
         if result is not None:
             key, prov = output_key(node), get_provenance(node)
             if key:
                 folded = f" + '{key}' folded in" if key != prov.layer else ""
                 result.origin = (key, prov.where() + folded)
             emitted.append(result)
+        if ctx.unused:  # else Caffe and OpenCV report the cut-off parts of a Slice as net outputs
+            emitted.append(Emitted(pb.LayerParameter(name=ctx.fresh_layer_name(f"{emitted[-1].layer.name}_unused"),
+                                                     type="Silence", bottom=[ctx.blob(v) for v in ctx.unused])))
+            ctx.unused.clear()
     for value in graph.outputs:
         blob = ctx.blob(value)
         name = _safe(value.name or blob)
@@ -148,14 +155,39 @@ def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[
             emitted.append(Emitted(lp))
     for e in emitted:
         net.layer.add().CopyFrom(e.layer)
-    items = [Unsupported(op=k, count=len(v), first=v[0][0], reason=v[0][1]) for k, v in gaps.items()]
-    return net, emitted, items
+    return net, emitted, gaps.items()
+
+
+@dataclass(slots=True)
+class CaffePlan:
+    """One lowering of a model to Caffe: checked (``gaps``), then written (``write``) without lowering again."""
+
+    net: caffe_pb2.NetParameter
+    emitted: list[Emitted]
+    gaps: list[Unsupported]
+    flav: Flavor
+    options: Options
+
+    def write(self, out_path: Path) -> list[Path]:
+        """Write ``<base>.prototxt`` and ``<base>.caffemodel``; return both paths.
+
+        Raises:
+            UnsupportedOpsError: listing every node Caffe cannot express (nothing written).
+            ExportError: when the weights exceed one caffemodel's 2 GiB (nothing written).
+        """
+        return _write(self, out_path)
+
+
+def plan(model: Model, options: Options) -> CaffePlan:
+    """Lower ``model`` to Caffe layers once; ``model`` is not modified."""
+    flav = flavor(options.get("caffe_flavor"))
+    net, emitted, gaps = build_net(model, flav)
+    return CaffePlan(net, emitted, gaps, flav, options)
 
 
 def check(model: Model, options: Options) -> list[Unsupported]:
     """Return every node Caffe cannot express; ``model`` is not modified."""
-    _, _, gaps = build_net(model, flavor(options.get("caffe_flavor")))
-    return gaps
+    return plan(model, options).gaps
 
 
 def _nbytes(blob: object) -> int:
@@ -241,16 +273,13 @@ def _prototxt(net: caffe_pb2.NetParameter, emitted: list[Emitted], flav: Flavor)
 
 
 def save_caffe(model: Model, out_path: Path, options: Options) -> list[Path]:
-    """Write ``<base>.prototxt`` and ``<base>.caffemodel``; return both paths.
+    """Lower ``model`` and write ``<base>.prototxt`` and ``<base>.caffemodel``; return both paths."""
+    return plan(model, options).write(out_path)
 
-    Raises:
-        UnsupportedOpsError: listing every node Caffe cannot express (nothing written).
-        ExportError: when the weights exceed one caffemodel's 2 GiB (nothing written).
-    """
 
-    flav = flavor(options.get("caffe_flavor"))
+def _write(plan: CaffePlan, out_path: Path) -> list[Path]:
+    flav, net, emitted, gaps, options = plan.flav, plan.net, plan.emitted, plan.gaps, plan.options
     proto_path, model_path = output_paths(out_path)
-    net, emitted, gaps = build_net(model, flav)
     if gaps:
         raise UnsupportedOpsError(
             f"export to Caffe ({flav.name})",
@@ -296,7 +325,3 @@ def _new_file_mode() -> int:
     os.umask(mask)
     return 0o666 & ~mask
 
-
-def supported() -> Sequence[str]:
-    """Return the IR op types with an emitter."""
-    return [str(k) for k in EMITTERS.keys() if not str(k).startswith(CAFFE_DOMAIN)]  # noqa: SIM118

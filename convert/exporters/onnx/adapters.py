@@ -8,7 +8,6 @@ target opset is reported, with its provenance, together with every other such op
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
@@ -30,37 +29,13 @@ _AXES_INPUT_SINCE = {
 }
 
 
-class _Ctx:
-    """What an adapter needs: the graph, the two opsets, and a name authority."""
+class _Ctx(ir.GraphEditor):
+    """What an adapter needs: the graph editor and the two opsets."""
 
     def __init__(self, graph: ir.Graph, source: int, target: int) -> None:
-        self.graph = graph
+        super().__init__(graph)
         self.source = source
         self.target = target
-        self.names = ir.NameAuthority()
-        for node in graph:
-            for v in node.outputs:
-                self.names.reserve(v.name or "")
-        for name in graph.initializers:
-            self.names.reserve(name)
-
-    def const(self, array: np.ndarray, base: str) -> ir.Value:
-        name = self.names.fresh(base)
-        value = ir.Value(name=name, shape=ir.Shape(array.shape),
-                         type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
-                         const_value=ir.from_array(array, name=name))
-        self.graph.register_initializer(value)
-        return value
-
-    def node_before(self, anchor: ir.Node, op_type: str, inputs: list[ir.Value | None],
-                    attrs: dict[str, object] | None = None) -> ir.Value:
-        name = self.names.fresh(f"{anchor.name or op_type}_{op_type.lower()}")
-        out = ir.Value(name=name)
-        node = ir.Node("", op_type, inputs, ir.convenience.convert_attributes(attrs or {}),
-                       outputs=[out], name=name)
-        node.metadata_props.update(anchor.metadata_props)
-        self.graph.insert_before(anchor, node)
-        return out
 
 
 def _axes_adapter(ctx: _Ctx, node: ir.Node) -> None:
@@ -175,8 +150,7 @@ def _gelu(ctx: _Ctx, node: ir.Node) -> None:
 
 
 def _replace(ctx: _Ctx, node: ir.Node, new: ir.Value) -> None:
-    ir.replace_value(ctx.graph, node.outputs[0], new)
-    ctx.graph.remove(node, safe=True)
+    ctx.replace(node, new)
 
 
 class _NotExpressibleError(Exception):
@@ -221,9 +195,7 @@ def adapt_opset(model: ir.Model, target: int) -> int:
     """
     graph = model.graph
     source = graph.opset_imports.get("", graph.opset_imports.get("ai.onnx", target))
-    problems: dict[str, list[str]] = {}
-    firsts: dict[str, str] = {}
-    counts: Counter[str] = Counter()
+    gaps = ir.GapCollector(by_reason=False)
     changed = 0
     if source != target:
         ctx = _Ctx(graph, source, target)
@@ -244,15 +216,8 @@ def adapt_opset(model: ir.Model, target: int) -> int:
                     if why:
                         raise _NotExpressibleError(why)
             except _NotExpressibleError as exc:
-                counts[node.op_type] += 1
-                problems.setdefault(node.op_type, []).append(str(exc))
-                firsts.setdefault(node.op_type, ir.describe(node))
-    if problems:
-        items = [ir.Unsupported(op, counts[op], firsts[op], problems[op][0]) for op in problems]
-        raise ir.UnsupportedOpsError(
-            f"the model (opset {source})", items, what=f"op at opset {target}",
-            hint="Choose another --opset.",
-        )
+                gaps.add(node.op_type, ir.describe(node), str(exc))
+    gaps.raise_if_any(f"the model (opset {source})", what=f"op at opset {target}", hint="Choose another --opset.")
     graph.opset_imports[""] = target
     graph.opset_imports.pop("ai.onnx", None)
     return changed

@@ -47,5 +47,5 @@ FRONTEND = FrontendSpec(
     sniff=_sniff,
     ops=_ops,
     check_support=_check,
-    inputs_help="NET.prototxt NET.caffemodel",
+    runtime="convert.parity.runtimes.caffe_runtime",
 )

@@ -13,22 +13,22 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from convert.ir import (
-    ConvertError,
     DataType,
+    GapCollector,
     GraphBuilder,
     Model,
     ModelFormatError,
     OpSupport,
     Options,
     Unsupported,
-    UnsupportedOpsError,
     UsageError,
+    convert_all,
 )
 
 from . import layers_tensor  # noqa: F401  (registers the tensor layers)
 from .context import CaffeContext
-from .layers import LAYERS, NOTES
-from .reader import NetDef, read_caffemodel, read_prototxt
+from .layers import LAYERS, Converter
+from .reader import LayerDef, NetDef, read_caffemodel, read_prototxt
 from .support import CHECKS
 
 __all__ = ["check_support", "load", "ops", "sniff", "split_paths"]
@@ -66,11 +66,11 @@ def _parse(paths: Sequence[Path]) -> tuple[NetDef, Path, Path | None]:
 def check_support(paths: Sequence[Path], options: Options) -> list[Unsupported]:
     """Return every layer type of the prototxt that has no converter (count, first line)."""
     net, _, _ = _parse(paths)
-    return _unsupported(net)
+    return _unsupported(net).items()
 
 
-def _unsupported(net: NetDef) -> list[Unsupported]:
-    found: dict[tuple[str, str], list[str]] = {}
+def _unsupported(net: NetDef) -> GapCollector:
+    gaps = GapCollector()
     for layer in net.layers:
         where = f"{net.file}:{layer.line}" if layer.line is not None else net.file
         if layer.type not in LAYERS:
@@ -80,8 +80,8 @@ def _unsupported(net: NetDef) -> list[Unsupported]:
             reason = check(layer) if check is not None else ""
             if not reason:
                 continue
-        found.setdefault((layer.type, reason), []).append(f"{where} '{layer.name}'")
-    return [Unsupported(op=t, count=len(w), first=w[0], reason=r) for (t, r), w in found.items()]
+        gaps.add(layer.type, f"{where} '{layer.name}'", reason)
+    return gaps
 
 
 def load(paths: Sequence[Path], options: Options) -> Model:
@@ -94,11 +94,7 @@ def load(paths: Sequence[Path], options: Options) -> Model:
         ConversionError: when one layer cannot be converted.
     """
     net, proto, weights = _parse(paths)
-    gaps = _unsupported(net)
-    if gaps:
-        raise UnsupportedOpsError(
-            net.file, gaps, what="layer type", hint="Run `convert ops caffe` for the supported list."
-        )
+    _unsupported(net).raise_if_any(net.file, what="layer type", hint="Run `convert ops caffe` for the supported list.")
     if weights is None:
         raise UsageError(f"{proto.name}: the caffemodel is missing; pass the .prototxt and the .caffemodel")
     read_caffemodel(weights, net)
@@ -124,18 +120,13 @@ def _convert(net: NetDef, weights_name: str, options: Options) -> Model:
     for name in outputs:
         if name not in ctx.blobs:
             builder.names.reserve(name)
-    total = len(net.layers)
-    for i, layer in enumerate(net.layers):
-        convert = LAYERS.lookup(layer.type)
-        assert convert is not None  # checked by _unsupported
+
+    def run(convert: Converter, layer: LayerDef) -> None:
         ctx.layer = layer
-        try:
-            convert(layer, ctx)
-        except ConvertError:
-            raise
-        except Exception as exc:
-            raise ctx.error(layer, f"{type(exc).__name__}: {exc}") from exc
-        options.progress("caffe layers", i + 1, total)
+        convert(layer, ctx)
+
+    convert_all(net.layers, LAYERS, key=lambda layer: layer.type, call=run, options=options, stage="caffe layers",
+                where=lambda layer: f"layer '{layer.name}' ({layer.type}) at {ctx.where(layer)}")
     for name in outputs:
         value = ctx.blobs.get(name)
         if value is None:
@@ -191,7 +182,4 @@ def sniff(path: Path) -> bool:
 
 def ops() -> list[OpSupport]:
     """Return the support table: one row per Caffe layer type."""
-    return [
-        OpSupport(op=str(k), maps_to=NOTES.get(str(k), ("", ""))[0], notes=NOTES.get(str(k), ("", ""))[1])
-        for k in LAYERS.keys()  # noqa: SIM118 (Registry is not iterable)
-    ]
+    return LAYERS.support()

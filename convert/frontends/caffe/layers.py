@@ -21,16 +21,15 @@ from convert.ir import DataType, Registry, TensorType, Value
 from .context import CaffeContext
 from .reader import LayerDef
 
-__all__ = ["LAYERS", "NOTES"]
+__all__ = ["LAYERS", "Converter"]
 
 Converter = Callable[[LayerDef, CaffeContext], None]
 LAYERS: Registry[Converter] = Registry("caffe layers")
-# Support-table notes: layer type -> (maps to, limits).
-NOTES: dict[str, tuple[str, str]] = {}
 
 
 def _note(layer_type: str, maps_to: str, limits: str = "") -> None:
-    NOTES[layer_type] = (maps_to, limits)
+    """Describe ``layer_type``'s support-table row (what it maps to, its limits)."""
+    LAYERS.describe(layer_type, maps_to, limits)
 
 
 def _p(layer: LayerDef, field: str) -> Any:

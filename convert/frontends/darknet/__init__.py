@@ -11,44 +11,11 @@ from pathlib import Path
 
 from convert.ir import FrontendSpec, OpSupport, OptionSpec
 
-from .activations import ACTIVATIONS, ONNX_FORMS
+from .activations import ACTIVATIONS
 from .layers import LAYERS
 from .loader import check_support, load
 
 __all__ = ["FRONTEND", "supported_ops"]
-
-_MAPS = {
-    "convolutional": "Conv (+ BatchNormalization) (+ activation)",
-    "connected": "Flatten + Gemm (+ BatchNormalization) (+ activation)",
-    "maxpool": "MaxPool (Darknet padding)",
-    "local_avgpool": "AveragePool (count_include_pad=0)",
-    "avgpool": "GlobalAveragePool",
-    "route": "Concat / Slice (groups)",
-    "shortcut": "Add (+ Slice/Concat/MaxPool 1x1 for other shapes) (+ activation)",
-    "upsample": "Resize nearest (x scale)",
-    "reorg": "Reshape + Transpose (Darknet's reorg)",
-    "crop": "Slice + Mul/Sub (inference centre crop)",
-    "dropout": "nothing (identity)",
-    "cost": "nothing (training only)",
-    "softmax": "Softmax per group",
-    "scale_channels": "Mul",
-    "sam": "Mul",
-    "activation": "activation ops",
-    "yolo": "Sigmoid on x, y, objectness, classes; scale_x_y as Mul/Add",
-    "region": "Sigmoid on x, y, objectness; Softmax over classes",
-    "local": "one-hot grouped Conv (im2col) + batched MatMul + Add",
-    "detection": "Softmax over each cell's classes (YOLOv1); output left flat as Darknet's",
-}
-_NOTES = {
-    "convolutional": "not binary/xnor/deform/antialiasing",
-    "maxpool": "not maxpool_depth/antialiasing",
-    "reorg": "not reverse/flatten/extra",
-    "shortcut": "weights_type=none, alpha=beta=1 only",
-    "softmax": "no tree",
-    "region": "no tree, no background",
-    "scale_channels": "not scale_wh",
-}
-
 
 def supported_ops() -> list[OpSupport]:
     """Return the support table: one row per section type (aliases listed) and per activation."""
@@ -60,9 +27,9 @@ def supported_ops() -> list[OpSupport]:
         seen.add(fn)
         aliases = [str(k) for k, f in LAYERS.items() if f is fn and k != key]
         label = f"[{key}]" + (f" (also {', '.join(f'[{a}]' for a in aliases)})" if aliases else "")
-        rows.append(OpSupport(label, _MAPS.get(str(key), ""), _NOTES.get(str(key), "")))
-    for key, _ in ACTIVATIONS.items():
-        rows.append(OpSupport(f"activation={key}", ONNX_FORMS.get(str(key), "")))
+        row = next(r for r in LAYERS.support() if r.op == str(key))
+        rows.append(OpSupport(label, row.maps_to, row.notes))
+    rows += [OpSupport(f"activation={r.op}", r.maps_to, r.notes) for r in ACTIVATIONS.support()]
     return rows
 
 
@@ -100,5 +67,5 @@ FRONTEND = FrontendSpec(
                    "(pjreddie), 'alexeyab', or 'auto' (AlexeyAB when the cfg uses its features)",
                    default="auto", choices=("auto", "original", "alexeyab")),
     ),
-    inputs_help="CFG [WEIGHTS]",
+    runtime="convert.parity.runtimes.darknet",
 )

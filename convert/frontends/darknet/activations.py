@@ -36,7 +36,7 @@ import numpy as np
 
 from convert.ir import GraphBuilder, Provenance, Registry, Value
 
-__all__ = ["ACTIVATIONS", "NUMPY_ACTIVATIONS", "ONNX_FORMS", "emit_activation"]
+__all__ = ["ACTIVATIONS", "NUMPY_ACTIVATIONS", "emit_activation"]
 
 EmitFn = Callable[[GraphBuilder, Value, str, Provenance], Value]
 ACTIVATIONS: Registry[EmitFn] = Registry("darknet activations")
@@ -55,31 +55,31 @@ def emit_activation(b: GraphBuilder, x: Value, activation: str, name: str, prov:
     return fn(b, x, name, prov)
 
 
-@ACTIVATIONS.register("linear")
+@ACTIVATIONS.register("linear", maps_to="nothing")
 def linear(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """Identity."""
     return x
 
 
-@ACTIVATIONS.register("leaky")
+@ACTIVATIONS.register("leaky", maps_to="LeakyRelu(alpha=0.1)")
 def leaky(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """LeakyRelu with Darknet's 0.1 slope."""
     return b.op("LeakyRelu", [x], {"alpha": 0.1}, name=f"{name}_leaky", prov=prov)
 
 
-@ACTIVATIONS.register("relie")
+@ACTIVATIONS.register("relie", maps_to="LeakyRelu(alpha=0.01)")
 def relie(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """LeakyRelu with slope 0.01."""
     return b.op("LeakyRelu", [x], {"alpha": 0.01}, name=f"{name}_relie", prov=prov)
 
 
-@ACTIVATIONS.register("relu")
+@ACTIVATIONS.register("relu", maps_to="Relu")
 def relu(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """Relu."""
     return b.op("Relu", [x], name=f"{name}_relu", prov=prov)
 
 
-@ACTIVATIONS.register("ramp")
+@ACTIVATIONS.register("ramp", maps_to="Relu(x) + 0.1 x")
 def ramp(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """Relu(x) + 0.1 x."""
     r = b.op("Relu", [x], name=f"{name}_ramp_relu", prov=prov)
@@ -87,25 +87,25 @@ def ramp(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     return b.op("Add", [r, s], name=f"{name}_ramp", prov=prov)
 
 
-@ACTIVATIONS.register("relu6")
+@ACTIVATIONS.register("relu6", maps_to="Clip(0, 6)")
 def relu6(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """Clip(0, 6)."""
     return b.op("Clip", [x, _f(b, 0), _f(b, 6)], name=f"{name}_relu6", prov=prov)
 
 
-@ACTIVATIONS.register("hardtan")
+@ACTIVATIONS.register("hardtan", maps_to="Clip(-1, 1)")
 def hardtan(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """Clip(-1, 1)."""
     return b.op("Clip", [x, _f(b, -1), _f(b, 1)], name=f"{name}_hardtan", prov=prov)
 
 
-@ACTIVATIONS.register("logistic")
+@ACTIVATIONS.register("logistic", maps_to="Sigmoid")
 def logistic(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """Sigmoid."""
     return b.op("Sigmoid", [x], name=f"{name}_logistic", prov=prov)
 
 
-@ACTIVATIONS.register("loggy")
+@ACTIVATIONS.register("loggy", maps_to="2 Sigmoid(x) - 1")
 def loggy(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """2 Sigmoid(x) - 1."""
     s = b.op("Sigmoid", [x], name=f"{name}_loggy_sigmoid", prov=prov)
@@ -113,32 +113,32 @@ def loggy(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     return b.op("Sub", [m, _f(b, 1)], name=f"{name}_loggy", prov=prov)
 
 
-@ACTIVATIONS.register("tanh")
+@ACTIVATIONS.register("tanh", maps_to="Tanh")
 def tanh(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """Tanh."""
     return b.op("Tanh", [x], name=f"{name}_tanh", prov=prov)
 
 
-@ACTIVATIONS.register("elu")
+@ACTIVATIONS.register("elu", maps_to="Elu(alpha=1)")
 def elu(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """Elu(alpha=1)."""
     return b.op("Elu", [x], {"alpha": 1.0}, name=f"{name}_elu", prov=prov)
 
 
-@ACTIVATIONS.register("selu")
+@ACTIVATIONS.register("selu", maps_to="Selu(1.6732, 1.0507)")
 def selu(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """Selu with Darknet's rounded constants."""
     return b.op("Selu", [x], {"alpha": 1.6732, "gamma": 1.0507}, name=f"{name}_selu", prov=prov)
 
 
-@ACTIVATIONS.register("swish")
+@ACTIVATIONS.register("swish", maps_to="x * Sigmoid(x)")
 def swish(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """x * Sigmoid(x)."""
     s = b.op("Sigmoid", [x], name=f"{name}_swish_sigmoid", prov=prov)
     return b.op("Mul", [x, s], name=f"{name}_swish", prov=prov)
 
 
-@ACTIVATIONS.register("mish")
+@ACTIVATIONS.register("mish", maps_to="x * Tanh(Softplus(x))")
 def mish(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """x * Tanh(Softplus(x))."""
     sp = b.op("Softplus", [x], name=f"{name}_mish_softplus", prov=prov)
@@ -146,7 +146,7 @@ def mish(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     return b.op("Mul", [x, t], name=f"{name}_mish", prov=prov)
 
 
-@ACTIVATIONS.register("hard_mish")
+@ACTIVATIONS.register("hard_mish", maps_to="x * Clip(x/2 + 1, 0, 1)")
 def hard_mish(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """x * Clip(x/2 + 1, 0, 1)."""
     h = b.op("Mul", [x, _f(b, 0.5)], name=f"{name}_hard_mish_half", prov=prov)
@@ -155,13 +155,13 @@ def hard_mish(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     return b.op("Mul", [x, h], name=f"{name}_hard_mish", prov=prov)
 
 
-@ACTIVATIONS.register("hardswish")
+@ACTIVATIONS.register("hardswish", maps_to="HardSwish")
 def hardswish(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """HardSwish."""
     return b.op("HardSwish", [x], name=f"{name}_hardswish", prov=prov)
 
 
-@ACTIVATIONS.register("gelu")
+@ACTIVATIONS.register("gelu", maps_to="tanh approximation (Mul/Add/Tanh)")
 def gelu(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
     """0.5 x (1 + tanh(0.797885 x + 0.035677 x^3))."""
     x3 = b.op("Mul", [b.op("Mul", [x, x], name=f"{name}_gelu_sq", prov=prov), x], name=f"{name}_gelu_cube", prov=prov)
@@ -199,11 +199,3 @@ NUMPY_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "gelu": lambda x: 0.5 * x * (1 + np.tanh(0.797885 * x + 0.035677 * x**3)),
 }
 
-# What each activation becomes, for the support table (``convert ops darknet``).
-ONNX_FORMS: dict[str, str] = {
-    "linear": "nothing", "leaky": "LeakyRelu(alpha=0.1)", "relie": "LeakyRelu(alpha=0.01)", "relu": "Relu",
-    "ramp": "Relu(x) + 0.1 x", "relu6": "Clip(0, 6)", "hardtan": "Clip(-1, 1)", "logistic": "Sigmoid",
-    "loggy": "2 Sigmoid(x) - 1", "tanh": "Tanh", "elu": "Elu(alpha=1)", "selu": "Selu(1.6732, 1.0507)",
-    "swish": "x * Sigmoid(x)", "mish": "x * Tanh(Softplus(x))", "hard_mish": "x * Clip(x/2 + 1, 0, 1)",
-    "hardswish": "HardSwish", "gelu": "tanh approximation (Mul/Add/Tanh)",
-}

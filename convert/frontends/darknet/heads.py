@@ -25,7 +25,7 @@ def _anchors(sec: Section, ctx: DarknetContext, total: int) -> np.ndarray:
     return np.array(values[: 2 * total], dtype=np.float32).reshape(total, 2)
 
 
-@LAYERS.register("yolo")
+@LAYERS.register("yolo", maps_to="Sigmoid on x, y, objectness, classes; scale_x_y as Mul/Add")
 def yolo(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[yolo] -> logistic on x, y, objectness and classes (not w, h), then ``scale_x_y``.
 
@@ -66,7 +66,7 @@ def yolo(sec: Section, ctx: DarknetContext) -> LayerOut:
     return out
 
 
-@LAYERS.register("region")
+@LAYERS.register("region", maps_to="Sigmoid on x, y, objectness; Softmax over classes", notes="no tree, no background")
 def region(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[region] -> logistic on x, y and objectness, softmax over each anchor's classes.
 

@@ -32,7 +32,8 @@ def _out_dim(sec: Section, ctx: DarknetContext, what: str, value: int) -> int:
     return value
 
 
-@LAYERS.register("convolutional", "conv")
+@LAYERS.register("convolutional", "conv",
+                 maps_to="Conv (+ BatchNormalization) (+ activation)", notes="not binary/xnor/deform/antialiasing")
 def convolutional(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[convolutional] -> Conv (+ BatchNormalization) (+ activation).
 
@@ -94,7 +95,7 @@ def convolutional(sec: Section, ctx: DarknetContext) -> LayerOut:
     return LayerOut(y, filters, out_h, out_w, ms, sec.type)
 
 
-@LAYERS.register("connected", "conn")
+@LAYERS.register("connected", "conn", maps_to="Flatten + Gemm (+ BatchNormalization) (+ activation)")
 def connected(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[connected] -> Flatten + Gemm (+ BatchNormalization) (+ activation), output N x out x 1 x 1.
 
@@ -145,7 +146,7 @@ def _pool_geometry(sec: Section, ctx: DarknetContext) -> tuple[int, int, int, in
     return size, sy, sx, padding, before, out_h, out_w
 
 
-@LAYERS.register("maxpool", "max")
+@LAYERS.register("maxpool", "max", maps_to="MaxPool (Darknet padding)", notes="not maxpool_depth/antialiasing")
 def maxpool(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[maxpool] -> MaxPool with Darknet's padding: ``padding`` (default size-1), padding/2 before.
 
@@ -162,7 +163,7 @@ def maxpool(sec: Section, ctx: DarknetContext) -> LayerOut:
     return LayerOut(y, prev.c, out_h, out_w, prev.ms * grow, sec.type)
 
 
-@LAYERS.register("local_avgpool")
+@LAYERS.register("local_avgpool", maps_to="AveragePool (count_include_pad=0)")
 def local_avgpool(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[local_avgpool] -> AveragePool (count_include_pad=0), with [maxpool]'s geometry."""
     prev = ctx.prev
@@ -174,7 +175,7 @@ def local_avgpool(sec: Section, ctx: DarknetContext) -> LayerOut:
     return LayerOut(y, prev.c, out_h, out_w, prev.ms, sec.type)
 
 
-@LAYERS.register("avgpool", "avg")
+@LAYERS.register("avgpool", "avg", maps_to="GlobalAveragePool")
 def avgpool(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[avgpool] -> GlobalAveragePool (Darknet's avgpool is always global): N x C x 1 x 1."""
     prev = ctx.prev
@@ -182,7 +183,7 @@ def avgpool(sec: Section, ctx: DarknetContext) -> LayerOut:
     return LayerOut(y, prev.c, 1, 1, prev.ms * 0.5, sec.type)
 
 
-@LAYERS.register("route")
+@LAYERS.register("route", maps_to="Concat / Slice (groups)")
 def route(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[route] -> Concat over channels (a single layer passes through).
 
@@ -266,7 +267,9 @@ def _shortcut_add(sec: Section, ctx: DarknetContext, y: Value, src: LayerOut, ou
     return b.op("Concat", [head, tail], {"axis": 1}, name=ctx.name(sec), prov=prov)
 
 
-@LAYERS.register("shortcut")
+@LAYERS.register("shortcut",
+                 maps_to="Add (+ Slice/Concat/MaxPool 1x1 for other shapes) (+ activation)",
+                 notes="weights_type=none, alpha=beta=1 only")
 def shortcut(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[shortcut] -> Add (+ activation); the output has the previous layer's shape.
 
@@ -293,7 +296,7 @@ def shortcut(sec: Section, ctx: DarknetContext) -> LayerOut:
     return LayerOut(y, prev.c, prev.h, prev.w, ms, sec.type)
 
 
-@LAYERS.register("upsample")
+@LAYERS.register("upsample", maps_to="Resize nearest (x scale)")
 def upsample(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[upsample] -> Resize(nearest, asymmetric, floor) (x ``scale``); a negative stride sums blocks."""
     prev = ctx.prev
@@ -323,7 +326,7 @@ def upsample(sec: Section, ctx: DarknetContext) -> LayerOut:
     return LayerOut(y, prev.c, h, w, prev.ms * factor * factor, sec.type)
 
 
-@LAYERS.register("reorg")
+@LAYERS.register("reorg", maps_to="Reshape + Transpose (Darknet's reorg)", notes="not reverse/flatten/extra")
 def reorg(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[reorg] -> Reshape/Transpose reproducing Darknet's ``reorg_cpu`` index shuffle (not SpaceToDepth).
 
@@ -346,7 +349,7 @@ def reorg(sec: Section, ctx: DarknetContext) -> LayerOut:
     return LayerOut(y, prev.c * s * s, prev.h // s, prev.w // s, prev.ms, sec.type)
 
 
-@LAYERS.register("crop")
+@LAYERS.register("crop", maps_to="Slice + Mul/Sub (inference centre crop)")
 def crop(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[crop] at inference -> centre Slice, then ``2x - 1`` (``x`` with ``noadjust=1``)."""
     prev = ctx.prev
@@ -371,21 +374,21 @@ def crop(sec: Section, ctx: DarknetContext) -> LayerOut:
     return LayerOut(y, prev.c, ch, cw, ms, sec.type)
 
 
-@LAYERS.register("dropout")
+@LAYERS.register("dropout", maps_to="nothing (identity)")
 def dropout(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[dropout] -> nothing: Darknet's dropout passes its input through at inference."""
     prev = ctx.prev
     return LayerOut(prev.value, prev.c, prev.h, prev.w, prev.ms, sec.type)
 
 
-@LAYERS.register("cost")
+@LAYERS.register("cost", maps_to="nothing (training only)")
 def cost(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[cost] -> nothing: training only; the network's output is the layer before it."""
     prev = ctx.prev
     return LayerOut(prev.value, prev.c, prev.h, prev.w, prev.ms, sec.type)
 
 
-@LAYERS.register("softmax", "soft")
+@LAYERS.register("softmax", "soft", maps_to="Softmax per group", notes="no tree")
 def softmax(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[softmax] -> Softmax over each of ``groups`` contiguous groups (with ``temperature``)."""
     prev = ctx.prev
@@ -405,7 +408,7 @@ def softmax(sec: Section, ctx: DarknetContext) -> LayerOut:
     return LayerOut(y, prev.c, prev.h, prev.w, 1.0 / max(prev.size // groups, 1), sec.type)
 
 
-@LAYERS.register("scale_channels")
+@LAYERS.register("scale_channels", maps_to="Mul", notes="not scale_wh")
 def scale_channels(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[scale_channels] -> Mul(from-layer, previous N x C x 1 x 1) (+ activation)."""
     prev = ctx.prev
@@ -419,7 +422,7 @@ def scale_channels(sec: Section, ctx: DarknetContext) -> LayerOut:
     return LayerOut(y, src.c, src.h, src.w, ms, sec.type)
 
 
-@LAYERS.register("sam")
+@LAYERS.register("sam", maps_to="Mul")
 def sam(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[sam] -> Mul(previous, from-layer) elementwise (+ activation)."""
     prev = ctx.prev
@@ -431,7 +434,7 @@ def sam(sec: Section, ctx: DarknetContext) -> LayerOut:
     return LayerOut(y, prev.c, prev.h, prev.w, ms, sec.type)
 
 
-@LAYERS.register("activation")
+@LAYERS.register("activation", maps_to="activation ops")
 def activation(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[activation] -> the activation alone."""
     prev = ctx.prev
@@ -441,7 +444,7 @@ def activation(sec: Section, ctx: DarknetContext) -> LayerOut:
     return LayerOut(y, prev.c, prev.h, prev.w, ms, sec.type)
 
 
-@LAYERS.register("local")
+@LAYERS.register("local", maps_to="one-hot grouped Conv (im2col) + batched MatMul + Add")
 def local(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[local] (locally connected) -> im2col as a one-hot grouped Conv, then a batched MatMul.
 
@@ -490,7 +493,8 @@ def local(sec: Section, ctx: DarknetContext) -> LayerOut:
     return LayerOut(y, n, out_h, out_w, ms, sec.type)
 
 
-@LAYERS.register("detection")
+@LAYERS.register("detection",
+                 maps_to="Softmax over each cell's classes (YOLOv1); output left flat as Darknet's")
 def detection(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[detection] (YOLOv1) -> softmax over each cell's classes when ``softmax=1``; the rest unchanged.
 

@@ -8,26 +8,26 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from convert.ir import (
-    ConversionError,
-    ConvertError,
     DataType,
+    GapCollector,
     GraphBuilder,
     Model,
     ModelFormatError,
     Options,
     Unsupported,
-    UnsupportedOpsError,
     UsageError,
+    convert_all,
 )
 
 from . import heads
 from .activations import ACTIVATIONS
 from .cfg import Section, parse_cfg
 from .context import DarknetContext, LayerOut
-from .layers import LAYERS
+from .layers import LAYERS, LayerFn
 from .weights import FileWeights, RandomWeights, WeightSource
 
-__all__ = ["TRAINING_OPTIONS", "build_model", "check_support", "detect_lineage", "load", "split_paths"]
+__all__ = ["TRAINING_OPTIONS", "build_model", "check_support", "detect_lineage", "input_shape", "load", "output_layers",
+           "split_paths"]
 
 logger = logging.getLogger(__name__)
 
@@ -113,14 +113,10 @@ def _alexeyab_feature(sections: Sequence[Section]) -> str:
     return ""
 
 
-def _gaps(sections: Sequence[Section]) -> list[Unsupported]:
+def _gaps(sections: Sequence[Section]) -> GapCollector:
     """Every unsupported section type, activation and option value, with counts and first line."""
-    found: dict[str, list[object]] = {}
-
-    def add(key: str, where: str, reason: str) -> None:
-        entry = found.setdefault(key, [0, where, reason])
-        entry[0] = int(entry[0]) + 1  # type: ignore[call-overload]
-
+    gaps = GapCollector()
+    add = gaps.add
     for sec in sections[1:]:
         kind = _kind(sec)
         if kind not in LAYERS:
@@ -134,13 +130,13 @@ def _gaps(sections: Sequence[Section]) -> list[Unsupported]:
             if value is not None and value != default:
                 add(f"[{sec.type}] {key}={value}", f"{sec.file}:{sec.option_lines.get(key, sec.line)}",
                     "option value not supported")
-    return [Unsupported(k, int(v[0]), str(v[1]), str(v[2])) for k, v in found.items()]  # type: ignore[call-overload]
+    return gaps
 
 
 def check_support(paths: Sequence[Path], options: Options) -> list[Unsupported]:
     """Return every gap in the cfg (no weights are read)."""
     cfg, _ = split_paths(paths)
-    return _gaps(parse_cfg(cfg))
+    return _gaps(parse_cfg(cfg)).items()
 
 
 # Sanity limits on the input: a corrupt cfg (width=1000000000) must be one line, not a MemoryError.
@@ -148,7 +144,7 @@ MAX_SIDE = 16384
 MAX_CHANNELS = 65536
 
 
-def _input_shape(net: Section, options: Options) -> tuple[int, int, int]:
+def input_shape(net: Section, options: Options) -> tuple[int, int, int]:
     c = net.int("channels", 3)
     h = net.int("height", 0)
     w = net.int("width", 0)
@@ -183,9 +179,9 @@ def build_model(cfg: Path, source: WeightSource, options: Options, *, weights_na
     """
     sections = parse_cfg(cfg)
     gaps = _gaps(sections)
-    if gaps:
-        what = "section type" if all(g.op.startswith("[") and g.op.endswith("]") for g in gaps) else "feature"
-        raise UnsupportedOpsError(cfg.name, gaps, what=what, hint="Run `convert ops darknet` for the supported list.")
+    section_types = all(g.op.startswith("[") and g.op.endswith("]") for g in gaps.items())
+    gaps.raise_if_any(cfg.name, what="section type" if section_types else "feature",
+                      hint="Run `convert ops darknet` for the supported list.")
     net = sections[0]
     lineage = str(options.get("darknet_lineage", "auto") or "auto")
     assumed = False
@@ -200,7 +196,7 @@ def build_model(cfg: Path, source: WeightSource, options: Options, *, weights_na
         )
     if lineage not in ("original", "alexeyab"):
         raise UsageError(f"--darknet-lineage must be original, alexeyab or auto, got '{lineage}'")
-    c, h, w = _input_shape(net, options)
+    c, h, w = input_shape(net, options)
     b = GraphBuilder(cfg.stem, source=cfg.name)
     batch: int | str = "N" if options.dynamic_batch else 1
     x = b.input("data", DataType.FLOAT, (batch, c, h, w))
@@ -208,20 +204,16 @@ def build_model(cfg: Path, source: WeightSource, options: Options, *, weights_na
                          net_w=w, net_h=h)
     ctx.input = LayerOut(x, c, h, w, 1.0, "input")
     body = sections[1:]
-    total = len(body)
-    for i, sec in enumerate(body):
+    indexed = list(enumerate(body))
+
+    def run(handler: LayerFn, item: tuple[int, Section]) -> None:
+        i, sec = item
         ctx.index = i
-        ctx.next_kind = _kind(body[i + 1]) if i + 1 < total else ""
-        fn = LAYERS.lookup(_kind(sec))
-        assert fn is not None  # checked by _gaps
-        try:
-            out = fn(sec, ctx)
-        except ConvertError:
-            raise
-        except Exception as exc:
-            raise ConversionError(f"layer {i} [{sec.type}] ({sec.where})", f"{type(exc).__name__}: {exc}") from exc
-        ctx.layers.append(out)
-        options.progress("darknet layers", i + 1, total)
+        ctx.next_kind = _kind(body[i + 1]) if i + 1 < len(body) else ""
+        ctx.layers.append(handler(sec, ctx))
+
+    convert_all(indexed, LAYERS, key=lambda item: _kind(item[1]), call=run, options=options,
+                stage="darknet layers", where=lambda item: f"layer {item[0]} [{item[1].type}] ({item[1].where})")
     if not body:
         raise ModelFormatError(f"{cfg.name}: the cfg has no layers after [net].")
     source.finish()
@@ -262,11 +254,19 @@ def _mark_outputs(ctx: DarknetContext, body: Sequence[Section], decode: bool) ->
     for index, sec, out in ctx.heads:
         b.output(out.value, f"{sec.type}_{index}")
         named.add(index)
+    _, (last, name) = output_layers(body)
+    if last not in named:
+        b.output(ctx.layers[last].value, name)
+
+
+def output_layers(body: Sequence[Section]) -> tuple[list[tuple[int, str]], tuple[int, str]]:
+    """Return the layers a converted net outputs, as ``(index, output name)``: its [yolo]/[region]
+    heads, and its last layer before any [cost] (the parity runtimes read the same layers)."""
+    head_layers = [(i, f"{s.type}_{i}") for i, s in enumerate(body) if _kind(s) in ("yolo", "region")]
     last = len(body) - 1
     while last > 0 and _kind(body[last]) == "cost":
         last -= 1
-    if last not in named:
-        b.output(ctx.layers[last].value, f"{_kind(body[last])}_{last}")
+    return head_layers, (last, f"{_kind(body[last])}_{last}")
 
 
 def load(paths: Sequence[Path], options: Options) -> Model:

@@ -32,5 +32,5 @@ FRONTEND = ir.FrontendSpec(
     sniff=sniff,
     ops=_ops,
     check_support=check_support,
-    inputs_help="MODEL.onnx",
+    runtime="convert.parity.runtimes.onnxruntime",
 )

@@ -218,6 +218,33 @@ def _node_label(node: onnx.NodeProto) -> str:
     return f"node '{node.name or (node.output[0] if node.output else '?')}' ({node.op_type})"
 
 
+_ATTRIBUTE_TYPES = frozenset(v for k, v in onnx.AttributeProto.AttributeType.items() if k != "UNDEFINED")
+
+
+def _check_acyclic(where: str, graph: onnx.GraphProto) -> None:
+    """Refuse a graph whose nodes depend on each other in a cycle (no order computes it)."""
+    producer = {out: i for i, node in enumerate(graph.node) for out in node.output if out}
+    users: list[list[int]] = [[] for _ in graph.node]
+    waiting = [0] * len(graph.node)
+    for i, node in enumerate(graph.node):
+        for dep in {producer[name] for name in node.input if name in producer}:
+            users[dep].append(i)
+            waiting[i] += 1
+    ready = [i for i, n in enumerate(waiting) if n == 0]
+    done = 0
+    while ready:
+        i = ready.pop()
+        done += 1
+        for j in users[i]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                ready.append(j)
+    if done < len(graph.node):
+        stuck = next(i for i, n in enumerate(waiting) if n > 0)
+        raise ir.ModelFormatError(f"{where}: {_node_label(graph.node[stuck])} waits on a cycle of nodes that depend "
+                                  "on their own outputs, so no order computes the graph. Is the file corrupt?")
+
+
 def _check_graph(path: Path, graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> None:
     """Refuse values defined twice and node inputs or graph outputs that nothing defines.
 
@@ -252,8 +279,14 @@ def _check_graph(path: Path, graph: onnx.GraphProto, outer: frozenset[str] = fro
                     "or the output of any node. Is the file corrupt?"
                 )
         for attr in node.attribute:
+            if attr.type not in _ATTRIBUTE_TYPES:
+                raise ir.ModelFormatError(
+                    f"{where}: {_node_label(node)} attribute '{attr.name}' has no valid type ({attr.type}). "
+                    "Is the file corrupt?"
+                )
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
                 _check_graph(path, sub, visible)
+    _check_acyclic(where, graph)
     for v in graph.output:
         if v.name not in visible:
             raise ir.ModelFormatError(

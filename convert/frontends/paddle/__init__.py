@@ -33,9 +33,9 @@ def check_support(paths: Sequence[Path], options: Options) -> list[Unsupported]:
 
 def supported_ops() -> list[OpSupport]:
     """Return the support table, one row per Paddle op spelling, sorted by name."""
-    from .ops import OPS, SUPPORT
+    from .ops import OPS
 
-    return [SUPPORT[k] for k in sorted(str(k) for k in OPS.keys())]  # noqa: SIM118 (Registry is not iterable)
+    return OPS.support(sort=True)
 
 
 def _sniff(path: Path) -> bool:
@@ -67,5 +67,5 @@ FRONTEND = FrontendSpec(
             choices=("reader", "paddle2onnx"),
         ),
     ),
-    inputs_help="MODEL_DIR | PREFIX | MODEL.json/.pdmodel [MODEL.pdiparams]",
+    runtime="convert.parity.runtimes.paddle",
 )

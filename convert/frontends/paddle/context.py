@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from convert.ir import GraphBuilder, Options, Provenance, Value
+from convert.ir import GraphBuilder, Options, Provenance, RefusedError, Value
 
 from .program import Op, Program
 
@@ -49,7 +49,7 @@ class PaddleContext:
         """Return the IR value of input ``slot`` (its ``index``-th argument)."""
         names = op.inputs.get(slot) or []
         if index >= len(names):
-            raise ValueError(f"input slot '{slot}' is missing")
+            raise RefusedError(f"input slot '{slot}' is missing")
         return self.value(names[index])
 
     def inputs(self, op: Op, slot: str) -> list[Value]:
@@ -68,7 +68,7 @@ class PaddleContext:
         if param is not None:
             self.values[name] = param
             return param
-        raise ValueError(f"variable '{name}' is used before it is defined")
+        raise RefusedError(f"variable '{name}' is used before it is defined")
 
     def static(self, op: Op, slot: str) -> np.ndarray | None:
         """Return the values of a constant input (a list slot is concatenated), or None."""
@@ -136,7 +136,7 @@ class PaddleContext:
         """Make ``value`` the IR value of output ``slot`` and name it after the Paddle variable."""
         names = op.outputs.get(slot) or []
         if index >= len(names):
-            raise ValueError(f"output slot '{slot}' is missing")
+            raise RefusedError(f"output slot '{slot}' is missing")
         name = names[index]
         producer = value.producer()
         if producer is not None and id(value) not in self._bound:

@@ -8,29 +8,28 @@ initializer is a file slice, created only when an op reads it.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from convert.ir import (
     ConversionError,
-    ConvertError,
+    GapCollector,
     GraphBuilder,
     Model,
     ModelFormatError,
     Options,
     Unsupported,
-    UnsupportedOpsError,
     UsageError,
     Value,
+    convert_all,
 )
 
 from .context import PaddleContext
 from .legacy import read_pdmodel
 from .params import ParamRecord, read_combined, read_separate, slices
 from .pir import read_json
-from .program import Program
+from .program import Op, Program
 
 __all__ = ["ModelFiles", "check_support", "load", "read_program", "resolve"]
 
@@ -115,22 +114,19 @@ def read_program(path: Path) -> Program:
     return read_json(path) if head.startswith(b"{") else read_pdmodel(path)
 
 
-def _unsupported(program: Program) -> list[Unsupported]:
+def _unsupported(program: Program) -> GapCollector:
     from .ops import OPS
 
-    counts: Counter[str] = Counter()
-    first: dict[str, str] = {}
+    gaps = GapCollector()
     for op in program.ops:
-        if op.type in OPS:
-            continue
-        counts[op.type] += 1
-        first.setdefault(op.type, f"#{op.index} -> " + ", ".join(f"'{n}'" for n in op.output_names()[:2]))
-    return [Unsupported(op, n, first[op]) for op, n in counts.items()]
+        if op.type not in OPS:
+            gaps.add(op.type, f"#{op.index} -> " + ", ".join(f"'{n}'" for n in op.output_names()[:2]))
+    return gaps
 
 
 def check_support(paths: Sequence[Path], options: Options) -> list[Unsupported]:
     """Return every op type of the model that has no converter (with count and first place)."""
-    return _unsupported(read_program(resolve(paths).program))
+    return _unsupported(read_program(resolve(paths).program)).items()
 
 
 def _records(files: ModelFiles, program: Program) -> dict[str, ParamRecord]:
@@ -173,15 +169,12 @@ def load(paths: Sequence[Path], options: Options) -> Model:
         return load_via_paddle2onnx(paths, options)
     from convert.ir import DataType
 
-    from .ops import OPS
+    from .ops import OPS, Converter
 
     files = resolve(paths)
     program = read_program(files.program)
-    gaps = _unsupported(program)
-    if gaps:
-        raise UnsupportedOpsError(files.program.name, gaps,
-                                  hint="Run `convert ops paddle` for the supported list, "
-                                       "or try --via paddle2onnx.")
+    _unsupported(program).raise_if_any(files.program.name, hint="Run `convert ops paddle` for the supported list, "
+                                                                "or try --via paddle2onnx.")
     unknown = sorted(set(options.input_shapes) - set(program.feeds))
     if unknown:
         raise UsageError(f"--input-shape names {', '.join(repr(n) for n in unknown)}, which "
@@ -201,20 +194,13 @@ def load(paths: Sequence[Path], options: Options) -> Model:
         return builder.initializer(slices(record), name) if record is not None else None
 
     ctx.param_factory = make_param
-    total = len(program.ops)
-    for i, op in enumerate(program.ops):
-        converter = OPS.lookup(op.type)
-        assert converter is not None
+
+    def run(converter: Converter, op: Op) -> None:
         ctx.op = op
-        try:
-            converter(op, ctx)
-        except ConvertError:
-            raise
-        except Exception as exc:
-            where = f"{files.program.name} {op.where()}"
-            raise ConversionError(where, f"{type(exc).__name__}: {exc}") from exc
-        if i % 64 == 0:
-            options.progress("convert paddle ops", i, total)
+        converter(op, ctx)
+
+    convert_all(program.ops, OPS, key=lambda op: op.type, call=run, options=options, stage="convert paddle ops",
+                where=lambda op: f"{files.program.name} {op.where()}")
     ctx.op = None
     out_names = program.fetch_names or program.fetches
     for var_name, out_name in zip(program.fetches, out_names, strict=True):
@@ -222,6 +208,5 @@ def load(paths: Sequence[Path], options: Options) -> Model:
             raise ConversionError(f"{files.program.name} fetch '{out_name}'",
                                   f"variable '{var_name}' is never produced")
         builder.output(ctx.value(var_name), out_name)
-    options.progress("convert paddle ops", total, total)
     kind = "PIR JSON" if program.kind == "json" else "ProgramDesc"
     return builder.build(doc=f"converted from Paddle {kind} {files.program.name}")

@@ -156,16 +156,19 @@ def supported_ops() -> list[OpSupport]:
     """Return the support table: one row per ATen op."""
     from .ops import OPS
 
-    rows = []
-    for key, func in sorted(OPS.items(), key=lambda kv: str(kv[0])):
-        rows.append(OpSupport(op=str(key), maps_to=getattr(func, "maps_to", ""), notes=getattr(func, "notes", "")))
-    return rows
+    return OPS.support(sort=True)
 
 
 def _sniff(path: Path) -> bool:
     from .files import classify
 
     return classify(path) is not None
+
+
+def _module_runtime(module: object, example_inputs: object, options: Options) -> object:
+    from convert.parity.runtimes.torch import module_runtime  # lazily: imports torch
+
+    return module_runtime(module, example_inputs, options)
 
 
 FRONTEND = FrontendSpec(
@@ -177,5 +180,7 @@ FRONTEND = FrontendSpec(
     ops=supported_ops,
     check_support=check_support,
     options=OPTIONS,
-    inputs_help="MODEL.pt",
+    runtime="convert.parity.runtimes.torch",
+    load_object=lambda obj, example, options: load_module(obj, example, options),  # type: ignore[arg-type]
+    object_runtime=_module_runtime,
 )

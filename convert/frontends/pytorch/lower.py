@@ -23,7 +23,9 @@ from convert.ir import (
     ConversionError,
     ConvertError,
     DataType,
+    GapCollector,
     GraphBuilder,
+    InternalError,
     Model,
     ModelFormatError,
     Options,
@@ -243,18 +245,15 @@ class _Lowering:
         return foldable
 
     def missing(self) -> list[Unsupported]:
-        counts: Counter[str] = Counter()
-        first: dict[str, str] = {}
+        gaps = GapCollector()
         for node in self.ep.graph.nodes:  # type: ignore[attr-defined]
             if node.op != "call_function" or node in self.foldable:
                 continue
             key = op_key(node.target)
             if resolve(key) is not None or (key.startswith("operator.") and hasattr(operator, key.split(".", 1)[1])):
                 continue
-            counts[key] += 1
-            if key not in first:
-                first[key] = _where(key, node, self.source)[0].split(" in ", 1)[1]
-        return [Unsupported(op=k, count=n, first=first[k]) for k, n in counts.items()]
+            gaps.add(key, _where(key, node, self.source)[0].split(" in ", 1)[1])
+        return gaps.items()
 
     def _root(self, node: object) -> object:
         while node in self.alias_root:
@@ -397,7 +396,7 @@ class _Lowering:
             return
         converter = resolve(key)
         if converter is None:  # missing() was checked first; this is a bug
-            raise ConversionError(where, "no converter")
+            raise InternalError(where, LookupError("no converter"))
         call = OpCall(op=key, overload=str(getattr(node.target, "_overloadname", "")), args=bound, metas=metas,  # type: ignore[attr-defined]
                       out=_meta_of(node.meta.get("val"), self.sym_names), where=where, module=prov.layer, prov=prov)  # type: ignore[attr-defined]
         self.ctx.call = call
@@ -406,8 +405,8 @@ class _Lowering:
         except ConvertError as exc:
             exc.aten_op = functional_key(key)  # type: ignore[attr-defined]  # for lower_program's retry
             raise
-        except Exception as exc:
-            raise ConversionError(where, f"{type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # a bug in the converter, not the user's model (see convert.ir.driver)
+            raise InternalError(where, exc) from exc
         _annotate(result, call.out)
         self.env[node] = result
         for w in _written(node):  # in-place and out= variants: later uses read the result

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import onnx_ir as _ir
 
+from ..driver import InternalError
 from ..errors import ConvertError, PassError
 
 __all__ = ["Pass", "PassManager", "PassResult"]
@@ -69,8 +70,8 @@ class PassManager:
                 raise
             except ConvertError as exc:
                 raise PassError(p.pass_name, ran, str(exc)) from exc
-            except Exception as exc:
-                raise PassError(p.pass_name, ran, f"{type(exc).__name__}: {exc}") from exc
+            except Exception as exc:  # a bug in the pass, not the user's model: an internal error (exit 3)
+                raise InternalError(f"pass '{p.pass_name}' (after: {', '.join(ran) or 'none'})", exc) from exc
             logger.debug("pass %s: modified=%s (%.3f s)", p.pass_name, result.modified,
                          time.perf_counter() - start)
             modified |= result.modified

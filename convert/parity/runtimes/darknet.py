@@ -133,16 +133,12 @@ class _Plan:
 
 def _plan(cfg: Path, options: Options) -> _Plan:
     from convert.frontends.darknet.cfg import parse_cfg
-    from convert.frontends.darknet.loader import _input_shape, _kind
+    from convert.frontends.darknet.loader import input_shape, output_layers
 
     sections = parse_cfg(cfg)
-    body = sections[1:]
-    heads = [(i, f"{s.type}_{i}") for i, s in enumerate(body) if _kind(s) in ("yolo", "region")]
-    last = len(body) - 1
-    while last > 0 and _kind(body[last]) == "cost":
-        last -= 1
-    c, h, w = _input_shape(sections[0], options)
-    return _Plan(sections, heads, (last, f"{_kind(body[last])}_{last}"), bool(options.get("decode", False)), c, h, w)
+    heads, last = output_layers(sections[1:])
+    c, h, w = input_shape(sections[0], options)
+    return _Plan(sections, heads, last, bool(options.get("decode", False)), c, h, w)
 
 
 # -- Darknet's head functions in numpy (oracles for OpenCV, decoding for both) ---------------------

@@ -574,3 +574,19 @@ def test_a_comparison_read_as_bool_is_refused(tmp_path: Path) -> None:
     }""", {"t": np.array(0.25, np.float32)})
     gaps = EXPORTER.check(serde.deserialize_model(src), Options())
     assert [g.op for g in gaps] == ["Greater"] and "casts to float" in gaps[0].reason
+
+
+def test_crop_without_a_reference_blob_is_cut_axis_by_axis(tmp_path: Path) -> None:
+    """A Caffe Crop whose reference blob fed nothing else: the round trip writes one Slice per cut
+    axis, the cut-off parts end in a Silence layer (not net outputs), and the crop's output stays
+    an output (a later Crop does not use it as its reference). Numbers: the SINGLES round trips."""
+    b = build_nets.NetBuilder("single", 0)
+    b.input("data", (1, 4, 10, 10))
+    SINGLES["crop_per_axis"](b)
+    paths = list(b.save(tmp_path / "src"))
+    model = FRONTEND.load(paths, Options())
+    passes.standard_pipeline()(model)
+    out = list(EXPORTER.save(model, tmp_path / "out", Options(extra={"caffe_flavor": "bvlc"})))
+    text = out[0].read_text()
+    assert text.count('type: "Slice"') == text.count('type: "Silence"') >= 3
+    assert sorted(_opencv(out).outputs()) == ["c1", "t2"]  # type: ignore[attr-defined]

@@ -11,9 +11,9 @@ from typing import Protocol
 
 from convert.frontends.paddle.context import PaddleContext
 from convert.frontends.paddle.program import Op
-from convert.ir import OpSupport, Registry
+from convert.ir import Registry
 
-__all__ = ["OPS", "SUPPORT", "Converter", "doc", "register"]
+__all__ = ["OPS", "Converter", "register"]
 
 
 class Converter(Protocol):
@@ -23,20 +23,11 @@ class Converter(Protocol):
 
 
 OPS: Registry[Converter] = Registry("paddle ops")
-# Paddle op -> (ONNX ops it maps to, notes), for `convert ops paddle` and docs/paddle.md.
-SUPPORT: dict[str, OpSupport] = {}
-
-
-def doc(maps_to: str, notes: str = "", *names: str) -> None:
-    """Record the support-table row of ``names``."""
-    for name in names:
-        SUPPORT[name] = OpSupport(name, maps_to, notes)
 
 
 def register(*names: str, maps_to: str, notes: str = "") -> Callable[[Converter], Converter]:
-    """Register a converter under every spelling in ``names`` and record its table row."""
-    doc(maps_to, notes, *names)
-    return OPS.register(*names)
+    """Register a converter under every spelling in ``names`` with its support-table row."""
+    return OPS.register(*names, maps_to=maps_to, notes=notes)
 
 
 from . import math, nn, tensor  # noqa: E402,F401  (fill the registry)

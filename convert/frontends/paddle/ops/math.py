@@ -7,7 +7,7 @@ import numpy as np
 from convert.frontends.paddle.context import PaddleContext
 from convert.frontends.paddle.ops import Converter, register
 from convert.frontends.paddle.program import Op
-from convert.ir import Value
+from convert.ir import RefusedError, Value
 
 __all__: list[str] = []
 
@@ -24,7 +24,9 @@ def _broadcast_y(op: Op, ctx: PaddleContext) -> tuple[Value, Value]:
         return x, y
     rx, ry = ctx.rank(op, "X"), ctx.rank(op, "Y")
     if rx is None or ry is None:
-        raise ValueError(f"axis={axis} broadcasting needs the ranks of X and Y")
+        raise RefusedError(f"axis={axis} broadcasting needs the ranks of X and Y")
+    if not -rx <= axis < rx:
+        raise RefusedError(f"axis={axis} is out of range for X of rank {rx}")
     if axis < 0:
         axis += rx
     trailing = rx - axis - ry
@@ -58,7 +60,7 @@ for _names, _onnx in [
 
 def _swap_last(ctx: PaddleContext, v: Value, rank: int | None) -> Value:
     if rank is None:
-        raise ValueError("a transposed matmul operand needs a known rank")
+        raise RefusedError("a transposed matmul operand needs a known rank")
     if rank < 2:
         return v
     perm = [*list(range(rank - 2)), rank - 1, rank - 2]

@@ -13,7 +13,7 @@ import numpy as np
 from convert.frontends.paddle.context import PaddleContext
 from convert.frontends.paddle.ops import Converter, register
 from convert.frontends.paddle.program import Op
-from convert.ir import Value
+from convert.ir import RefusedError, Value
 
 __all__: list[str] = []
 
@@ -21,7 +21,7 @@ __all__: list[str] = []
 def _nchw(op: Op) -> None:
     layout = op.str_("data_format", "data_layout", default="NCHW")
     if layout not in ("NCHW", "AnyLayout", ""):
-        raise ValueError(f"data_format '{layout}' is not supported (only NCHW); re-export the model in NCHW")
+        raise RefusedError(f"data_format '{layout}' is not supported (only NCHW); re-export the model in NCHW")
 
 
 def _pads(op: Op, spatial: int, name: str = "paddings") -> list[int]:
@@ -33,7 +33,7 @@ def _pads(op: Op, spatial: int, name: str = "paddings") -> list[int]:
         begins = p[0::2]
         ends = p[1::2]
         return begins + ends
-    raise ValueError(f"{name} {p} has {len(p)} values; expected {spatial} or {2 * spatial}")
+    raise RefusedError(f"{name} {p} has {len(p)} values; expected {spatial} or {2 * spatial}")
 
 
 def _auto_pad(op: Op) -> str | None:
@@ -109,7 +109,7 @@ def _ksize(op: Op, ctx: PaddleContext) -> list[int]:
         return [int(v) for v in static]
     k = op.ints("ksize")
     if not k:
-        raise ValueError("kernel size is neither an attribute nor a constant input")
+        raise RefusedError("kernel size is neither an attribute nor a constant input")
     return k
 
 
@@ -121,7 +121,7 @@ def pool2d(op: Op, ctx: PaddleContext) -> None:
     _nchw(op)
     kind = op.str_("pooling_type", default="max")
     if kind not in ("max", "avg"):
-        raise ValueError(f"pooling_type '{kind}' is not supported")
+        raise RefusedError(f"pooling_type '{kind}' is not supported")
     x = ctx.input(op, "X")
     ksize = _ksize(op, ctx)
     glob = "GlobalMaxPool" if kind == "max" else "GlobalAveragePool"
@@ -156,7 +156,7 @@ def _adaptive(op: Op, ctx: PaddleContext, x: Value, out: list[int], kind: str) -
     """
     shape = ctx.shape(op, "X")
     if shape is None or len(shape) != 4 or min(shape[2:]) <= 0:
-        raise ValueError("adaptive pooling needs a static input height and width")
+        raise RefusedError("adaptive pooling needs a static input height and width")
     h, w = shape[2], shape[3]
     if h % out[0] == 0 and w % out[1] == 0:
         k = [h // out[0], w // out[1]]
@@ -308,7 +308,7 @@ def _interp_mode(op: Op) -> dict[str, object]:
         if align:
             ctm = "align_corners"
         return {"mode": "linear", "coordinate_transformation_mode": ctm}
-    raise ValueError(f"interp_method '{method}' is not supported (nearest, bilinear)")
+    raise RefusedError(f"interp_method '{method}' is not supported (nearest, bilinear)")
 
 
 @register("nearest_interp", "nearest_interp_v2", "bilinear_interp", "bilinear_interp_v2",
@@ -338,7 +338,7 @@ def interpolate(op: Op, ctx: PaddleContext) -> None:
         else:
             oh, ow = op.int_("out_h", default=-1), op.int_("out_w", default=-1)
             if oh <= 0 or ow <= 0:
-                raise ValueError("no output size: none of SizeTensor, OutSize, Scale, scale, "
+                raise RefusedError("no output size: none of SizeTensor, OutSize, Scale, scale, "
                                  "out_h/out_w is set")
             sizes = ctx.const(np.array([oh, ow], np.int64))
     if scales is not None:
@@ -370,7 +370,7 @@ def layer_norm(op: Op, ctx: PaddleContext) -> None:
             v = ctx.node("Reshape", [v, ctx.const(norm_shape)])
         inputs.append(v)
     if inputs[1] is None:
-        raise ValueError("layer_norm without Scale is not supported")
+        raise RefusedError("layer_norm without Scale is not supported")
     if inputs[2] is None:
         inputs.pop()
     y = ctx.node("LayerNormalization", inputs, {"axis": axis, "epsilon": op.float_("epsilon", default=1e-5)})
@@ -387,12 +387,12 @@ def prelu(op: Op, ctx: PaddleContext) -> None:
     rank = ctx.rank(op, "X")
     if mode == "channel":
         if rank is None:
-            raise ValueError("channel-wise prelu needs the input rank")
+            raise RefusedError("channel-wise prelu needs the input rank")
         alpha = ctx.node("Reshape", [alpha, ctx.const(np.array([-1] + [1] * (rank - 2), np.int64))])
     elif mode == "all":
         alpha = ctx.node("Reshape", [alpha, ctx.const(np.array([1], np.int64))])
     elif mode != "element":
-        raise ValueError(f"prelu mode '{mode}' is not supported")
+        raise RefusedError(f"prelu mode '{mode}' is not supported")
     ctx.bind(op, "Out", ctx.node("PRelu", [x, alpha]))
 
 
@@ -404,14 +404,14 @@ def pad3d(op: Op, ctx: PaddleContext) -> None:
     """pad3d(paddings=[left, right, top, bottom, front, back], mode, value) -> Pad on a 5-D input."""
     layout = op.str_("data_format", default="NCDHW")
     if layout != "NCDHW":
-        raise ValueError(f"data_format '{layout}' is not supported (only NCDHW)")
+        raise RefusedError(f"data_format '{layout}' is not supported (only NCDHW)")
     mode = op.str_("mode", default="constant")
     if mode not in _PAD_MODES:
-        raise ValueError(f"pad mode '{mode}' is not supported at opset 17")
+        raise RefusedError(f"pad mode '{mode}' is not supported at opset 17")
     static = ctx.static(op, "Paddings")
     pads = [int(v) for v in static] if static is not None else op.ints("paddings")
     if len(pads) != 6:
-        raise ValueError(f"paddings {pads} must have 6 values (or be a constant input)")
+        raise RefusedError(f"paddings {pads} must have 6 values (or be a constant input)")
     left, right, top, bottom, front, back = pads
     onnx_pads = np.array([0, 0, front, top, left, 0, 0, back, bottom, right], np.int64)
     inputs = [ctx.input(op, "X"), ctx.const(onnx_pads)]

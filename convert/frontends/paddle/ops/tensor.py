@@ -11,7 +11,7 @@ from convert.frontends.paddle.context import PaddleContext
 from convert.frontends.paddle.legacy import VARTYPE_DTYPES
 from convert.frontends.paddle.ops import register
 from convert.frontends.paddle.program import Op
-from convert.ir import Value
+from convert.ir import RefusedError, Value
 
 __all__: list[str] = []
 
@@ -23,7 +23,7 @@ def _np_dtype(value: object, default: str = "float32") -> np.dtype:
     if isinstance(value, int):
         name = VARTYPE_DTYPES.get(value)
         if name is None or name == "bfloat16":
-            raise ValueError(f"dtype {value} is not supported")
+            raise RefusedError(f"dtype {value} is not supported")
         return np.dtype(name)
     text = str(value).replace("paddle.", "")
     return np.dtype({"float": "float32", "double": "float64", "bool": "bool"}.get(text, text))
@@ -67,7 +67,7 @@ def flatten(op: Op, ctx: PaddleContext) -> None:
     x = ctx.input(op, "X")
     rank = ctx.rank(op, "X")
     if rank is None:
-        raise ValueError("flatten needs the input rank")
+        raise RefusedError("flatten needs the input rank")
     if rank == 0:
         ctx.bind(op, "Out", ctx.node("Reshape", [x, ctx.const(np.array([1], np.int64))]))
         return
@@ -76,7 +76,7 @@ def flatten(op: Op, ctx: PaddleContext) -> None:
     shape = ctx.shape(op, "X") or ()
     trailing = list(shape[stop + 1:])
     if any(d < 0 for d in trailing):
-        raise ValueError("flatten with free trailing dims is not supported")
+        raise RefusedError("flatten with free trailing dims is not supported")
     target = [0] * start + [-1] + trailing
     ctx.bind(op, "Out", ctx.node("Reshape", [x, ctx.const(np.array(target, np.int64))]))
 
@@ -94,7 +94,7 @@ def _axes(op: Op, ctx: PaddleContext) -> list[int]:
     if static is not None:
         return [int(a) for a in static.reshape(-1)]
     if ctx.has(op, "axes") or ctx.has(op, "AxesTensor"):
-        raise ValueError("axes must be constant")
+        raise RefusedError("axes must be constant")
     return op.ints("axes")
 
 
@@ -136,7 +136,7 @@ def _axis(op: Op, ctx: PaddleContext, default: int = 0) -> int:
     if static is not None:
         return int(static.reshape(-1)[0])
     if ctx.has(op, "AxisTensor"):
-        raise ValueError("the axis must be a constant")
+        raise RefusedError("the axis must be a constant")
     return op.int_("axis", default=default)
 
 
@@ -226,7 +226,7 @@ def _finish_slice(op: Op, ctx: PaddleContext, y: Value) -> None:
 def fill_constant(op: Op, ctx: PaddleContext) -> None:
     """fill_constant / full(shape, value, dtype) -> a constant."""
     if ctx.has(op, "ShapeTensor") or ctx.has(op, "ShapeTensorList") or ctx.has(op, "ValueTensor"):
-        raise ValueError("a shape or value given as a tensor is not supported")
+        raise RefusedError("a shape or value given as a tensor is not supported")
     dtype = _np_dtype(op.attr("dtype"))
     text = op.str_("str_value")
     value = float(text) if text else op.float_("value")
@@ -273,7 +273,7 @@ _ONNX_DTYPES = {"float32": 1, "uint8": 2, "int8": 3, "int16": 5, "int32": 6, "in
 def _onnx_dtype(dtype: np.dtype) -> int:
     code = _ONNX_DTYPES.get(np.dtype(dtype).name)
     if code is None:
-        raise ValueError(f"dtype {dtype} is not supported")
+        raise RefusedError(f"dtype {dtype} is not supported")
     return code
 
 
@@ -317,11 +317,11 @@ def tile(op: Op, ctx: PaddleContext) -> None:
     """tile(repeat_times) -> Tile, padding repeats with 1s or unsqueezing X to match ranks."""
     reps = _int_list_input(op, ctx, "RepeatTimes", "repeat_times_tensor", "repeat_times")
     if not isinstance(reps, np.ndarray):
-        raise ValueError("repeat_times must be constant")
+        raise RefusedError("repeat_times must be constant")
     x = ctx.input(op, "X")
     rank = ctx.rank(op, "X")
     if rank is None:
-        raise ValueError("tile needs the input rank")
+        raise RefusedError("tile needs the input rank")
     if len(reps) < rank:
         reps = np.concatenate([np.ones(rank - len(reps), np.int64), reps])
     elif len(reps) > rank:

@@ -209,14 +209,8 @@ OPS: Registry[Callable[[OpCall, LowerContext], object]] = Registry("pytorch ops"
 
 def lowers(*keys: str, to: str, notes: str = "") -> Callable[[Callable[[OpCall, LowerContext], object]],
                                                              Callable[[OpCall, LowerContext], object]]:
-    """Register a converter for ``keys`` and record what it maps to for the support table."""
-
-    def decorate(func: Callable[[OpCall, LowerContext], object]) -> Callable[[OpCall, LowerContext], object]:
-        func.maps_to = to  # type: ignore[attr-defined]
-        func.notes = notes  # type: ignore[attr-defined]
-        return OPS.register(*keys)(func)
-
-    return decorate
+    """Register a converter for ``keys`` with its support-table row (what it maps to, its limits)."""
+    return OPS.register(*keys, maps_to=to, notes=notes)
 
 
 def functional_key(key: str) -> str:
