@@ -140,3 +140,22 @@ def test_sigterm_stops_the_workers_and_says_what_finished(tmp_path: Path) -> Non
     assert "convert: error: terminated after " in err and "no report was written" in err
     time.sleep(0.5)
     assert workers and not [p for p in workers if _alive(p)]
+
+
+def test_a_model_past_its_timeout_is_killed_and_the_batch_goes_on(tmp_path: Path) -> None:
+    manifest = load_manifest(write_zoo(tmp_path, """\
+[[models]]
+name = "hurried"
+route = "onnx:onnx"
+files = "cnn.onnx"
+timeout = 0.001
+
+[[models]]
+name = "cnn"
+route = "onnx:onnx"
+files = "cnn.onnx"
+"""))
+    hurried, cnn = run_local(manifest.models, tmp_path / "out", workers=1)
+    assert (hurried.verdict, hurried.attempts) == (ERROR, 1)  # a hang is not retried
+    assert hurried.error == "timed out after 0.001 s (timeout = 0.001); its worker was killed"
+    assert cnn.verdict == PASS  # on a fresh worker
