@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -65,17 +66,21 @@ def build_models(folder: Path) -> str:
     return "\n".join(lines)
 
 
-def run(folder: Path, tag: str, *args: str) -> tuple[float, dict[str, object], int]:
-    """Run `convert batch` in a fresh process; return wall time, the JSON report and the exit status."""
+def run(folder: Path, tag: str, *args: str) -> tuple[float, dict[str, object], int, float]:
+    """Run `convert batch` in a fresh process; return wall time, the JSON report, the exit status and the
+    CPU time (user + sys) of the process and the workers it waited for (Ray's workers are not among them)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "convert", "batch", "models.toml", "-q", "-o", f"out-{tag}",
                         "--report", f"{tag}.json", *args], cwd=folder, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if r.returncode not in (0, 1, 2) or not (folder / f"{tag}.json").exists():
         sys.exit(f"{tag}: convert batch failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
     print(r.stdout, file=sys.stderr)
-    return wall, json.loads((folder / f"{tag}.json").read_text()), r.returncode
+    return wall, json.loads((folder / f"{tag}.json").read_text()), r.returncode, cpu
 
 
 def per_worker_peaks(report: dict[str, object]) -> list[int]:
@@ -106,15 +111,19 @@ def main() -> None:
             ray.shutdown()
     base = results[0][1]
     n = len(results[0][2]["models"])  # type: ignore[arg-type]
-    print(f"\n{n} models, {os.cpu_count()} cores; peak RSS per worker process (largest first)\n")
-    print("| run | wall | speed-up | sum of model times | verdicts | peak RSS per worker |")
-    print("|---|---:|---:|---:|---|---|")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\n{n} models, {os.cpu_count()} cores, load average at the end {load}; peak RSS per worker process "
+          "(largest first); CPU: user + sys of the batch and its pool workers (not Ray's)\n")
+    print("| run | wall | speed-up | CPU | sum of model times | verdicts | peak RSS per worker |")
+    print("|---|---:|---:|---:|---:|---|---|")
     names = {"j1": "local pool, 1 worker", "j2": "local pool, 2 workers", "ray": "Ray, 2 CPUs (local instance)"}
-    for tag, wall, report, code in results:
+    for tag, wall, report, code, cpu in results:
         counts = ", ".join(f"{v} {k}" for k, v in report["counts"].items() if v)  # type: ignore[attr-defined]
         busy = sum(m["seconds"] for m in report["models"])  # type: ignore[attr-defined]
         peaks = ", ".join(f"{p / 2**20:.0f}" for p in per_worker_peaks(report)[:6]) + " MiB"
-        print(f"| {names[tag]} | {wall:.1f} s | {base / wall:.2f}x | {busy:.1f} s | {counts} (exit {code}) | {peaks} |")
+        cpu_text = "–" if tag == "ray" else f"{cpu:.1f} s"
+        print(f"| {names[tag]} | {wall:.1f} s | {base / wall:.2f}x | {cpu_text} | {busy:.1f} s "
+              f"| {counts} (exit {code}) | {peaks} |")
     if not args.keep:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 try:
     import click
@@ -32,6 +33,10 @@ except KeyboardInterrupt:  # Ctrl-C while the command starts: one line, not an i
 
     _interrupted_at_start()
     raise
+
+if TYPE_CHECKING:
+    from .batch import Event
+    from .parity import ParityReport
 
 __all__ = ["main"]
 
@@ -549,7 +554,7 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
     return 0 if ok else EXIT_PARITY
 
 
-def _check_baseline(report: object, kw: dict[str, object]) -> bool:
+def _check_baseline(report: ParityReport, kw: dict[str, object]) -> bool:
     """Compare with --baseline (and --accept it); return True when an output regressed."""
     from . import batch
 
@@ -563,7 +568,7 @@ def _check_baseline(report: object, kw: dict[str, object]) -> bool:
         found = batch.baseline_errors(path)
         if len(found) != 1:
             raise ir.UsageError(f"--baseline {path} holds {len(found)} models; give the --report of this one")
-        lines = batch.regressions(report, next(iter(found.values())),  # type: ignore[arg-type]
+        lines = batch.regressions(report, next(iter(found.values())),
                                   factor=float(kw["regression_factor"]),  # type: ignore[arg-type]
                                   floor=float(kw["regression_floor"]))  # type: ignore[arg-type]
         for line in lines:
@@ -571,10 +576,10 @@ def _check_baseline(report: object, kw: dict[str, object]) -> bool:
         if not lines:
             click.echo(f"baseline: no output regressed past {kw['regression_factor']:g} x the errors of {path}")
     if kw.get("accept"):
-        if not report.passed:  # type: ignore[attr-defined]
+        if not report.passed:
             click.echo(f"convert: baseline NOT accepted: parity failed; {path} is unchanged", err=True)
         else:
-            _write_report(path, report.to_json(), [])  # type: ignore[attr-defined]
+            _write_report(path, report.to_json(), [])
             click.echo(f"convert: accepted this run as the baseline {path}", err=True)
             return False
     return bool(lines)
@@ -626,49 +631,46 @@ class _BatchProgress:
     line per finished model."""
 
     def __init__(self, total: int, tty: bool) -> None:
-        self.total, self.tty, self.finished = total, tty, 0
-        self.bars: dict[int, object] = {}
-        self.overall: object = None
-        if tty:
-            from tqdm import tqdm
-
-            self.overall = tqdm(total=total, desc="batch", unit="model", file=sys.stderr, position=0)
-
-    def __call__(self, event: object) -> None:
         from tqdm import tqdm
 
-        kind, index = event.kind, event.index  # type: ignore[attr-defined]
-        if kind == "done":
+        self.total, self.tty, self.finished = total, tty, 0
+        self.bars: dict[int, tqdm[object]] = {}
+        self.overall = tqdm(total=total, desc="batch", unit="model", file=sys.stderr, position=0) if tty else None
+
+    def __call__(self, event: Event) -> None:
+        from tqdm import tqdm
+
+        if event.kind == "done" and event.result is not None:
             self.finished += 1
-            bar = self.bars.pop(index, None)
+            bar = self.bars.pop(event.index, None)
             if bar is not None:
-                bar.close()  # type: ignore[attr-defined]
-            row = event.result  # type: ignore[attr-defined]
+                bar.close()
+            row = event.result
             worst = row.worst
             err = f"err/scale {worst[1]:.2g}" if worst is not None else row.error[:100]
             line = (f"[{self.finished}/{self.total}] {row.verdict:<9} {row.name}  {row.route}  {err}  "
                     f"{row.seconds:.1f} s  {row.peak_rss / 2**20:.0f} MiB")
             line += "  (retried)" if row.attempts > 1 else ""
-            if self.tty:
+            if self.overall is not None:
                 tqdm.write(line, file=sys.stderr)
-                self.overall.update(1)  # type: ignore[attr-defined]
+                self.overall.update(1)
             else:
                 click.echo(line, err=True)
-        elif self.tty and kind == "started" and event.slot is not None:  # type: ignore[attr-defined]
-            self.bars[index] = tqdm(total=1, desc=event.name, position=1 + event.slot,  # type: ignore[attr-defined]
-                                    leave=False, file=sys.stderr,
-                                    bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}")
-        elif self.tty and kind == "progress" and index in self.bars:
-            bar = self.bars[index]
-            bar.total = max(event.total, 1)  # type: ignore[attr-defined]
-            bar.n = event.done  # type: ignore[attr-defined]
-            bar.set_postfix_str(event.step)  # type: ignore[attr-defined]
+        elif self.tty and event.kind == "started" and event.slot is not None:
+            self.bars[event.index] = tqdm(total=1, desc=event.name, position=1 + event.slot, leave=False,
+                                          file=sys.stderr, bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}")
+        elif event.kind == "progress" and event.index in self.bars:
+            bar = self.bars[event.index]
+            bar.total = max(event.total, 1)
+            bar.n = event.done
+            bar.set_postfix_str(event.step)
 
     def close(self) -> None:
         for bar in self.bars.values():
-            bar.close()  # type: ignore[attr-defined]
+            bar.close()
+        self.bars.clear()
         if self.overall is not None:
-            self.overall.close()  # type: ignore[attr-defined]
+            self.overall.close()
 
 
 def _run_batch(ctx: click.Context, **kw: object) -> int:
@@ -685,15 +687,26 @@ def _run_batch(ctx: click.Context, **kw: object) -> int:
     names = list(kw.get("only") or ())  # type: ignore[call-overload]
     count = len(names) if names else len(manifest.models)
     progress = _BatchProgress(count, sys.stderr.isatty() and not kw.get("quiet"))
+    out = Path(str(kw["output"])) if kw.get("output") else manifest.output
     try:
         result = batch.run_batch(
-            manifest, out=Path(str(kw["output"])) if kw.get("output") else None,
-            workers=kw.get("workers"), ray_address=kw.get("ray"), baseline=compare,  # type: ignore[arg-type]
-            factor=float(kw["regression_factor"]), floor=float(kw["regression_floor"]),  # type: ignore[arg-type]
-            on_event=progress, only=names,
+            manifest, out=out, workers=kw.get("workers"), ray_address=kw.get("ray"),  # type: ignore[arg-type]
+            baseline=compare, factor=float(kw["regression_factor"]),  # type: ignore[arg-type]
+            floor=float(kw["regression_floor"]), on_event=progress, only=names,  # type: ignore[arg-type]
         )
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the finished models' files stay
+        progress.close()
+        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        _err(f"{what} after {progress.finished} of {count} models; their files are in {out}; no report was written")
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     finally:
         progress.close()
+    accepted = False
+    if kw.get("accept"):  # accepted: regressions are the new normal; failures never are
+        accepted = all(r.verdict in (batch.PASS, batch.REGRESSED, batch.CONVERTED) for r in result.rows)
+        for r in result.rows if accepted else []:
+            if r.verdict == batch.REGRESSED:
+                r.verdict = batch.PASS
     click.echo(result.table())
     for note in result.notes:
         click.echo(f"convert: note: {note}", err=True)
@@ -708,13 +721,9 @@ def _run_batch(ctx: click.Context, **kw: object) -> int:
         except OSError as exc:
             click.echo(f"convert: warning: cannot append to $GITHUB_STEP_SUMMARY ({exc.strerror or exc})", err=True)
     if kw.get("accept") and baseline is not None:
-        parity_ok = all(r.verdict in (batch.PASS, batch.REGRESSED, batch.CONVERTED) for r in result.rows)
-        if parity_ok:
-            _write_report(baseline, result.to_json(), [])
+        if accepted:
+            _write_report(baseline, batch.accepted_baseline(result, baseline), [])
             click.echo(f"convert: accepted this run as the baseline {baseline}", err=True)
-            for r in result.rows:  # accepted: regressions are the new normal
-                if r.verdict == batch.REGRESSED:
-                    r.verdict = batch.PASS
         else:
             click.echo(f"convert: baseline NOT accepted: a model failed or was not converted; {baseline} "
                        "is unchanged", err=True)

@@ -44,6 +44,7 @@ MODEL_KEYS = {
     "check": "run the parity check (default true)",
     "locate": "name the first bad layer: true, false, or absent (only on failure)",
     "fold_bn": "fold BatchNormalization into convolutions (default true)",
+    "timeout": "seconds the model may take in the local pool; then its worker is killed and the row is ERROR",
     "opset": "ONNX opset to write",
     "dynamic_batch": "symbolic leading dimension",
     "strict": "warnings become errors",
@@ -72,6 +73,7 @@ class ModelSpec:
     check: bool = True
     locate: bool | None = None
     fold_bn: bool = True
+    timeout: float | None = None
     options: dict[str, object] = field(default_factory=dict)
 
     @property
@@ -276,5 +278,6 @@ def _spec(merged: dict[str, object], base: Path, label: str) -> ModelSpec:
         tol=_float(merged, "tol", DEFAULT_TOL, label), atol=_float(merged, "atol", DEFAULT_ATOL, label),
         rtol=_float(merged, "rtol", DEFAULT_RTOL, label), seed=seed,
         check=bool(merged.get("check", True)), locate=locate, fold_bn=bool(merged.get("fold_bn", True)),
+        timeout=_float(merged, "timeout", 0.0, label) or None,
         options=options,
     )

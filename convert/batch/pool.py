@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -141,6 +142,7 @@ class _Slot:
         self.proc.start()
         child.close()
         self.task: int | None = None
+        self.deadline = math.inf  # time.monotonic() past which the model it holds has timed out
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):
@@ -180,6 +182,7 @@ def run_local(
     retry_reason = [""] * len(specs)
     results: list[ModelResult | None] = [None] * len(specs)
     slots: list[_Slot | None] = [None] * workers
+    lost = 0  # workers found dead while idle
     try:
         while queue or any(s is not None and s.task is not None for s in slots):
             for k in range(workers):
@@ -187,13 +190,28 @@ def run_local(
                 if queue and (slot is None or slot.task is None):
                     if slot is None:
                         slot = slots[k] = _Slot(ctx, work, threads)
-                    index = queue.popleft()
+                    index = queue[0]
+                    try:
+                        slot.conn.send((index, specs[index], str(out_dir)))
+                    except OSError:  # the idle worker died (the OOM killer chose it): start another
+                        lost += 1
+                        why = slot.death()
+                        slots[k] = None
+                        if lost > 2 * workers + 2:
+                            raise RuntimeError(f"worker processes die before taking a model (the last {why})") from None
+                        continue
+                    queue.popleft()
                     attempts[index] += 1
                     slot.task = index
-                    slot.conn.send((index, specs[index], str(out_dir)))
+                    limit = specs[index].timeout
+                    slot.deadline = time.monotonic() + limit if limit else math.inf
                     emit(Event("started", index, specs[index].name, slot=k))
             busy = [s for s in slots if s is not None and s.task is not None]
-            ready = wait([s.conn for s in busy] + [s.proc.sentinel for s in busy])
+            if not busy:
+                continue
+            nearest = min(s.deadline for s in busy) - time.monotonic()
+            ready = wait([s.conn for s in busy] + [s.proc.sentinel for s in busy],
+                         timeout=None if nearest == math.inf else max(0.0, nearest))
             for k, slot in enumerate(slots):
                 if slot is None or slot.task is None:
                     continue
@@ -214,11 +232,34 @@ def run_local(
                                               attempts=attempts[index], retry_reason=retry_reason[index])
                             results[index] = row
                             emit(Event("done", index, row.name, slot=k, result=row))
+                if slot.task is not None and time.monotonic() > slot.deadline:
+                    _time_out(slot, specs, results, attempts, retry_reason)
+                    index = slot.task
+                    slots[k] = None
+                    emit(Event("done", index, specs[index].name, slot=k, result=results[index]))
+    except BaseException:  # Ctrl-C, SIGTERM: stop the workers now, whatever they hold
+        for slot in slots:
+            if slot is not None:
+                slot.proc.kill()
+        raise
     finally:
         for slot in slots:
             if slot is not None:
                 slot.stop()
     return [r for r in results if r is not None]
+
+
+def _time_out(slot: _Slot, specs: Sequence[ModelSpec], results: list[ModelResult | None], attempts: list[int],
+              retry_reason: list[str]) -> None:
+    """Kill a worker past its model's timeout; the model is an ERROR row (a hang is not retried)."""
+    index = slot.task
+    assert index is not None
+    slot.proc.kill()
+    slot.proc.join()
+    spec = specs[index]
+    results[index] = ModelResult(name=spec.name, route=spec.route, verdict=ERROR, seconds=float(spec.timeout or 0),
+                                 error=f"timed out after {spec.timeout:g} s (timeout = {spec.timeout:g}); its worker "
+                                       "was killed", attempts=attempts[index], retry_reason=retry_reason[index])
 
 
 def _drain(slot: _Slot, k: int, specs: Sequence[ModelSpec], results: list[ModelResult | None],

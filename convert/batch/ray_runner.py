@@ -29,6 +29,25 @@ def _task(work: Work, spec: ModelSpec, out_dir: str) -> ModelResult:
     return work(spec, out_dir, None)
 
 
+def _probe(address: str, timeout: float = 5.0) -> None:
+    """Fail fast on a ``host:port`` (or ``ray://host:port``) nobody listens on: Ray itself retries for minutes.
+
+    Raises:
+        UsageError: naming the address and the socket error.
+    """
+    import socket
+
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # 'auto', 'local': Ray finds the cluster itself
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc}); start one with "
+                         "`ray start --head` or give its address") from None
+
+
 def run_ray(
     specs: Sequence[ModelSpec],
     out_dir: Path,
@@ -55,6 +74,7 @@ def run_ray(
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     connected_here = not ray.is_initialized()
     if connected_here:
+        _probe(address)
         try:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
                      runtime_env={"py_modules": [str(Path(convert.__file__).parent)],

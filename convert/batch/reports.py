@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_FLOOR",
     "SCHEMA",
     "BatchResult",
+    "accepted_baseline",
     "apply_baseline",
     "baseline_errors",
     "exit_status",
@@ -314,3 +315,22 @@ def apply_baseline(rows: Sequence[ModelResult], base: Mapping[str, Mapping[str, 
         if r.regressions and r.verdict == PASS:
             r.verdict = REGRESSED
     return notes
+
+
+def accepted_baseline(result: BatchResult, previous: Path) -> str:
+    """Return the JSON to store as the new baseline: this run, plus the entries ``previous`` holds
+    for models this run did not convert (``--model`` picked a subset), so accepting a subset never
+    drops the others."""
+    data = result.to_dict()
+    try:
+        old = json.loads(Path(previous).read_text())
+    except (OSError, ValueError):
+        old = None
+    if isinstance(old, dict) and old.get("schema") == SCHEMA:
+        ran = {m["name"] for m in data["models"]}  # type: ignore[attr-defined]
+        kept = [m for m in old.get("models", []) if isinstance(m, dict) and m.get("name") not in ran]
+        if kept:
+            data["models"] = [*data["models"], *kept]  # type: ignore[misc]
+            data["notes"] = [*data["notes"], f"kept the accepted entries of {len(kept)} model(s) not run: "  # type: ignore[misc]
+                             + ", ".join(str(m.get("name")) for m in kept)]
+    return json.dumps(data, indent=2, allow_nan=False)

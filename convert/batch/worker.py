@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from convert import api, ir
+from convert import api, formats, ir
 from convert.parity import ParityReport
 
 from .manifest import ModelSpec
@@ -101,7 +101,8 @@ def run_model(spec: ModelSpec, out_dir: str, progress: ProgressFn | None = None)
     """Convert ``spec`` into ``out_dir/<name>/`` with its parity check; never raises for the model's sake."""
     reset_peak_rss()
     start = time.perf_counter()
-    row = ModelResult(name=spec.name, route=spec.route, verdict=ERROR, worker=f"{socket.gethostname()}:{os.getpid()}")
+    row = ModelResult(name=spec.name, route=_route(spec), verdict=ERROR,
+                      worker=f"{socket.gethostname()}:{os.getpid()}")
     options: dict[str, object] = dict(spec.options)
     if spec.input_shapes:
         options["input_shapes"] = dict(spec.input_shapes)
@@ -131,6 +132,16 @@ def run_model(spec: ModelSpec, out_dir: str, progress: ProgressFn | None = None)
     row.seconds = time.perf_counter() - start
     row.peak_rss = peak_rss()
     return row
+
+
+def _route(spec: ModelSpec) -> str:
+    """``src:dst``, the source guessed from the files as the conversion will when the manifest omits it."""
+    if spec.source is None:
+        try:
+            return f"{formats.detect_format([Path(p) for p in spec.files])}:{spec.dest}"
+        except ir.ConvertError:
+            pass
+    return spec.route
 
 
 def _one_line(text: str) -> str:

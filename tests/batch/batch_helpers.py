@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,14 +33,16 @@ seed = 0
 
 [[models]]
 name = "cnn"
-route = "onnx:onnx"
+to = "onnx"                 # the source format is guessed from the file
 files = "cnn.onnx"
+inputs = "x.npz"
 
 [[models]]
 name = "simple-caffe"
 route = "onnx->caffe"
 files = ["simple.onnx"]
 input_shape = {x = [1, 3, 32, 32]}
+options = { caffe-flavor = "bvlc" }
 
 [[models]]
 name = "sample"
@@ -48,8 +51,14 @@ files = "sample.pt"
 
 [[models]]
 name = "missing"
-route = "onnx:onnx"
+to = "onnx"
 files = "no-such-model.onnx"
+
+[[models]]
+name = "nocheck"
+to = "onnx"
+files = "cnn.onnx"
+check = false
 
 [[models]]
 name = "tight"
@@ -65,6 +74,7 @@ def write_zoo(folder: Path, manifest: str = MANIFEST) -> Path:
     onnx.save(models_onnx.conv_net(), str(folder / "cnn.onnx"))
     onnx.save(models_onnx.simple_cnn(), str(folder / "simple.onnx"))
     shutil.copy(ROOT / "models" / "pytorch" / "sample.pt", folder / "sample.pt")
+    np.savez(folder / "x.npz", x=np.random.default_rng(7).uniform(0, 1, (1, 3, 32, 32)).astype(np.float32))
     path = folder / "models.toml"
     path.write_text(manifest)
     return path

@@ -94,3 +94,68 @@ def test_onnx_runtime_takes_the_workers_thread_limit(tmp_path: Path, monkeypatch
     assert OnnxRuntime(tmp_path / "cnn.onnx").session.get_session_options().intra_op_num_threads == 1
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert OnnxRuntime(tmp_path / "cnn.onnx").session.get_session_options().intra_op_num_threads == 0  # ORT's default
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="Linux only (/proc)")
+def test_sigterm_stops_the_workers_and_says_what_finished(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from batch_helpers import ROOT
+
+    write_zoo(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "convert", "batch", "models.toml", "-j", "2"], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    workers: list[int] = []
+    while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+        workers = [p for p in _children(proc.pid) if "multiprocessing" in Path(f"/proc/{p}/cmdline").read_text()]
+    assert proc.poll() is None, "the batch finished before the test could stop it"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "convert: error: terminated after " in err and "no report was written" in err
+    time.sleep(0.5)
+    assert workers and not [p for p in workers if _alive(p)]
+
+
+def test_a_model_past_its_timeout_is_killed_and_the_batch_goes_on(tmp_path: Path) -> None:
+    manifest = load_manifest(write_zoo(tmp_path, """\
+[[models]]
+name = "hurried"
+route = "onnx:onnx"
+files = "cnn.onnx"
+timeout = 0.001
+
+[[models]]
+name = "cnn"
+route = "onnx:onnx"
+files = "cnn.onnx"
+"""))
+    hurried, cnn = run_local(manifest.models, tmp_path / "out", workers=1)
+    assert (hurried.verdict, hurried.attempts) == (ERROR, 1)  # a hang is not retried
+    assert hurried.error == "timed out after 0.001 s (timeout = 0.001); its worker was killed"
+    assert cnn.verdict == PASS  # on a fresh worker

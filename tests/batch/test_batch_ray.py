@@ -102,3 +102,10 @@ name = "always-killed"
 route = "onnx:onnx"
 files = "cnn.onnx"
 """
+
+
+def test_no_cluster_at_the_address_is_a_usage_error(tmp_path: Path) -> None:
+    write_zoo(tmp_path, TWO)
+    r = run_cli("batch", "models.toml", "--ray", "127.0.0.1:1", cwd=tmp_path)  # nothing listens on port 1
+    assert r.returncode == 2
+    assert "--ray 127.0.0.1:1: no Ray cluster answers there" in r.stderr
