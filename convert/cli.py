@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 try:
     import click
@@ -32,6 +33,10 @@ except KeyboardInterrupt:  # Ctrl-C while the command starts: one line, not an i
 
     _interrupted_at_start()
     raise
+
+if TYPE_CHECKING:
+    from .batch import Event
+    from .parity import ParityReport
 
 __all__ = ["main"]
 
@@ -67,6 +72,7 @@ Examples:
 \b
 Other commands:
   convert check ROUTE SRC... --against OUT...   parity of a pair already on disk
+  convert batch MANIFEST [--junit F] [--ray A]  a manifest of models, with CI reports
   convert inspect MODEL...                      inputs, outputs, ops, parameters
   convert formats                               the routes this installation converts
   convert ops FORMAT                            the supported-op table of a format
@@ -540,9 +546,43 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
     click.echo(report.table())
     if kw.get("report"):
         _write_report(Path(str(kw["report"])), report.to_json(), [])
-    click.echo(f"{'OK' if report.passed else 'FAIL'} check {report.source}:{report.dest} | "
-               f"{len(report.outputs)} outputs | parity {'PASS' if report.passed else 'FAIL'} ({report.dest_device})")
-    return 0 if report.passed else EXIT_PARITY
+    regressed = _check_baseline(report, kw)
+    ok = report.passed and not regressed
+    click.echo(f"{'OK' if ok else 'FAIL'} check {report.source}:{report.dest} | "
+               f"{len(report.outputs)} outputs | parity {'PASS' if report.passed else 'FAIL'} ({report.dest_device})"
+               + (f" | REGRESSED vs {kw['baseline']}" if regressed else ""))
+    return 0 if ok else EXIT_PARITY
+
+
+def _check_baseline(report: ParityReport, kw: dict[str, object]) -> bool:
+    """Compare with --baseline (and --accept it); return True when an output regressed."""
+    from . import batch
+
+    path = Path(str(kw["baseline"])) if kw.get("baseline") else None
+    if path is None:
+        if kw.get("accept"):
+            raise ir.UsageError("--accept writes the --baseline FILE.json: give --baseline")
+        return False
+    lines: list[str] = []
+    if path.exists() or not kw.get("accept"):
+        found = batch.baseline_errors(path)
+        if len(found) != 1:
+            raise ir.UsageError(f"--baseline {path} holds {len(found)} models; give the --report of this one")
+        lines = batch.regressions(report, next(iter(found.values())),
+                                  factor=float(kw["regression_factor"]),  # type: ignore[arg-type]
+                                  floor=float(kw["regression_floor"]))  # type: ignore[arg-type]
+        for line in lines:
+            click.echo(f"baseline: {line}")
+        if not lines:
+            click.echo(f"baseline: no output regressed past {kw['regression_factor']:g} x the errors of {path}")
+    if kw.get("accept"):
+        if not report.passed:
+            click.echo(f"convert: baseline NOT accepted: parity failed; {path} is unchanged", err=True)
+        else:
+            _write_report(path, report.to_json(), [])
+            click.echo(f"convert: accepted this run as the baseline {path}", err=True)
+            return False
+    return bool(lines)
 
 
 @cli.command("check", context_settings={"max_content_width": 100})
@@ -564,6 +604,14 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--report", type=click.Path(path_type=Path), metavar="FILE.json")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--baseline", type=click.Path(path_type=Path), metavar="FILE.json",
+              help="An accepted report (--report, or a batch report of one model): fail when an output's error "
+                   "grew past --regression-factor times its baseline, even within --tol.")
+@click.option("--regression-factor", type=float, default=10.0, show_default=True,
+              help="Regression: error > FACTOR x max(baseline error, FLOOR).")
+@click.option("--regression-floor", type=float, default=1e-6, show_default=True,
+              help="Baseline errors below FLOOR count as FLOOR (float32 noise is not a regression).")
+@click.option("--accept", is_flag=True, help="Write this run into --baseline when parity passed (accept it).")
 @_common
 @click.pass_context
 def check_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> None:
@@ -573,8 +621,159 @@ def check_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> No
     convert check 'onnx->caffe' model.onnx --against model.prototxt --against model.caffemodel
     convert check yolov4.cfg yolov4.weights --against yolov4.onnx
     convert check model.pt2 --against model.onnx --locate     # the first layer that differs, even on PASS
+    convert check m.onnx --against m.prototxt --against m.caffemodel --baseline accepted.json
     """
     _guard(_run_check, ctx, debug, verbose=verbose, **kw)
+
+
+class _BatchProgress:
+    """Progress of a batch: on a terminal a bar per running model (and one for the batch), else a
+    line per finished model."""
+
+    def __init__(self, total: int, tty: bool) -> None:
+        from tqdm import tqdm
+
+        self.total, self.tty, self.finished = total, tty, 0
+        self.bars: dict[int, tqdm[object]] = {}
+        self.overall = tqdm(total=total, desc="batch", unit="model", file=sys.stderr, position=0) if tty else None
+
+    def __call__(self, event: Event) -> None:
+        from tqdm import tqdm
+
+        if event.kind == "done" and event.result is not None:
+            self.finished += 1
+            bar = self.bars.pop(event.index, None)
+            if bar is not None:
+                bar.close()
+            row = event.result
+            worst = row.worst
+            err = f"err/scale {worst[1]:.2g}" if worst is not None else row.error[:100]
+            line = (f"[{self.finished}/{self.total}] {row.verdict:<9} {row.name}  {row.route}  {err}  "
+                    f"{row.seconds:.1f} s  {row.peak_rss / 2**20:.0f} MiB")
+            line += "  (retried)" if row.attempts > 1 else ""
+            if self.overall is not None:
+                tqdm.write(line, file=sys.stderr)
+                self.overall.update(1)
+            else:
+                click.echo(line, err=True)
+        elif self.tty and event.kind == "started" and event.slot is not None:
+            self.bars[event.index] = tqdm(total=1, desc=event.name, position=1 + event.slot, leave=False,
+                                          file=sys.stderr, bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}")
+        elif event.kind == "progress" and event.index in self.bars:
+            bar = self.bars[event.index]
+            bar.total = max(event.total, 1)
+            bar.n = event.done
+            bar.set_postfix_str(event.step)
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
+        self.bars.clear()
+        if self.overall is not None:
+            self.overall.close()
+
+
+def _run_batch(ctx: click.Context, **kw: object) -> int:
+    from . import batch
+
+    manifest = batch.load_manifest(Path(str(kw["manifest"])))
+    outputs = {k: Path(str(kw[k])) for k in ("junit", "report", "summary") if kw.get(k)}
+    for key, path in outputs.items():
+        api.check_writable(path, f"the --{key} file")
+    baseline = Path(str(kw["baseline"])) if kw.get("baseline") else None
+    if kw.get("accept") and baseline is None:
+        raise ir.UsageError("--accept writes the --baseline FILE.json: give --baseline")
+    compare = baseline if baseline is not None and (baseline.exists() or not kw.get("accept")) else None
+    names = list(kw.get("only") or ())  # type: ignore[call-overload]
+    count = len(names) if names else len(manifest.models)
+    progress = _BatchProgress(count, sys.stderr.isatty() and not kw.get("quiet"))
+    out = Path(str(kw["output"])) if kw.get("output") else manifest.output
+    try:
+        result = batch.run_batch(
+            manifest, out=out, workers=kw.get("workers"), ray_address=kw.get("ray"),  # type: ignore[arg-type]
+            baseline=compare, factor=float(kw["regression_factor"]),  # type: ignore[arg-type]
+            floor=float(kw["regression_floor"]), on_event=progress, only=names,  # type: ignore[arg-type]
+        )
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the finished models' files stay
+        progress.close()
+        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        _err(f"{what} after {progress.finished} of {count} models; their files are in {out}; no report was written")
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    finally:
+        progress.close()
+    accepted = False
+    if kw.get("accept"):  # accepted: regressions are the new normal; failures never are
+        accepted = all(r.verdict in (batch.PASS, batch.REGRESSED, batch.CONVERTED) for r in result.rows)
+        for r in result.rows if accepted else []:
+            if r.verdict == batch.REGRESSED:
+                r.verdict = batch.PASS
+    click.echo(result.table())
+    for note in result.notes:
+        click.echo(f"convert: note: {note}", err=True)
+    for key, path in outputs.items():
+        text = {"junit": result.junit, "report": result.to_json, "summary": result.markdown}[key]()
+        _write_report(path, text.rstrip("\n"), [])
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        try:
+            with open(step_summary, "a") as f:
+                f.write(result.markdown() + "\n")
+        except OSError as exc:
+            click.echo(f"convert: warning: cannot append to $GITHUB_STEP_SUMMARY ({exc.strerror or exc})", err=True)
+    if kw.get("accept") and baseline is not None:
+        if accepted:
+            _write_report(baseline, batch.accepted_baseline(result, baseline), [])
+            click.echo(f"convert: accepted this run as the baseline {baseline}", err=True)
+        else:
+            click.echo(f"convert: baseline NOT accepted: a model failed or was not converted; {baseline} "
+                       "is unchanged", err=True)
+    click.echo(result.summary_line())
+    return result.exit_status
+
+
+@cli.command("batch", context_settings={"max_content_width": 100})
+@click.argument("manifest", type=click.Path(path_type=Path), metavar="MANIFEST")
+@click.option("-o", "--output", type=click.Path(path_type=Path), metavar="DIR",
+              help="Output folder (default: the manifest's 'output'); each model goes into DIR/<name>/.")
+@click.option("-j", "--workers", type=click.IntRange(min=1), default=None,
+              help="Local worker processes (default: min(cores, models, 80% of available memory / "
+                   "(1 GiB + 3 x the largest model's files))).")
+@click.option("--ray", metavar="ADDRESS", help="Run on an existing Ray cluster (auto, host:port, ray://host:port); "
+                                               "needs convert-toolkit[ray].")
+@click.option("--junit", type=click.Path(path_type=Path), metavar="FILE.xml",
+              help="JUnit XML: one testcase per model and output.")
+@click.option("--report", type=click.Path(path_type=Path), metavar="FILE.json",
+              help="JSON report (schema convert-batch-report/1, docs/batch.md).")
+@click.option("--summary", type=click.Path(path_type=Path), metavar="FILE.md",
+              help="Markdown summary (also appended to $GITHUB_STEP_SUMMARY when set).")
+@click.option("--baseline", type=click.Path(path_type=Path), metavar="FILE.json",
+              help="An accepted batch report: a passing output whose error grew past --regression-factor "
+                   "times its baseline is REGRESSED (exit 1).")
+@click.option("--regression-factor", type=float, default=10.0, show_default=True,
+              help="Regression: error > FACTOR x max(baseline error, FLOOR).")
+@click.option("--regression-floor", type=float, default=1e-6, show_default=True,
+              help="Baseline errors below FLOOR count as FLOOR (float32 noise is not a regression).")
+@click.option("--accept", is_flag=True, help="Write this run into --baseline when no model failed (accept it).")
+@click.option("--model", "only", multiple=True, metavar="NAME", help="Run only this model (repeatable).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+@_common
+@click.pass_context
+def batch_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> None:
+    """Convert every model of a manifest (TOML or YAML) with its parity check, for CI.
+
+    \b
+    convert batch models.toml --junit junit.xml --report batch.json --summary batch.md
+    convert batch models.toml --baseline accepted.json            # fail on a 10x error growth
+    convert batch models.toml --baseline accepted.json --accept   # accept this run
+    convert batch models.yaml --ray auto                          # on a Ray cluster
+
+    \b
+    Continues past failures and ends with one table (model, route, verdict, worst error, time,
+    peak RSS). Exit status: 0 every model passed; 1 a parity failure, a check that could not run
+    or a regression; 2 a model could not be converted (or the manifest is invalid).
+    Schema, reports and pool sizing: docs/batch.md.
+    """
+    _guard(_run_batch, ctx, debug, verbose=verbose, **kw)
 
 
 def _run_inspect(ctx: click.Context, **kw: object) -> int:

@@ -21,6 +21,8 @@ __all__ = [
     "frontend_names",
     "normalize",
     "object_frontend",
+    "register_exporter",
+    "register_frontend",
     "routes",
     "runtime_module",
 ]
@@ -37,6 +39,28 @@ _EXPORTERS = {
     "caffe": "convert.exporters.caffe",
 }
 ALIASES = {"torch": "pytorch", "pt": "pytorch", "paddlepaddle": "paddle", "pd": "paddle"}
+
+
+def register_frontend(name: str, module: str) -> None:
+    """Make the frontend of module ``module`` (it exposes ``FRONTEND``) readable as format ``name``.
+
+    Installed packages can do the same without code: an entry point ``name = "module"`` in the
+    group ``convert.frontends`` (``convert.exporters`` for ``register_exporter``).
+    """
+    _FRONTENDS[normalize(name)] = module
+
+
+def register_exporter(name: str, module: str) -> None:
+    """Make the exporter of module ``module`` (it exposes ``EXPORTER``) writable as format ``name``."""
+    _EXPORTERS[normalize(name)] = module
+
+
+def _add_entry_points() -> None:
+    from importlib.metadata import entry_points
+
+    for group, table in (("convert.frontends", _FRONTENDS), ("convert.exporters", _EXPORTERS)):
+        for ep in entry_points(group=group):
+            table.setdefault(ep.name, ep.value)
 
 
 def normalize(name: str) -> str:
@@ -122,3 +146,6 @@ def detect_format(paths: Sequence[Path]) -> str:
                 return name
     shown = ", ".join(str(p) for p in paths)
     raise UsageError(f"cannot tell the format of {shown}: name it, e.g. 'darknet:onnx' or --from darknet")
+
+
+_add_entry_points()

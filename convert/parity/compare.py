@@ -46,6 +46,10 @@ class OutputResult:
     allclose_bad: int = 0
     degenerate: bool = False
     differs: bool = False  # clearly different whatever the reference's spread (shape, NaN, error)
+    #: The element with the largest absolute error: its index and both values (for CI messages).
+    worst_index: tuple[int, ...] = ()
+    worst_ref: float = 0.0
+    worst_got: float = 0.0
 
     @property
     def verdict(self) -> str:
@@ -162,7 +166,8 @@ def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol
     finite = np.isfinite(r64) & np.isfinite(g64)
     diff = np.abs(r64 - g64)
     diff = np.where(finite, diff, np.where(r64 == g64, 0.0, np.inf))
-    max_abs = float(diff.max())
+    worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
+    max_abs = float(diff[worst])
     scale = float(np.abs(r64[np.isfinite(r64)]).max()) if np.isfinite(r64).any() else 0.0
     rel = diff / np.maximum(np.abs(r64), 1e-12)
     max_rel = float(np.where(diff == 0, 0.0, rel).max())
@@ -180,5 +185,6 @@ def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol
     elif degenerate:
         note = (note + "; " if note else "") + "reference is degenerate (near zero or constant)"
     return OutputResult(name, ref_name, tuple(ref.shape), max_abs, max_rel, rel_to_scale, cosine, scale, std,
-                        passed, note, allclose_bad, degenerate, nan_mismatch or not within)
+                        passed, note, allclose_bad, degenerate, nan_mismatch or not within,
+                        worst, float(r64[worst]), float(g64[worst]))
 

@@ -8,7 +8,6 @@ target opset is reported, with its provenance, together with every other such op
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
@@ -151,8 +150,7 @@ def _gelu(ctx: _Ctx, node: ir.Node) -> None:
 
 
 def _replace(ctx: _Ctx, node: ir.Node, new: ir.Value) -> None:
-    ir.replace_value(ctx.graph, node.outputs[0], new)
-    ctx.graph.remove(node, safe=True)
+    ctx.replace(node, new)
 
 
 class _NotExpressibleError(Exception):
@@ -197,9 +195,7 @@ def adapt_opset(model: ir.Model, target: int) -> int:
     """
     graph = model.graph
     source = graph.opset_imports.get("", graph.opset_imports.get("ai.onnx", target))
-    problems: dict[str, list[str]] = {}
-    firsts: dict[str, str] = {}
-    counts: Counter[str] = Counter()
+    gaps = ir.GapCollector(by_reason=False)
     changed = 0
     if source != target:
         ctx = _Ctx(graph, source, target)
@@ -220,15 +216,8 @@ def adapt_opset(model: ir.Model, target: int) -> int:
                     if why:
                         raise _NotExpressibleError(why)
             except _NotExpressibleError as exc:
-                counts[node.op_type] += 1
-                problems.setdefault(node.op_type, []).append(str(exc))
-                firsts.setdefault(node.op_type, ir.describe(node))
-    if problems:
-        items = [ir.Unsupported(op, counts[op], firsts[op], problems[op][0]) for op in problems]
-        raise ir.UnsupportedOpsError(
-            f"the model (opset {source})", items, what=f"op at opset {target}",
-            hint="Choose another --opset.",
-        )
+                gaps.add(node.op_type, ir.describe(node), str(exc))
+    gaps.raise_if_any(f"the model (opset {source})", what=f"op at opset {target}", hint="Choose another --opset.")
     graph.opset_imports[""] = target
     graph.opset_imports.pop("ai.onnx", None)
     return changed

@@ -29,6 +29,14 @@ _ORT_TYPES = {
 }
 
 
+def _thread_limit() -> int:
+    """Return OMP_NUM_THREADS when set to a positive integer (ORT's own pool ignores it), else 0: ORT's default."""
+    try:
+        return max(0, int(os.environ.get("OMP_NUM_THREADS", "")))
+    except ValueError:
+        return 0
+
+
 class OnnxRuntime:
     """An ONNX model loaded in an ONNX Runtime session."""
 
@@ -43,6 +51,9 @@ class OnnxRuntime:
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if want_cuda else ["CPUExecutionProvider"]
         so = ort.SessionOptions()
         so.log_severity_level = 3
+        threads = _thread_limit()
+        if threads:  # `convert batch` workers share the cores: no more threads than OpenMP is given
+            so.intra_op_num_threads = threads
         try:
             self.session = ort.InferenceSession(os.fspath(path), sess_options=so, providers=providers)
         except Exception as exc:  # ORT raises its own exception types for bad models
