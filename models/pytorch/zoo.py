@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-__all__ = ["ZOO", "build"]
+__all__ = ["DETECTORS", "ZOO", "build"]
 
 VOCAB = 512
 SEQ = 16
@@ -474,9 +474,37 @@ ZOO: dict[str, tuple[Callable[[], nn.Module], Callable[[int], tuple[torch.Tensor
 }
 
 
+def _detectors() -> object:
+    name = "pytorch_test_detectors"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("detectors.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+# Detectors (models/pytorch/detectors.py): outputs boxes, scores, labels of a data-dependent count,
+# compared as sets of detections sorted by box.
+def _detector(cls_name: str) -> Callable[[], nn.Module]:
+    def make() -> nn.Module:
+        model = getattr(_detectors(), cls_name)()
+        _nets().recalibrate(model.backbone, (4, 3, 64, 64))  # type: ignore[attr-defined]
+        return model  # type: ignore[no-any-return]
+
+    return make
+
+
+DETECTORS: dict[str, tuple[Callable[[], nn.Module], Callable[[int], tuple[torch.Tensor, ...]], None]] = {
+    "retinanet": (_detector("RetinaNetLike"), _image_inputs((1, 3, 64, 64)), None),
+    "fasterrcnn": (_detector("FasterRCNNLike"), _image_inputs((1, 3, 64, 64)), None),
+}
+
+
 def build(name: str, *, seed: int = 0) -> tuple[nn.Module, Callable[[int], tuple[torch.Tensor, ...]]]:
     """Return zoo model ``name`` (seeded weights, recalibrated BatchNorm, eval mode) and its input maker."""
-    factory, inputs, calibrate = ZOO[name]
+    factory, inputs, calibrate = ZOO[name] if name in ZOO else DETECTORS[name]
     torch.manual_seed(seed)
     model = factory()
     if calibrate is not None:
@@ -485,7 +513,7 @@ def build(name: str, *, seed: int = 0) -> tuple[nn.Module, Callable[[int], tuple
 
 
 if __name__ == "__main__":
-    for zoo_name in ZOO:
+    for zoo_name in [*ZOO, *DETECTORS]:
         _, maker = build(zoo_name)
         shapes = ", ".join(f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for t in maker(1))
         print(f"{zoo_name:12} {shapes}")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from convert.ir import FrontendSpec, Model, ModelFormatError, OpSupport, Options, OptionSpec, Unsupported, UsageError
 
@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = ["FRONTEND", "check_support", "load", "load_module", "supported_ops"]
+
+T = TypeVar("T")
 
 _SUFFIXES = (".pt", ".pth", ".pt2", ".ptl", ".torchscript")
 
@@ -30,6 +32,40 @@ OPTIONS = (
     OptionSpec("--model", "torch_factory", "for a state_dict: the callable building the module, "
                "as package.module:factory", metavar="PKG.MOD:FACTORY"),
 )
+
+
+def _torchvision_ops_error() -> str:
+    """Import torchvision (it registers the torchvision:: operators); return why it failed, or ''."""
+    import torch
+
+    try:
+        import torchvision  # noqa: F401
+    except Exception as exc:  # a CUDA-only build next to CPU torch fails inside its own import
+        return f"torchvision did not import: {(str(exc).strip().splitlines() or [type(exc).__name__])[0]}"
+    if not hasattr(torch.ops.torchvision, "nms"):
+        return "torchvision imported but its compiled operators did not load (a build for another torch?)"
+    return ""
+
+
+def _load_needing_torchvision(read: Callable[[], T], source: str) -> T:
+    """Run ``read``; when the file names torchvision:: operators torch does not know, import torchvision
+    and read again.
+
+    Raises:
+        UsageError: torchvision's operators are needed and cannot be loaded, with the reason.
+    """
+    try:
+        return read()
+    except Exception as exc:
+        text = str(exc)
+        if "torchvision::" not in text and "torchvision." not in text:
+            raise
+        first = (text.strip().splitlines() or [""])[0][:200]
+        why = _torchvision_ops_error()
+        if why:
+            raise UsageError(f"{source} uses torchvision's operators ({first}), and {why}. Install the "
+                             "torchvision build matching your torch (for CPU torch, its +cpu wheel)") from exc
+    return read()
 
 
 def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str] | None, str]:
@@ -66,7 +102,7 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
     if kind == EXPORTED_PROGRAM:
         check_pt2_payloads(path, trust=bool(options.get("trust_pickle", False)))
         try:
-            program = torch.export.load(path)
+            program = _load_needing_torchvision(lambda: torch.export.load(path), source)
         except (RuntimeError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise ModelFormatError(f"{source}: not a readable ExportedProgram ({type(exc).__name__}: "
                                    f"{(str(exc).strip().splitlines() or [''])[0]})") from exc
@@ -76,12 +112,10 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
     if kind == TORCHSCRIPT:
         check_archive(path)
         try:
-            script = torch.jit.load(path, map_location="cpu")  # type: ignore[no-untyped-call]
+            script = _load_needing_torchvision(
+                lambda: torch.jit.load(path, map_location="cpu"), source)  # type: ignore[no-untyped-call]
         except (RuntimeError, IndexError, UnicodeDecodeError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             message = (str(exc).strip().splitlines() or [""])[0]
-            if "torchvision::" in str(exc):
-                raise UsageError(f"{source} uses torchvision's operators ({message}); install torchvision "
-                                 "matching your torch") from exc
             raise ModelFormatError(f"{source}: not a readable TorchScript file ({message})") from exc
         if options.dynamic_batch:
             options.diagnostics.warn(f"--dynamic-batch: not supported for TorchScript files ({source}); "

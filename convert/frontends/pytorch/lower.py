@@ -482,11 +482,35 @@ def _is_static(val: object) -> bool:
     return not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
+# Ops whose result's length depends on the values of their inputs.
+_DATA_DEPENDENT_OPS = frozenset({"aten.nonzero", "aten.masked_select", "aten._unique2", "aten.unique_dim",
+                                 "aten.unique_consecutive", "torchvision.nms"})
+
+
+def _produces_data_dependent_size(node: object, interp: object) -> bool:
+    """Return True for a node whose output length depends on data: nonzero, nms, x[bool_mask]..."""
+    import torch
+
+    key = op_key(node.target)  # type: ignore[attr-defined]
+    if key in _DATA_DEPENDENT_OPS:
+        return True
+    if key in ("aten.index", "aten.index_put"):
+        env = interp.env  # type: ignore[attr-defined]
+        indices = node.args[1] if len(node.args) > 1 else []  # type: ignore[attr-defined]
+        for idx in indices or []:
+            value = env.get(idx) if isinstance(idx, torch.fx.Node) else None
+            if isinstance(value, torch.Tensor) and value.dtype == torch.bool:
+                return True
+    return False
+
+
 def concretize(program: object, example: Sequence[object]) -> None:
     """Replace symbolic (unbacked) shapes in ``program``'s metadata by those of a run on ``example``.
 
     torch's TorchScript converter turns traced size arithmetic into data-dependent symbols; one
-    run of the graph on the example inputs gives every node its actual, static value.
+    run of the graph on the example inputs gives every node its actual, static value. Nodes
+    downstream of an op whose result length depends on the data (nonzero, ``x[mask]``,
+    torchvision's nms) keep their symbolic sizes: a detector's count differs from input to input.
     """
     import torch
     import torch.fx
@@ -505,11 +529,20 @@ def concretize(program: object, example: Sequence[object]) -> None:
         else:
             lowering_consts.append(state[spec.target] if spec.target in state else constants[spec.target])
 
+    dynamic: set[torch.fx.Node] = set()
+
     class _Record(torch.fx.Interpreter):
         def run_node(self, n: torch.fx.Node) -> object:
             result = super().run_node(n)
-            if n.op in ("placeholder", "call_function"):
-                n.meta["val"] = result
+            if n.op != "call_function":
+                if n.op == "placeholder":
+                    n.meta["val"] = result
+                return result
+            if _produces_data_dependent_size(n, self) or any(a in dynamic for a in n.all_input_nodes):
+                dynamic.add(n)
+                if not _is_static(n.meta.get("val")):
+                    return result  # a size that depends on the data stays symbolic
+            n.meta["val"] = result
             return result
 
     with torch.no_grad():

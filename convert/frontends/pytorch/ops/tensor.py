@@ -219,7 +219,10 @@ def narrow(call: OpCall, ctx: LowerContext) -> Value:
 
 @lowers("aten.expand", "aten.expand_copy", "aten.broadcast_to", "aten.expand_as", to="Expand")
 def expand(call: OpCall, ctx: LowerContext) -> Value:
-    """Lower expand to Expand with the static output shape."""
+    """Lower expand to Expand with the static output shape (expand_as: the other tensor's run-time shape)."""
+    other = call.args.get("other")
+    if isinstance(other, Value) and not call.out_meta.is_static:
+        return ctx.op("Expand", [call.tensor("self"), ctx.op("Shape", [other])])
     return ctx.op("Expand", [call.tensor("self"), _target(call, ctx, expand=True)])
 
 
