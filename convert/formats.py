@@ -33,12 +33,14 @@ _FRONTENDS = {
     "darknet": "convert.frontends.darknet",
     "caffe": "convert.frontends.caffe",
     "paddle": "convert.frontends.paddle",
+    "tensorflow": "convert.frontends.tensorflow",
 }
 _EXPORTERS = {
     "onnx": "convert.exporters.onnx",
     "caffe": "convert.exporters.caffe",
 }
-ALIASES = {"torch": "pytorch", "pt": "pytorch", "paddlepaddle": "paddle", "pd": "paddle"}
+ALIASES = {"torch": "pytorch", "pt": "pytorch", "paddlepaddle": "paddle", "pd": "paddle",
+           "tf": "tensorflow", "keras": "tensorflow"}
 
 
 def register_frontend(name: str, module: str) -> None:

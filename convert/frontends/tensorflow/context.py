@@ -1,0 +1,138 @@
+"""The conversion context handed to every TF op converter: values by tensor name, with their layout.
+
+TensorFlow's image ops are NHWC; the IR is built NCHW inside. Every rank-4 tensor is held in one
+or both layouts: ``"tf"`` (as TensorFlow has it) and ``"nchw"`` (axes ``[0, 3, 1, 2]`` of it).
+A layout-sensitive converter asks for ``"nchw"`` and produces ``"nchw"``; an elementwise one keeps
+whatever layout its inputs have; a converter that needs TensorFlow's axes asks for ``"tf"``. The
+missing layout is made by one Transpose on first request and cached, so transposes appear only
+where a layout-agnostic stretch meets an op that needs TensorFlow's axes, and at the graph's edges.
+Constants are kept as arrays until a converter reads them and are transposed in NumPy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from convert.ir import GraphBuilder, Options, Provenance, RefusedError, Value
+
+from .graph import TFNode
+
+__all__ = ["NCHW", "TF", "TO_NCHW", "TO_TF", "TFContext", "nchw_axis"]
+
+TF = "tf"
+NCHW = "nchw"
+TO_NCHW = (0, 3, 1, 2)
+TO_TF = (0, 2, 3, 1)
+
+
+def nchw_axis(axis: int) -> int:
+    """Return where TensorFlow's (NHWC) axis ``axis`` of a rank-4 tensor is in NCHW."""
+    return TO_TF[axis % 4]
+
+
+class TFContext:
+    """State of one conversion: builder, the value table (per layout), constants, options."""
+
+    def __init__(self, builder: GraphBuilder, options: Options) -> None:
+        self.builder = builder
+        self.options = options
+        self.diagnostics = options.diagnostics
+        self.values: dict[str, dict[str, Value]] = {}
+        self.consts: dict[str, np.ndarray] = {}
+        self.shapes: dict[str, tuple[int | None, ...] | None] = {}
+        self.node: TFNode | None = None
+
+    # -- reading ---------------------------------------------------------------------------
+    def shape(self, name: str) -> tuple[int | None, ...] | None:
+        """Return TensorFlow's static shape of tensor ``name`` (None when its rank is unknown)."""
+        if name in self.consts:
+            return tuple(self.consts[name].shape)
+        return self.shapes.get(name)
+
+    def rank(self, name: str) -> int | None:
+        """Return the rank of tensor ``name``, when known."""
+        shape = self.shape(name)
+        return None if shape is None else len(shape)
+
+    def const(self, name: str) -> np.ndarray | None:
+        """Return the value of tensor ``name`` when it is a constant, else None."""
+        return self.consts.get(name)
+
+    def need_const(self, name: str, what: str) -> np.ndarray:
+        """Return a constant input or refuse naming ``what`` it is."""
+        value = self.consts.get(name)
+        if value is None:
+            raise RefusedError(f"{what} ('{name}') must be a constant after freezing")
+        return value
+
+    def layouts(self, name: str) -> set[str]:
+        """Return the layouts tensor ``name`` is already available in (constants: none)."""
+        return set(self.values.get(name, {}))
+
+    def is_nchw(self, name: str) -> bool:
+        """Return True when the tensor is held in NCHW (and not in TF's layout)."""
+        return self.layouts(name) == {NCHW}
+
+    def get(self, name: str, layout: str = TF) -> Value:
+        """Return the IR value of tensor ``name`` in ``layout``, transposing once if needed."""
+        if name in self.consts:
+            arr = self.consts[name]
+            if layout == NCHW and arr.ndim == 4:
+                arr = np.ascontiguousarray(arr.transpose(TO_NCHW))
+            return self.builder.const(arr, name=name.replace(":0", ""))
+        held = self.values.get(name)
+        if not held:
+            raise RefusedError(f"tensor '{name}' is used before it is produced")
+        if layout in held:
+            return held[layout]
+        if self.rank(name) != 4:
+            # Layouts differ only for rank-4 tensors; other ranks are held once.
+            return next(iter(held.values()))
+        source = next(iter(held.values()))
+        perm = TO_NCHW if layout == NCHW else TO_TF
+        value = self.emit("Transpose", [source], {"perm": list(perm)}, suffix=f"to_{layout}")
+        held[layout] = value
+        return value
+
+    def get_any(self, name: str) -> tuple[Value, str]:
+        """Return the tensor in whichever layout it is held (NCHW first) and that layout."""
+        held = self.values.get(name, {})
+        for layout in (NCHW, TF):
+            if layout in held:
+                return held[layout], layout
+        return self.get(name, TF), TF
+
+    # -- emitting --------------------------------------------------------------------------
+    def emit(self, op_type: str, inputs: Sequence[Value | None], attrs: Mapping[str, object] | None = None,
+             *, outputs: int = 1, suffix: str = "") -> Value:
+        """Append an ONNX node for the current TF node and return its first output."""
+        node = self.node
+        base = f"{node.name if node else 'tf'}/{suffix or op_type}"
+        prov = Provenance(layer=node.name, kind=node.op) if node else Provenance()
+        return self.builder.op_multi(op_type, inputs, attrs, name=base, outputs=outputs, prov=prov)[0]
+
+    def bind(self, value: Value, layout: str = TF, index: int = 0) -> None:
+        """Make ``value`` output ``index`` of the current node, held in ``layout``."""
+        node = self.node
+        assert node is not None, "bind() outside a converter"
+        name = f"{node.name}:{index}"
+        if self.rank(name) != 4:
+            layout = TF
+        self.values[name] = {layout: value}
+
+    def bind_const(self, array: np.ndarray, index: int = 0) -> None:
+        """Record a constant output of the current node (materialised only when read)."""
+        assert self.node is not None
+        self.consts[f"{self.node.name}:{index}"] = array
+
+    def alias(self, source: str, index: int = 0) -> None:
+        """Make output ``index`` of the current node the same tensor as ``source`` (Identity)."""
+        assert self.node is not None
+        name = f"{self.node.name}:{index}"
+        if source in self.consts:
+            self.consts[name] = self.consts[source]
+        else:
+            self.values[name] = self.values.setdefault(source, {})
+        self.shapes.setdefault(name, self.shape(source))

@@ -1,0 +1,244 @@
+"""Read a TensorFlow model (SavedModel folder or Keras 3 ``.keras`` file) into a plain op list.
+
+TensorFlow does the reading: the serving signature's concrete function is frozen
+(``convert_variables_to_constants_v2``), then grappler's constant folding runs on it (it folds
+Keras' batch-norm arithmetic into the convolution weights, as TF's own inference does). The result
+is a list of ``TFNode`` records in topological order with decoded attributes and the static output
+shapes TensorFlow inferred; nothing after this module imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from convert.ir import ModelFormatError, UsageError
+
+__all__ = ["TFGraph", "TFNode", "is_keras_file", "is_saved_model", "load_keras", "quiet_stderr", "read_graph",
+           "tf_module"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SIGNATURE = "serving_default"
+
+
+@dataclass(slots=True)
+class TFNode:
+    """One op of the frozen graph: data inputs as tensor names (``node:index``), decoded attributes."""
+
+    name: str
+    op: str
+    inputs: list[str]
+    attrs: dict[str, object]
+    shapes: list[tuple[int | None, ...] | None]
+    dtypes: list[np.dtype]
+
+    def where(self) -> str:
+        """Return the place of this node for messages."""
+        return f"node '{self.name}' ({self.op})"
+
+
+@dataclass(slots=True)
+class TFGraph:
+    """The frozen graph of one signature: nodes in order, inputs and outputs by user-facing name."""
+
+    source: str
+    nodes: list[TFNode]
+    inputs: dict[str, str] = field(default_factory=dict)  # user name -> tensor name (Placeholder:0)
+    outputs: dict[str, str] = field(default_factory=dict)  # user name -> tensor name
+
+
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """Silence file descriptor 2 while TensorFlow's C++ side starts, loads and optimises.
+
+    TensorFlow 2.21 logs start-up and grappler lines through absl to fd 2 whatever
+    TF_CPP_MIN_LOG_LEVEL says; a conversion's output must stay the CLI's own lines. Python
+    exceptions are unaffected (they are raised, not printed, here).
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def tf_module() -> object:
+    """Import TensorFlow quietly, or raise a one-line ``UsageError`` naming the extra to install."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    try:
+        with quiet_stderr():
+            import tensorflow as tf
+    except ImportError as exc:
+        raise UsageError("the TensorFlow frontend needs TensorFlow: pip install 'convert-toolkit[tensorflow]'") from exc
+    return tf
+
+
+def is_saved_model(path: Path) -> bool:
+    """Return True when ``path`` is a SavedModel folder."""
+    return path.is_dir() and (path / "saved_model.pb").is_file()
+
+
+def is_keras_file(path: Path) -> bool:
+    """Return True when ``path`` is a Keras 3 ``.keras`` archive."""
+    return path.is_file() and path.suffix == ".keras"
+
+
+def _concrete_function(path: Path, signature: str) -> tuple[object, list[str], list[str], object]:
+    """Return the signature's concrete function, its input and output names, and its owner.
+
+    The owner (the loaded SavedModel or Keras model) must stay alive while the function is used.
+    """
+    if not is_saved_model(path) and not is_keras_file(path):
+        if path.is_dir():
+            raise ModelFormatError(f"{path.name}: not a SavedModel folder (no saved_model.pb in it)")
+        raise UsageError(f"{path}: not a SavedModel folder or a .keras file")
+    tf = tf_module()
+    if is_saved_model(path):
+        try:
+            with quiet_stderr():
+                loaded = tf.saved_model.load(str(path))  # type: ignore[attr-defined]
+        except Exception as exc:  # TF raises its own error types for unreadable folders
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise ModelFormatError(f"{path.name}: TensorFlow cannot load this SavedModel: {first}") from exc
+        sigs = dict(loaded.signatures)
+        if signature not in sigs:
+            have = ", ".join(repr(s) for s in sigs) or "none"
+            raise UsageError(f"{path.name}: no signature '{signature}' (it has {have}); choose one with --signature")
+        fn = sigs[signature]
+        in_names = list(fn.structured_input_signature[1])
+        out_names = sorted(fn.structured_outputs)  # flat outputs follow sorted keys (tf.nest)
+        return fn, in_names, out_names, loaded
+    if is_keras_file(path):
+        if signature != DEFAULT_SIGNATURE:
+            raise UsageError(f"{path.name}: a .keras file has no signatures; --signature applies to SavedModels")
+        model = load_keras(path)
+        specs = [tf.TensorSpec(t.shape, t.dtype, name=_input_name(t, i))  # type: ignore[attr-defined]
+                 for i, t in enumerate(model.inputs)]
+
+        def call(*args: object) -> dict[str, object]:
+            out = model(list(args) if len(args) > 1 else args[0], training=False)
+            outs = out if isinstance(out, (list, tuple)) else [out]
+            return {f"output_{i}": o for i, o in enumerate(outs)}
+
+        fn = tf.function(call).get_concrete_function(*specs)  # type: ignore[attr-defined]
+        return fn, [s.name for s in specs], sorted(fn.structured_outputs), model
+    raise AssertionError("unreachable: the path was checked above")
+
+
+def _input_name(tensor: object, index: int) -> str:
+    name = getattr(tensor, "name", "") or f"input_{index}"
+    return str(name).split(":")[0]
+
+
+def load_keras(path: Path) -> object:
+    """Load a ``.keras`` file with Keras (no compile), as a ``ModelFormatError`` when it cannot."""
+    tf_module()
+    import keras
+
+    try:
+        with quiet_stderr():
+            return keras.saving.load_model(str(path), compile=False)
+    except Exception as exc:  # Keras raises ValueError, zipfile errors, ...
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ModelFormatError(f"{path.name}: Keras cannot load this file: {first}") from exc
+
+
+def _optimize(frozen: object) -> object:
+    """Run grappler's constant folding on the frozen function's graph; return the GraphDef."""
+    from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
+    from tensorflow.python.grappler import tf_optimizer
+    from tensorflow.python.training import saver
+
+    graph = frozen.graph  # type: ignore[attr-defined]
+    meta = saver.export_meta_graph(graph_def=graph.as_graph_def(), graph=graph)
+    fetch = meta_graph_pb2.CollectionDef()
+    for t in frozen.outputs:  # type: ignore[attr-defined]
+        fetch.node_list.value.append(t.name)
+    meta.collection_def["train_op"].CopyFrom(fetch)
+    config = config_pb2.ConfigProto()
+    rewrite = config.graph_options.rewrite_options
+    rewrite.optimizers[:] = ["constfold", "dependency"]
+    rewrite.meta_optimizer_iterations = 1
+    with quiet_stderr():
+        return tf_optimizer.OptimizeGraph(config, meta)
+
+
+def _attr(value: object) -> object:
+    tf = tf_module()
+    kind = value.WhichOneof("value")  # type: ignore[attr-defined]
+    if kind == "s":
+        return value.s.decode("utf-8", "replace")  # type: ignore[attr-defined]
+    if kind in ("i", "f", "b"):
+        return getattr(value, kind)
+    if kind == "type":
+        return np.dtype(tf.as_dtype(value.type).as_numpy_dtype)  # type: ignore[attr-defined]
+    if kind == "tensor":
+        return tf.make_ndarray(value.tensor)  # type: ignore[attr-defined]
+    if kind == "shape":
+        return None if value.shape.unknown_rank else tuple(d.size for d in value.shape.dim)  # type: ignore[attr-defined]
+    if kind == "list":
+        lst = value.list  # type: ignore[attr-defined]
+        for f in ("i", "f", "s", "b"):
+            if len(getattr(lst, f)):
+                items = list(getattr(lst, f))
+                return [s.decode() for s in items] if f == "s" else items
+        return []
+    return None
+
+
+def read_graph(path: Path, signature: str = DEFAULT_SIGNATURE) -> TFGraph:
+    """Freeze and fold the signature of a SavedModel (or a ``.keras`` model's call) into a ``TFGraph``.
+
+    Raises:
+        UsageError: not a TF model, or no such signature. ModelFormatError: TF cannot load it.
+    """
+    tf = tf_module()
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    fn, in_names, out_names, _owner = _concrete_function(path, signature)
+    with quiet_stderr():
+        frozen = convert_variables_to_constants_v2(fn)
+    graph_def = _optimize(frozen)
+    graph = tf.Graph()  # type: ignore[attr-defined]
+    with graph.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")  # type: ignore[attr-defined]
+    nodes = []
+    for op in graph.get_operations():
+        nodes.append(TFNode(
+            name=op.name,
+            op=op.type,
+            inputs=[t.name for t in op.inputs],
+            attrs={k: _attr(v) for k, v in op.node_def.attr.items() if not k.startswith("_")},
+            shapes=[None if o.shape.rank is None else tuple(o.shape.as_list()) for o in op.outputs],
+            dtypes=[np.dtype(o.dtype.as_numpy_dtype) if o.dtype.is_numpy_compatible else np.dtype(object)
+                    for o in op.outputs],
+        ))
+    result = TFGraph(source=path.name, nodes=nodes)
+    placeholders = [t.name for t in frozen.inputs if t.dtype != tf.resource]  # type: ignore[attr-defined]
+    if len(placeholders) != len(in_names):
+        raise ModelFormatError(f"{path.name}: signature '{signature}' has {len(in_names)} inputs but its graph "
+                               f"takes {len(placeholders)} tensors")
+    # A signature's inputs are its Placeholders in the order of its structured input signature.
+    result.inputs = dict(zip(_ordered_inputs(fn, in_names), placeholders, strict=True))
+    outs = [t.name for t in frozen.outputs]  # type: ignore[attr-defined]
+    result.outputs = dict(zip(out_names, outs, strict=True))
+    return result
+
+
+def _ordered_inputs(fn: object, names: Sequence[str]) -> list[str]:
+    """Return the user-facing input names in the order of the function's flat inputs."""
+    flat = [t.name.split(":")[0] for t in fn.inputs]  # type: ignore[attr-defined]
+    ordered = [n for n in flat if n in names]
+    return ordered if len(ordered) == len(names) else list(names)

@@ -1,0 +1,128 @@
+"""Check op support and convert a frozen TF graph (``graph.TFGraph``) into the IR.
+
+Only ops the signature's outputs depend on are converted. A Reshape whose target is computed
+(``Shape -> StridedSlice -> Pack``, as Keras' Flatten makes with a free batch) takes its target
+from TensorFlow's static output shape instead, so that arithmetic is not converted at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from convert.ir import (
+    DataType,
+    GapCollector,
+    GraphBuilder,
+    Model,
+    Options,
+    Unsupported,
+    UsageError,
+    convert_all,
+)
+
+from .context import NCHW, TF, TO_NCHW, TFContext
+from .graph import DEFAULT_SIGNATURE, TFGraph, TFNode, read_graph
+
+__all__ = ["check_support", "live_nodes", "load", "read"]
+
+
+def read(paths: Sequence[Path], options: Options) -> TFGraph:
+    """Read the model named by ``paths`` (one SavedModel folder or ``.keras`` file)."""
+    if len(paths) != 1:
+        raise UsageError("tensorflow: give one SavedModel folder or one .keras file")
+    return read_graph(Path(paths[0]), str(options.get("tf_signature", DEFAULT_SIGNATURE)))
+
+
+def _static_reshape(node: TFNode) -> bool:
+    shape = node.shapes[0] if node.shapes else None
+    return node.op == "Reshape" and shape is not None and sum(d is None for d in shape) <= 1
+
+
+def live_nodes(graph: TFGraph) -> list[TFNode]:
+    """Return the nodes the outputs depend on, in graph order."""
+    by_name = {n.name: n for n in graph.nodes}
+    live: set[str] = set()
+    stack = [t.split(":")[0] for t in graph.outputs.values()]
+    while stack:
+        name = stack.pop()
+        if name in live or name not in by_name:
+            continue
+        live.add(name)
+        node = by_name[name]
+        computed_target = _static_reshape(node) and not _is_const(by_name, node.inputs[1])
+        stack.extend(t.split(":")[0] for t in (node.inputs[:1] if computed_target else node.inputs))
+    return [n for n in graph.nodes if n.name in live]
+
+
+def _is_const(by_name: dict[str, TFNode], tensor: str) -> bool:
+    node = by_name.get(tensor.split(":")[0])
+    return node is not None and node.op == "Const"
+
+
+def _gaps(graph: TFGraph) -> GapCollector:
+    from .ops import OPS
+
+    gaps = GapCollector()
+    for node in live_nodes(graph):
+        if node.op not in OPS:
+            gaps.add(node.op, f"{graph.source} node '{node.name}'")
+    return gaps
+
+
+def check_support(paths: Sequence[Path], options: Options) -> list[Unsupported]:
+    """Return every op type of the model without a converter (with its count and first node)."""
+    return _gaps(read(paths, options)).items()
+
+
+def load(paths: Sequence[Path], options: Options) -> Model:
+    """Convert a SavedModel signature or a ``.keras`` model into the IR (NCHW inside).
+
+    Raises:
+        UsageError: bad path or signature. ModelFormatError: TensorFlow cannot load it.
+        UnsupportedOpsError: every op type without a converter, at once.
+        ConversionError: a converter refused a node (names it).
+    """
+    from .ops import OPS, Converter
+
+    graph = read(paths, options)
+    _gaps(graph).raise_if_any(graph.source, hint="Run `convert ops tensorflow` for the supported list.")
+    keep_nhwc = bool(options.get("keep_nhwc", False))
+    builder = GraphBuilder(Path(paths[0]).stem, source=graph.source)
+    ctx = TFContext(builder, options)
+    nodes = live_nodes(graph)
+    for node in graph.nodes:
+        for i, shape in enumerate(node.shapes):
+            ctx.shapes[f"{node.name}:{i}"] = shape
+    unknown = sorted(set(options.input_shapes) - set(graph.inputs))
+    if unknown:
+        raise UsageError(f"--input-shape names {', '.join(repr(n) for n in unknown)}; the inputs of "
+                         f"{graph.source} are {', '.join(repr(n) for n in graph.inputs)}")
+    by_name = {n.name: n for n in graph.nodes}
+    for user_name, tensor in graph.inputs.items():
+        node = by_name[tensor.split(":")[0]]
+        shape = node.shapes[0]
+        dims: list[int | str] = [("N" if i == 0 else f"{user_name}_dim{i}") if d is None else int(d)
+                                 for i, d in enumerate(shape or ())]
+        if user_name in options.input_shapes:
+            dims = list(options.input_shapes[user_name])
+            ctx.shapes[tensor] = tuple(int(d) if isinstance(d, int) else None for d in dims)
+        nchw = len(dims) == 4 and not keep_nhwc
+        if nchw:
+            dims = [dims[p] for p in TO_NCHW]
+        value = builder.input(user_name, DataType.from_numpy(node.dtypes[0]), dims)
+        ctx.values[tensor] = {NCHW if nchw else TF: value}
+
+    def run(converter: Converter, node: TFNode) -> None:
+        ctx.node = node
+        converter(node, ctx)
+
+    convert_all(nodes, OPS, key=lambda n: n.op, where=lambda n: f"{graph.source} {n.where()}", call=run,
+                options=options, stage="convert tensorflow ops")
+    ctx.node = None
+    for user_name, tensor in graph.outputs.items():
+        layout = NCHW if ctx.rank(tensor) == 4 and not keep_nhwc else TF
+        builder.output(ctx.get(tensor, layout), user_name)
+    layout_note = "NHWC as in TensorFlow" if keep_nhwc else "NCHW (rank-4 inputs and outputs transposed)"
+    options.diagnostics.note(f"tensorflow: image tensors are {layout_note}")
+    return builder.build(doc=f"converted from TensorFlow {graph.source}")

@@ -1,0 +1,169 @@
+"""Elementwise ops, reductions and matrix products. Elementwise ops keep their inputs' layout.
+
+A binary op runs in NCHW when one of its rank-4 inputs is held in NCHW and every other input is
+either rank 4 or a constant (broadcast to rank 4 in TF's axes, then transposed); otherwise it runs
+in TensorFlow's layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from convert.frontends.tensorflow.context import NCHW, TF, TO_NCHW, TFContext, nchw_axis
+from convert.frontends.tensorflow.graph import TFNode
+from convert.frontends.tensorflow.ops import Converter, register
+from convert.ir import RefusedError, Value
+
+__all__: list[str] = []
+
+_UNARY = {
+    "Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Elu": "Elu", "Selu": "Selu", "Softplus": "Softplus",
+    "Exp": "Exp", "Log": "Log", "Sqrt": "Sqrt", "Neg": "Neg", "Abs": "Abs", "Erf": "Erf", "Floor": "Floor",
+    "Ceil": "Ceil", "Reciprocal": "Reciprocal", "Sin": "Sin", "Cos": "Cos", "Sign": "Sign", "Round": "Round",
+}
+
+
+def _unary(onnx_op: str) -> Converter:
+    def convert(node: TFNode, ctx: TFContext) -> None:
+        x, layout = ctx.get_any(node.inputs[0])
+        ctx.bind(ctx.emit(onnx_op, [x]), layout)
+
+    convert.__doc__ = f"-> {onnx_op}, in the input's layout."
+    return convert
+
+
+for _tf, _onnx in _UNARY.items():
+    register(_tf, maps_to=_onnx)(_unary(_onnx))
+
+
+@register("Relu6", maps_to="Clip(0, 6)")
+def relu6(node: TFNode, ctx: TFContext) -> None:
+    """Relu6 -> Clip(min=0, max=6)."""
+    x, layout = ctx.get_any(node.inputs[0])
+    lo = ctx.builder.const(np.array(0, np.float32))
+    hi = ctx.builder.const(np.array(6, np.float32))
+    ctx.bind(ctx.emit("Clip", [x, lo, hi]), layout)
+
+
+@register("LeakyRelu", maps_to="LeakyRelu")
+def leaky_relu(node: TFNode, ctx: TFContext) -> None:
+    """LeakyRelu -> LeakyRelu(alpha)."""
+    x, layout = ctx.get_any(node.inputs[0])
+    ctx.bind(ctx.emit("LeakyRelu", [x], {"alpha": float(node.attrs.get("alpha", 0.2))}), layout)  # type: ignore[arg-type]
+
+
+@register("Rsqrt", maps_to="Reciprocal(Sqrt)")
+def rsqrt(node: TFNode, ctx: TFContext) -> None:
+    """Rsqrt -> Reciprocal(Sqrt(x))."""
+    x, layout = ctx.get_any(node.inputs[0])
+    ctx.bind(ctx.emit("Reciprocal", [ctx.emit("Sqrt", [x])]), layout)
+
+
+@register("Square", maps_to="Mul(x, x)")
+def square(node: TFNode, ctx: TFContext) -> None:
+    """Square -> Mul(x, x)."""
+    x, layout = ctx.get_any(node.inputs[0])
+    ctx.bind(ctx.emit("Mul", [x, x]), layout)
+
+
+def _binary_inputs(node: TFNode, ctx: TFContext, names: list[str]) -> tuple[list[Value], str]:
+    """Return the inputs of an elementwise op in one common layout, and that layout."""
+    nchw = any(ctx.is_nchw(n) for n in names) and all(
+        ctx.rank(n) == 4 or (ctx.const(n) is not None and ctx.const(n).ndim <= 4) for n in names)  # type: ignore[union-attr]
+    if not nchw:
+        return [ctx.get(n, TF) for n in names], TF
+    values = []
+    for n in names:
+        arr = ctx.const(n)
+        if arr is not None and arr.ndim < 4:
+            full = arr.reshape((1,) * (4 - arr.ndim) + arr.shape).transpose(TO_NCHW)
+            values.append(ctx.builder.const(np.ascontiguousarray(full), name=f"{node.name}/const"))
+        else:
+            values.append(ctx.get(n, NCHW))
+    return values, NCHW
+
+
+def _binary(onnx_op: str) -> Converter:
+    def convert(node: TFNode, ctx: TFContext) -> None:
+        values, layout = _binary_inputs(node, ctx, node.inputs[:2])
+        ctx.bind(ctx.emit(onnx_op, values), layout)
+
+    convert.__doc__ = f"-> {onnx_op} (numpy broadcasting), in NCHW when an input is held so."
+    return convert
+
+
+for _names, _onnx in ((("Add", "AddV2", "BiasAdd"), "Add"), (("Sub",), "Sub"), (("Mul",), "Mul"),
+                      (("RealDiv",), "Div"), (("Maximum",), "Max"), (("Minimum",), "Min"), (("Pow",), "Pow")):
+    register(*_names, maps_to=_onnx, notes="BiasAdd: NHWC" if "BiasAdd" in _names else "")(_binary(_onnx))
+
+
+@register("SquaredDifference", maps_to="Mul(Sub, Sub)")
+def squared_difference(node: TFNode, ctx: TFContext) -> None:
+    """SquaredDifference -> (a - b) * (a - b)."""
+    values, layout = _binary_inputs(node, ctx, node.inputs[:2])
+    d = ctx.emit("Sub", values)
+    ctx.bind(ctx.emit("Mul", [d, d]), layout)
+
+
+@register("AddN", maps_to="Sum")
+def add_n(node: TFNode, ctx: TFContext) -> None:
+    """AddN -> Sum."""
+    values, layout = _binary_inputs(node, ctx, list(node.inputs))
+    ctx.bind(ctx.emit("Sum", values), layout)
+
+
+def _reduce(onnx_op: str, axes_as_input: bool) -> Converter:
+    def convert(node: TFNode, ctx: TFContext) -> None:
+        x_name = node.inputs[0]
+        axes = [int(a) for a in np.atleast_1d(ctx.need_const(node.inputs[1], "the reduction axes"))]
+        keep = bool(node.attrs.get("keep_dims", False))
+        rank = ctx.rank(x_name)
+        layout = TF
+        if rank == 4 and ctx.is_nchw(x_name):
+            kept = [a for a in range(4) if a not in {x % 4 for x in axes}]
+            # Without keep_dims the remaining axes must come out in TF's order.
+            if keep or [nchw_axis(a) for a in kept] == sorted(nchw_axis(a) for a in kept):
+                layout = NCHW
+                axes = [nchw_axis(a) for a in axes]
+        x = ctx.get(x_name, layout)
+        attrs: dict[str, object] = {"keepdims": int(keep)}
+        inputs = [x]
+        if axes_as_input:
+            inputs.append(ctx.builder.const(np.array(axes, np.int64)))
+        else:
+            attrs["axes"] = axes
+        ctx.bind(ctx.emit(onnx_op, inputs, attrs), layout if keep else TF)
+
+    convert.__doc__ = f"-> {onnx_op}; constant axes."
+    return convert
+
+
+register("Mean", maps_to="ReduceMean", notes="constant axes")(_reduce("ReduceMean", False))
+register("Max", maps_to="ReduceMax", notes="constant axes")(_reduce("ReduceMax", False))
+register("Min", maps_to="ReduceMin", notes="constant axes")(_reduce("ReduceMin", False))
+register("Prod", maps_to="ReduceProd", notes="constant axes")(_reduce("ReduceProd", False))
+register("Sum", maps_to="ReduceSum", notes="constant axes")(_reduce("ReduceSum", True))
+
+
+@register("MatMul", "BatchMatMulV2", "BatchMatMulV3", maps_to="MatMul",
+          notes="transpose_a/transpose_b and adj_x/adj_y honoured")
+def mat_mul(node: TFNode, ctx: TFContext) -> None:
+    """MatMul / BatchMatMul -> MatMul (constant operands are transposed in NumPy)."""
+    values = []
+    for name, flags in ((node.inputs[0], ("transpose_a", "adj_x")), (node.inputs[1], ("transpose_b", "adj_y"))):
+        flip = any(bool(node.attrs.get(f, False)) for f in flags)
+        arr = ctx.const(name)
+        if arr is not None:
+            if flip:
+                arr = np.swapaxes(arr, -1, -2)
+            values.append(ctx.builder.const(np.ascontiguousarray(arr), name=f"{node.name}/weight"))
+            continue
+        v = ctx.get(name, TF)
+        if flip:
+            rank = ctx.rank(name)
+            if rank is None:
+                raise RefusedError(f"a transposed operand of unknown rank ('{name}')")
+            perm = [*range(rank - 2), rank - 1, rank - 2]
+            v = ctx.emit("Transpose", [v], {"perm": perm})
+        values.append(v)
+    ctx.bind(ctx.emit("MatMul", values))

@@ -1,0 +1,130 @@
+"""Graph plumbing and shape ops: inputs, constants, identities, padding, concatenation, reshapes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from convert.frontends.tensorflow.context import NCHW, TF, TFContext, nchw_axis
+from convert.frontends.tensorflow.graph import TFNode
+from convert.frontends.tensorflow.ops import register
+from convert.ir import DataType, RefusedError
+
+__all__: list[str] = []
+
+
+@register("Placeholder", maps_to="graph input", notes="rank-4 inputs become NCHW unless --keep-nhwc")
+def placeholder(node: TFNode, ctx: TFContext) -> None:
+    """Placeholder: bound by the loader as a graph input; nothing to emit."""
+    if f"{node.name}:0" not in ctx.values:
+        raise RefusedError("a Placeholder that is not an input of the signature (feed it or freeze it)")
+
+
+@register("Const", maps_to="(constant)", notes="kept as an array until an op reads it")
+def const(node: TFNode, ctx: TFContext) -> None:
+    """Const: recorded as an array; becomes an initializer where an op reads it."""
+    value = node.attrs.get("value")
+    if not isinstance(value, np.ndarray):
+        raise RefusedError("a Const without a tensor value")
+    ctx.bind_const(value)
+
+
+@register("Identity", "StopGradient", "Snapshot", "PreventGradient", "CheckNumerics", maps_to="(nothing)",
+          notes="aliases its input")
+def identity(node: TFNode, ctx: TFContext) -> None:
+    """Identity-like ops alias their input (no node)."""
+    ctx.alias(node.inputs[0])
+
+
+@register("IdentityN", maps_to="(nothing)", notes="aliases its inputs")
+def identity_n(node: TFNode, ctx: TFContext) -> None:
+    """IdentityN aliases each input to the output of the same index."""
+    for i, name in enumerate(node.inputs):
+        ctx.alias(name, i)
+
+
+@register("NoOp", maps_to="(nothing)")
+def no_op(node: TFNode, ctx: TFContext) -> None:
+    """NoOp: nothing."""
+
+
+@register("Pad", "PadV2", "MirrorPad", maps_to="Pad", notes="constant paddings; MirrorPad REFLECT only")
+def pad(node: TFNode, ctx: TFContext) -> None:
+    """Pad / PadV2 (constant value) / MirrorPad (REFLECT) -> Pad, in NCHW for rank-4 inputs held so."""
+    paddings = ctx.need_const(node.inputs[1], "the paddings").astype(np.int64).reshape(-1, 2)
+    x_name = node.inputs[0]
+    layout = NCHW if len(paddings) == 4 and ctx.is_nchw(x_name) else TF
+    if layout == NCHW:
+        paddings = paddings[[0, 3, 1, 2]]  # rows N, H, W, C -> N, C, H, W
+    pads = np.concatenate([paddings[:, 0], paddings[:, 1]]).astype(np.int64)
+    inputs = [ctx.get(x_name, layout), ctx.builder.const(pads)]
+    attrs: dict[str, object] = {}
+    if node.op == "PadV2":
+        value = ctx.need_const(node.inputs[2], "the pad value")
+        inputs.append(ctx.builder.const(np.asarray(value).reshape(())))
+    elif node.op == "MirrorPad":
+        mode = str(node.attrs.get("mode", "REFLECT"))
+        if mode != "REFLECT":
+            raise RefusedError(f"MirrorPad mode '{mode}' is not supported (only REFLECT)")
+        attrs["mode"] = "reflect"
+    ctx.bind(ctx.emit("Pad", inputs, attrs), layout)
+
+
+@register("ConcatV2", maps_to="Concat", notes="constant axis")
+def concat_v2(node: TFNode, ctx: TFContext) -> None:
+    """ConcatV2 -> Concat; in NCHW when every input is rank 4 and one is held in NCHW."""
+    names = list(node.inputs[:-1])
+    axis = int(ctx.need_const(node.inputs[-1], "the axis"))
+    nchw = all(ctx.rank(n) == 4 for n in names) and any(ctx.is_nchw(n) for n in names)
+    layout = NCHW if nchw else TF
+    ctx.bind(ctx.emit("Concat", [ctx.get(n, layout) for n in names],
+                      {"axis": nchw_axis(axis) if nchw else axis}), layout)
+
+
+@register("Reshape", maps_to="Reshape", notes="TF's axes; the target from a constant or the static shape")
+def reshape(node: TFNode, ctx: TFContext) -> None:
+    """Reshape -> Reshape on TF's layout (the target from a constant, else TF's inferred output shape)."""
+    target = ctx.const(node.inputs[1])
+    if target is None:
+        out = ctx.shape(f"{node.name}:0")
+        if out is None or sum(d is None for d in out) > 1:
+            raise RefusedError("the target shape is computed and the output shape is not static")
+        target = np.array([-1 if d is None else d for d in out], np.int64)
+    shape = ctx.builder.const(np.asarray(target, np.int64).reshape(-1))
+    ctx.bind(ctx.emit("Reshape", [ctx.get(node.inputs[0], TF), shape]))
+
+
+@register("Squeeze", maps_to="Squeeze", notes="TF's axes")
+def squeeze(node: TFNode, ctx: TFContext) -> None:
+    """Squeeze -> Squeeze on TF's layout (axes from squeeze_dims, or every size-1 axis)."""
+    dims = [int(d) for d in node.attrs.get("squeeze_dims", []) or []]  # type: ignore[union-attr]
+    if not dims:
+        shape = ctx.shape(node.inputs[0])
+        if shape is None or any(d is None for d in shape):
+            raise RefusedError("squeeze of every size-1 axis needs a static input shape")
+        dims = [i for i, d in enumerate(shape) if d == 1]
+    ctx.bind(ctx.emit("Squeeze", [ctx.get(node.inputs[0], TF), ctx.builder.const(np.array(dims, np.int64))]))
+
+
+@register("ExpandDims", maps_to="Unsqueeze", notes="constant axis")
+def expand_dims(node: TFNode, ctx: TFContext) -> None:
+    """ExpandDims -> Unsqueeze on TF's layout."""
+    axis = int(ctx.need_const(node.inputs[1], "the axis"))
+    axes = ctx.builder.const(np.array([axis], np.int64))
+    ctx.bind(ctx.emit("Unsqueeze", [ctx.get(node.inputs[0], TF), axes]))
+
+
+@register("Transpose", maps_to="Transpose", notes="constant permutation")
+def transpose(node: TFNode, ctx: TFContext) -> None:
+    """Transpose -> Transpose on TF's layout."""
+    perm = [int(p) for p in ctx.need_const(node.inputs[1], "the permutation")]
+    ctx.bind(ctx.emit("Transpose", [ctx.get(node.inputs[0], TF)], {"perm": perm}))
+
+
+@register("Cast", maps_to="Cast")
+def cast(node: TFNode, ctx: TFContext) -> None:
+    """Cast -> Cast, in the input's layout."""
+    dtype = node.attrs.get("DstT")
+    if not isinstance(dtype, np.dtype):
+        raise RefusedError("Cast without a destination type")
+    x, layout = ctx.get_any(node.inputs[0])
+    ctx.bind(ctx.emit("Cast", [x], {"to": DataType.from_numpy(dtype)}), layout)

@@ -1,0 +1,102 @@
+"""TensorFlow itself as the parity reference: the SavedModel signature (or the Keras model) called eagerly.
+
+The converted model takes and returns rank-4 image tensors in NCHW unless ``--keep-nhwc``; this
+runtime then presents the same interface: it takes NCHW feeds, transposes them to NHWC for
+TensorFlow, and transposes rank-4 results back. The numbers are TensorFlow's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from convert.ir import Options, UsageError
+from convert.parity.runtime import TensorSpec
+
+__all__ = ["TensorFlowRuntime", "open_runtime"]
+
+_TO_NCHW = (0, 3, 1, 2)
+_TO_NHWC = (0, 2, 3, 1)
+
+
+class TensorFlowRuntime:
+    """A SavedModel signature or ``.keras`` model run eagerly by TensorFlow on the CPU."""
+
+    def __init__(self, path: Path, *, signature: str = "serving_default", keep_nhwc: bool = False) -> None:
+        from convert.frontends.tensorflow.graph import is_keras_file, is_saved_model, load_keras, tf_module
+
+        tf = tf_module()
+        self._tf = tf
+        self._keep = keep_nhwc
+        if is_saved_model(path):
+            loaded = tf.saved_model.load(str(path))  # type: ignore[attr-defined]
+            if signature not in loaded.signatures:
+                raise UsageError(f"{path.name}: no signature '{signature}'")
+            fn = loaded.signatures[signature]
+            self._keep_alive = loaded
+            specs = fn.structured_input_signature[1]
+            self._specs = [(name, np.dtype(s.dtype.as_numpy_dtype), tuple(s.shape.as_list()))
+                           for name, s in specs.items()]
+            self._call = lambda feeds: fn(**feeds)
+            self._outputs = sorted(fn.structured_outputs)
+        elif is_keras_file(path):
+            model = load_keras(path)
+            self._keep_alive = model
+            self._specs = [(str(t.name).split(":")[0], np.dtype(t.dtype if isinstance(t.dtype, str)
+                                                                   else t.dtype.as_numpy_dtype),
+                            tuple(t.shape)) for t in model.inputs]  # type: ignore[attr-defined]
+            names = [s[0] for s in self._specs]
+
+            def call(feeds: Mapping[str, object]) -> dict[str, object]:
+                args = [feeds[n] for n in names]
+                out = model(args if len(args) > 1 else args[0], training=False)  # type: ignore[operator]
+                outs = out if isinstance(out, (list, tuple)) else [out]
+                return {f"output_{i}": o for i, o in enumerate(outs)}
+
+            self._call = call
+            n_out = len(model.outputs)  # type: ignore[attr-defined]
+            self._outputs = sorted(f"output_{i}" for i in range(n_out))
+        else:
+            raise UsageError(f"{path}: not a SavedModel folder or a .keras file")
+        self.name = f"TensorFlow {tf.__version__}"  # type: ignore[attr-defined]
+        self.device = "cpu"
+
+    def inputs(self) -> Sequence[TensorSpec]:
+        """Return the signature's inputs (rank-4 ones in NCHW unless --keep-nhwc)."""
+        out = []
+        for name, dtype, shape in self._specs:
+            if len(shape) == 4 and not self._keep:
+                shape = tuple(shape[p] for p in _TO_NCHW)
+            out.append(TensorSpec(name, dtype, shape))
+        return out
+
+    def outputs(self) -> Sequence[str]:
+        """Return the output names (the signature's keys, sorted as TensorFlow flattens them)."""
+        return list(self._outputs)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once; rank-4 feeds and results are transposed between NCHW and NHWC unless --keep-nhwc."""
+        tf_feeds = {}
+        for name, dtype, _ in self._specs:
+            if name not in feeds:
+                raise UsageError(f"no value for TensorFlow input '{name}'")
+            arr = np.asarray(feeds[name], dtype=dtype)
+            if arr.ndim == 4 and not self._keep:
+                arr = arr.transpose(_TO_NHWC)
+            tf_feeds[name] = self._tf.constant(np.ascontiguousarray(arr))  # type: ignore[attr-defined]
+        result = self._call(tf_feeds)
+        out = {}
+        for name in self._outputs:
+            arr = np.asarray(result[name])
+            out[name] = np.ascontiguousarray(arr.transpose(_TO_NCHW)) if arr.ndim == 4 and not self._keep else arr
+        return out
+
+
+def open_runtime(paths: Sequence[Path], options: Options) -> TensorFlowRuntime:
+    """Open the SavedModel folder or ``.keras`` file for an eager reference run."""
+    if len(paths) != 1:
+        raise UsageError("tensorflow: give one SavedModel folder or one .keras file")
+    return TensorFlowRuntime(Path(paths[0]), signature=str(options.get("tf_signature", "serving_default")),
+                             keep_nhwc=bool(options.get("keep_nhwc", False)))
