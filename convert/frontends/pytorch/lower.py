@@ -774,7 +774,14 @@ def _all_nodes(module: object) -> list[object]:
         if node.op == "call_function" and op_key(node.target) == _COND:
             for ref in node.args[1:3]:
                 if isinstance(ref, torch.fx.Node) and ref.op == "get_attr":
-                    nodes.extend(_all_nodes(_get_attr_of(module, ref.target)))
+                    branch = _all_nodes(_get_attr_of(module, ref.target))
+                    for inner in branch:  # a branch node without a place of its own is at the torch.cond call
+                        meta = inner.meta  # type: ignore[attr-defined]
+                        if not meta.get("nn_module_stack") and node.meta.get("nn_module_stack"):
+                            meta["nn_module_stack"] = node.meta["nn_module_stack"]
+                        if "eval_with_key" in (meta.get("stack_trace") or "<eval_with_key>"):
+                            meta["stack_trace"] = node.meta.get("stack_trace")
+                    nodes.extend(branch)
     return nodes
 
 

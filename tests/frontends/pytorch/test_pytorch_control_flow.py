@@ -80,3 +80,35 @@ def test_scripted_data_dependent_loop_is_refused_in_one_line(tmp_path: Path) -> 
     assert "prim::Loop" in lines[0]
     assert f"test_pytorch_control_flow.py:{loop_line}" in lines[0]
     assert "torch.export.save" in lines[0]
+
+
+class _Mystery(torch.nn.Module):
+    """torch.cond whose true branch calls an op no converter knows (a custom op defined in the test)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda t: torch.ops.convert_test.mystery(t), lambda t: t - 1, (x,))
+
+
+class _MysteryOuter(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.head = _Mystery()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.convert_test.mystery(self.head(x))
+
+
+def test_unsupported_op_inside_a_branch_is_listed_with_the_rest() -> None:
+    """Ops of both branches are checked before any work; one error lists every gap with its module path."""
+    from convert.frontends.pytorch import load_module
+    from convert.ir import UnsupportedOpsError
+
+    lib = torch.library.Library("convert_test", "FRAGMENT")
+    lib.define("mystery(Tensor x) -> Tensor")
+    lib.impl("mystery", lambda x: x * 3, "CPU")
+    torch.library.register_fake("convert_test::mystery", lambda x: torch.empty_like(x), lib=lib)
+    with pytest.raises(UnsupportedOpsError) as info:
+        load_module(_MysteryOuter(), (torch.randn(2, 4),))
+    message = str(info.value)
+    assert "convert_test.mystery x2" in message  # the branch's call and the top-level one
+    assert "'head'" in message  # the first is inside the torch.cond of module 'head'
