@@ -182,3 +182,41 @@ def test_torchvision_ops_unavailable_is_one_line(tmp_path: Path) -> None:
     assert "torchvision" in lines[0]
     assert "torchvision::nms" in lines[0]
     assert "did not import" in lines[0]
+
+
+class _Guarded(torch.nn.Module):
+    """A detector behind a data-dependent Python branch: torch.export fails, the trace fallback is used."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if x.mean() > -1e9:
+            x = x * 1.0
+        return self.inner(x)  # type: ignore[no-any-return]
+
+
+def test_detector_through_the_trace_fallback_keeps_its_count_dynamic(tmp_path: Path) -> None:
+    from convert.frontends.pytorch import load_module
+    from convert.ir import Options
+
+    model, inputs = _load("zoo").build("retinanet")  # type: ignore[attr-defined]
+    guarded = _Guarded(model).eval()
+    options = Options()
+    ir_model = load_module(guarded, inputs(1), options)
+    assert any("fell back to a traced TorchScript graph" in n for n in options.diagnostics.notes)
+    path = to_onnx(ir_model, tmp_path / "guarded.onnx")
+    counts = []
+    for seed in (1, 2):
+        (x,) = inputs(seed)
+        with torch.no_grad():
+            refs = [t.numpy() for t in guarded(x)]
+        outs = run_onnx(path, {ir_model.graph.inputs[0].name: x.numpy()})
+        assert [o.shape for o in outs] == [r.shape for r in refs]
+        counts.append(len(refs[0]))
+        (boxes, scores, labels), (ref_boxes, ref_scores, ref_labels) = _sorted_by_box(*outs), _sorted_by_box(*refs)
+        assert rel_to_scale(boxes, ref_boxes) <= REL_TO_SCALE
+        assert rel_to_scale(scores, ref_scores) <= REL_TO_SCALE
+        np.testing.assert_array_equal(labels, ref_labels)
+    assert counts[0] != counts[1]
