@@ -220,3 +220,25 @@ def test_detector_through_the_trace_fallback_keeps_its_count_dynamic(tmp_path: P
         assert rel_to_scale(scores, ref_scores) <= REL_TO_SCALE
         np.testing.assert_array_equal(labels, ref_labels)
     assert counts[0] != counts[1]
+
+
+def test_pt2_needing_torchvision_ops_is_one_line(tmp_path: Path) -> None:
+    """A .pt2 whose graph calls torchvision::nms, read where torchvision cannot load: exit 2, one line
+    (torch.export.load's own logged traceback is silenced)."""
+    import subprocess
+
+    try:
+        import torchvision  # noqa: F401
+
+        pytest.skip("torchvision is importable here: the operators load")
+    except Exception:
+        pass
+    path = tmp_path / "nms.pt2"
+    torch.export.save(torch.export.export(_Nms(), _boxes(0), strict=False), path)
+    r = subprocess.run([sys.executable, "-m", "convert", "pytorch:onnx", str(path), "-o", str(tmp_path / "o.onnx")],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "torch.ops.torchvision" in lines[0]
+    assert "did not import" in lines[0]
