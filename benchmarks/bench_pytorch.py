@@ -6,8 +6,9 @@ resident set (VmHWM, the model included) and the anonymous memory the conversion
 of the built model, the ONNX node count, and ONNX Runtime's median CPU latency.
 
 ``--zoo`` runs the look-alikes of ``models/pytorch/zoo.py`` instead (BERT, DistilBERT, GPT-2,
-MobileNetV3, RAFT-style, YOLOv8 head) and adds whether each file matches eager: max error
-relative to the output's scale over every output and two inputs, a match when <= 1e-4.
+MobileNetV3, RAFT-style, YOLOv8 head, T5/Whisper encoders, and the RetinaNet / Faster R-CNN detectors)
+and adds whether each file matches eager: max error relative to the output's scale over every output
+and two inputs, a match when <= 1e-4 (detections compared as sets: same count, rows sorted by box).
 
     python benchmarks/bench_pytorch.py [--models resnet50,big] [--runs 20]
     python benchmarks/bench_pytorch.py --zoo [--models bert,gpt2]
@@ -156,6 +157,13 @@ def _match(path: Path, name: str) -> float:
         outs = session.run(None, feeds)
         if len(outs) != len(refs):
             return float("inf")
+        if name[4:] in _zoo().DETECTORS:  # type: ignore[attr-defined]
+            # detections as sets: same count, rows sorted by box
+            if outs[0].shape != tuple(refs[0].shape):
+                return float("inf")
+            order, ref_order = np.lexsort(outs[0].T[::-1]), np.lexsort(refs[0].numpy().T[::-1])
+            outs = [o[order] for o in outs]
+            refs = [r[torch.from_numpy(ref_order)] for r in refs]
         for ours, ref in zip(outs, refs, strict=True):
             r = ref.numpy().astype(np.float64)
             if ours.shape != r.shape:
@@ -218,7 +226,8 @@ def main() -> None:
         child(*args.child)
         return
     if args.zoo:
-        _zoo_table(args.models.split(",") if args.models else list(_zoo().ZOO))  # type: ignore[attr-defined]
+        zoo = _zoo()
+        _zoo_table(args.models.split(",") if args.models else [*zoo.ZOO, *zoo.DETECTORS])  # type: ignore[attr-defined]
         return
     args.models = args.models or ",".join(MODELS)
     import torch

@@ -47,9 +47,17 @@ def _torchvision_ops_error() -> str:
     return ""
 
 
-def _load_needing_torchvision(read: Callable[[], T], source: str) -> T:
+def _quiet(read: Callable[[], T]) -> T:
+    from .capture import quiet_torch
+
+    with quiet_torch():  # torch.export.load logs a traceback before it raises
+        return read()
+
+
+def _load_needing_torchvision(read: Callable[[], T], source: str,
+                              mentions: Callable[[], bool] | None = None) -> T:
     """Run ``read``; when the file names torchvision:: operators torch does not know, import torchvision
-    and read again.
+    and read again. ``mentions`` tells whether the file names them when the error does not say.
 
     Raises:
         UsageError: torchvision's operators are needed and cannot be loaded, with the reason.
@@ -58,9 +66,11 @@ def _load_needing_torchvision(read: Callable[[], T], source: str) -> T:
         return read()
     except Exception as exc:
         text = str(exc)
-        if "torchvision::" not in text and "torchvision." not in text:
+        if "torchvision::" not in text and "torchvision." not in text and not (mentions is not None and mentions()):
             raise
         first = (text.strip().splitlines() or [""])[0][:200]
+        if "torchvision" not in first:  # torch said only "check the warnings above" (silenced)
+            first = "its graph calls torch.ops.torchvision operators, which torch does not know"
         why = _torchvision_ops_error()
         if why:
             raise UsageError(f"{source} uses torchvision's operators ({first}), and {why}. Install the "
@@ -84,6 +94,7 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
         CHECKPOINT,
         EXPORTED_PROGRAM,
         TORCHSCRIPT,
+        archive_mentions,
         check_archive,
         check_pt2_payloads,
         classify,
@@ -102,7 +113,8 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
     if kind == EXPORTED_PROGRAM:
         check_pt2_payloads(path, trust=bool(options.get("trust_pickle", False)))
         try:
-            program = _load_needing_torchvision(lambda: torch.export.load(path), source)
+            program = _load_needing_torchvision(lambda: _quiet(lambda: torch.export.load(path)), source,
+                                                lambda: archive_mentions(path, b"torch.ops.torchvision."))
         except (RuntimeError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             raise ModelFormatError(f"{source}: not a readable ExportedProgram ({type(exc).__name__}: "
                                    f"{(str(exc).strip().splitlines() or [''])[0]})") from exc

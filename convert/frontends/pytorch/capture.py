@@ -12,6 +12,7 @@ import contextlib
 import inspect
 import io
 import logging
+import os
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -146,9 +147,31 @@ def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Te
             concretize(program, example)
             return program
     except Exception as exc:
+        where = _script_node_place(script, _first_line(exc))
         raise ConversionError(f"TorchScript model {source}",
-                              f"torch could not convert the scripted graph: {_first_line(exc)}. "
-                              "Save the model with torch.export.save instead") from exc
+                              f"torch could not convert the scripted graph: {_first_line(exc)}{where}. "
+                              "Save the model with torch.export.save instead (a Python loop is unrolled there, "
+                              "a data-dependent branch can be written with torch.cond)") from exc
+
+
+def _script_node_place(script: torch.jit.ScriptModule, message: str) -> str:
+    """Return ' (at file:line)' for the first node of the kind torch names in ``message`` ('prim::Loop')."""
+    import re
+
+    m = re.search(r"node ([a-z]+::\w+)", message)
+    if m is None:
+        return ""
+    try:
+        graph = script.inlined_graph  # type: ignore[attr-defined]  # kept alive while its nodes are read
+        nodes = graph.findAllNodes(m.group(1))
+        text = str(nodes[0].sourceRange()) if nodes else ""
+    except Exception:  # source ranges are best effort: a file saved without debug info has none
+        return ""
+    lines = text.splitlines()
+    place = re.search(r'File "([^"]+)", line (\d+)', lines[0]) if lines else None
+    if place is None:
+        return ""
+    return f" (at {os.path.basename(place.group(1))}:{place.group(2)})"  # the line where the node starts
 
 
 def _export_dynamic_batch(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options,

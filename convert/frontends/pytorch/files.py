@@ -113,6 +113,27 @@ def check_archive(path: Path) -> None:
             )
 
 
+def archive_mentions(path: Path, needle: bytes) -> bool:
+    """Return True when a JSON member of the archive (a .pt2's serialized graph) contains ``needle``.
+
+    Members are streamed in 1 MiB chunks; members over the small-member bound are skipped.
+    """
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if not info.filename.endswith(".json") or info.file_size > _MAX_SMALL_MEMBER:
+                    continue
+                tail = b""
+                with zf.open(info) as fh:
+                    while chunk := fh.read(1 << 20):
+                        if needle in tail + chunk:
+                            return True
+                        tail = chunk[-len(needle):]
+    except (OSError, zipfile.BadZipFile, RuntimeError, ValueError):
+        return False
+    return False
+
+
 _PAYLOAD_CONFIGS = ("/data/weights/model_weights_config.json", "/data/constants/model_constants_config.json")
 
 

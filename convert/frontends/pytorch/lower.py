@@ -24,10 +24,12 @@ from convert.ir import (
     ConvertError,
     DataType,
     GapCollector,
+    Graph,
     GraphBuilder,
     InternalError,
     Model,
     ModelFormatError,
+    Node,
     Options,
     Provenance,
     Unsupported,
@@ -246,10 +248,12 @@ class _Lowering:
 
     def missing(self) -> list[Unsupported]:
         gaps = GapCollector()
-        for node in self.ep.graph.nodes:  # type: ignore[attr-defined]
+        for node in _all_nodes(self.ep.graph_module):  # type: ignore[attr-defined]
             if node.op != "call_function" or node in self.foldable:
                 continue
             key = op_key(node.target)
+            if key == _COND:
+                continue
             if resolve(key) is not None or (key.startswith("operator.") and hasattr(operator, key.split(".", 1)[1])):
                 continue
             gaps.add(key, _where(key, node, self.source)[0].split(" in ", 1)[1])
@@ -383,9 +387,76 @@ class _Lowering:
         self.consts[node] = result
         self.const_names[node] = str(node.name)  # type: ignore[attr-defined]
 
+    def _cond(self, node: object) -> None:
+        """Lower torch.cond(pred, true_fn, false_fn, operands) to If with two subgraphs.
+
+        Each branch's graph is lowered into its own IR graph; its placeholders are the operands,
+        which the subgraph reads from the enclosing scope. Constants made inside a branch stay there.
+        """
+        key = _COND
+        where, prov = _where(key, node, self.source)
+        pred_node, true_node, false_node, operands = node.args[:4]  # type: ignore[attr-defined]
+        pred = self.value(pred_node)
+        if not isinstance(pred, Value):
+            raise ConversionError(where, "the condition is a Python value; torch.export should have specialised it")
+        outer = [self.value(o) for o in operands]
+        branches = []
+        count = 0
+        for label, ref in (("then", true_node), ("else", false_node)):
+            module = _get_attr(self.ep, ref.target)
+            saved = self.builder.graph, dict(self.builder._consts), dict(self.ctx._scalars)
+            sub = Graph([], [], nodes=[], name=self.builder.names.fresh(f"{prov.layer or 'cond'}_{label}"))
+            self.builder.graph = sub
+            try:
+                outs = self._lower_branch(module, outer, where)
+            finally:
+                self.builder.graph, self.builder._consts, self.ctx._scalars = saved
+            # an output must be produced inside the branch: outer values and constants pass an Identity
+            for i, v in enumerate(outs):
+                if v.producer() is None or v.producer().graph is not sub or v.is_graph_output():
+                    ident = Value(name=self.builder.names.fresh(f"{sub.name}_out{i}"), type=v.type, shape=v.shape)
+                    sub.append(Node("", "Identity", [v], outputs=[ident], name=self.builder.names.fresh("Identity")))
+                    v = ident
+                sub.outputs.append(v)
+            count = len(outs)
+            branches.append(sub)
+        self.ctx.call = OpCall(op=key, overload="", args={}, metas={}, out=None, where=where, module=prov.layer,
+                               prov=prov)
+        cond = self.ctx.op("Cast", [self.ctx.op("Reshape", [pred, self.ctx.ints([])])], {"to": DataType.BOOL})
+        results = self.ctx.op_multi("If", [cond], {"then_branch": branches[0], "else_branch": branches[1]},
+                                    outputs=count)
+        metas = _meta_of(node.meta.get("val"), self.sym_names)  # type: ignore[attr-defined]
+        if isinstance(metas, list):
+            for r, m in zip(results, metas, strict=False):
+                _annotate(r, m)
+        self.env[node] = tuple(results)
+
+    def _lower_branch(self, module: object, operands: Sequence[object], where: str) -> list[Value]:
+        placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]  # type: ignore[attr-defined]
+        if len(placeholders) != len(operands):
+            raise ConversionError(where, f"a branch takes {len(placeholders)} inputs, {len(operands)} were given")
+        for n, v in zip(placeholders, operands, strict=True):
+            self.env[n] = v
+        outs: list[Value] = []
+        for n in module.graph.nodes:  # type: ignore[attr-defined]
+            if n.op == "call_function":
+                self.run_node(n)
+            elif n.op == "get_attr":
+                self.consts[n] = _get_attr_of(module, n.target)
+            elif n.op == "output":
+                for o in n.args[0]:
+                    v = self.value(o)
+                    if not isinstance(v, Value):
+                        raise ConversionError(where, "a branch returns a Python value; ONNX If needs tensors")
+                    outs.append(v)
+        return outs
+
     def run_node(self, node: object) -> None:
         key = op_key(node.target)  # type: ignore[attr-defined]
         self.seen[key] += 1
+        if key == _COND:
+            self._cond(node)
+            return
         if node in self.foldable:
             self._fold(node)
             return
@@ -679,10 +750,38 @@ def _lower_once(program: object, *, source: str, options: Options, input_names: 
 
 
 def _get_attr(program: object, target: str) -> object:
-    obj: object = program.graph_module  # type: ignore[attr-defined]
+    return _get_attr_of(program.graph_module, target)  # type: ignore[attr-defined]
+
+
+def _get_attr_of(module: object, target: str) -> object:
+    obj: object = module
     for part in target.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+_COND = "torch.ops.higher_order.cond"
+
+
+def _all_nodes(module: object) -> list[object]:
+    """Return the nodes of ``module``'s graph and of every branch graph its torch.cond calls hold."""
+    import torch.fx
+
+    nodes: list[object] = []
+    for node in module.graph.nodes:  # type: ignore[attr-defined]
+        nodes.append(node)
+        if node.op == "call_function" and op_key(node.target) == _COND:
+            for ref in node.args[1:3]:
+                if isinstance(ref, torch.fx.Node) and ref.op == "get_attr":
+                    branch = _all_nodes(_get_attr_of(module, ref.target))
+                    for inner in branch:  # a branch node without a place of its own is at the torch.cond call
+                        meta = inner.meta  # type: ignore[attr-defined]
+                        if not meta.get("nn_module_stack") and node.meta.get("nn_module_stack"):
+                            meta["nn_module_stack"] = node.meta["nn_module_stack"]
+                        if "eval_with_key" in (meta.get("stack_trace") or "<eval_with_key>"):
+                            meta["stack_trace"] = node.meta.get("stack_trace")
+                    nodes.extend(branch)
+    return nodes
 
 
 def _outputs(program: object, lowering: _Lowering, out_node: object, builder: GraphBuilder, source: str) -> None:

@@ -199,7 +199,7 @@ def test_torch_runtime_names_match_the_converted_graph(tmp_path: Path) -> None:
 
 
 def test_scripted_torchscript(tmp_path: Path) -> None:
-    """torch.jit.script output converts; data-dependent control flow in it is named, not crashed on."""
+    """torch.jit.script output converts; its data-dependent `if` (torch.cond after torch's converter) is an If."""
     module = nets().build("mobilenetv2", size=32)
     path = tmp_path / "scripted.pt"
     torch.jit.save(torch.jit.script(module), path)
@@ -209,6 +209,10 @@ def test_scripted_torchscript(tmp_path: Path) -> None:
     with torch.no_grad():
         assert rel_to_scale(ours, module(x).numpy()) <= REL_TO_SCALE
     branchy = tmp_path / "branchy.pt"
-    torch.jit.save(torch.jit.script(_small()), branchy)
-    with pytest.raises(UnsupportedOpsError, match=r"higher_order\.cond"):
-        load([branchy], Options(input_shapes={"x": SHAPE}))
+    small = _small().eval()
+    torch.jit.save(torch.jit.script(small), branchy)
+    model = load([branchy], Options(input_shapes={"x": SHAPE}))
+    assert "If" in [n.op_type for n in model.graph]
+    (ours,) = run_onnx(to_onnx(model, tmp_path / "b.onnx"), {"x": x.numpy()})
+    with torch.no_grad():
+        assert rel_to_scale(ours, small(x).numpy()) <= REL_TO_SCALE
