@@ -25,17 +25,20 @@ ROOT = Path(__file__).resolve().parents[3]
 NETS = list(tf_models.NETS)
 FORMATS = ["savedmodel", "keras"]
 RTOL = 1e-5  # max |ours - TF| / max |TF|, per output
-# ResNet50 (16 residual blocks, recalibrated BN) amplifies float32 rounding: measured against the
-# same net in float64 (Keras dtype policy float64), TensorFlow's float32 run is 3.9e-5 off and ours
-# 1.8e-5, so ours vs TensorFlow float32 differ by up to ~7e-5 while ours is the closer to the truth.
-RTOL_NET = {"resnet50": 1e-4}
-
-
+# Deep nets (ResNet50, InceptionV3, MobileNetV3) amplify float32 rounding beyond 1e-5 in TensorFlow
+# itself. Such a net passes when ours is no farther from the same net evaluated in float64 (Keras
+# dtype policy float64) than TensorFlow's float32 run is, within 25%, and within RTOL_FLOOR of TF.
+# Measured: ResNet50 TF32 3.9e-5 / ours 1.8e-5 off float64; InceptionV3 7.7e-5 / 3.8e-5;
+# MobileNetV3Small 3.9e-5 / 3.8e-5.
+FLOAT64_MARGIN = 1.25
+RTOL_FLOOR = 2e-4
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path]]:
     """Build every net once (in this process: TensorFlow is imported once)."""
     root = tmp_path_factory.mktemp("tf_nets")
-    return {net: tf_models.build(net, root / net) for net in NETS}
+    nets = {net: tf_models.build(net, root / net) for net in NETS}
+    nets.update({net: tf_models.build(net, root / net, savedmodel=False) for net in tf_models.ZOO})
+    return nets
 
 
 def _rel(ours: np.ndarray, ref: np.ndarray) -> float:
@@ -61,8 +64,10 @@ def _convert(path: Path, out: Path, options: Options) -> object:
     return open_ort([out], Options(extra={"device": "cpu"}))
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("net", NETS)
+CASES = [(net, fmt) for net in NETS for fmt in FORMATS] + [(net, "keras") for net in tf_models.ZOO]
+
+
+@pytest.mark.parametrize(("net", "fmt"), CASES, ids=[f"{n}-{f}" for n, f in CASES])
 def test_tensorflow_to_onnx_matches_tensorflow(built: dict[str, dict[str, Path]], net: str, fmt: str,
                                                tmp_path: Path) -> None:
     import onnx
@@ -77,9 +82,16 @@ def test_tensorflow_to_onnx_matches_tensorflow(built: dict[str, dict[str, Path]]
     want = ref.run(feeds)
     got = ours.run(feeds)  # type: ignore[attr-defined]
     assert list(got) == list(want) == ["output_0"]
+    assert want["output_0"].std() > 1e-3 * np.abs(want["output_0"]).max()  # a real spread
     err = _rel(got["output_0"], want["output_0"])
     print(f"PARITY-TF {net} {fmt} {err:.1e}")
-    assert err <= RTOL_NET.get(net, RTOL), f"{net} ({fmt}) -> onnx: max rel error {err:.2e}"
+    if err > RTOL:
+        x = next(iter(feeds.values())).transpose(0, 2, 3, 1)
+        r32, r64 = tf_models.float64_run(net, built[net]["keras"], x)
+        tf_err, our_err = _rel(r32, r64), _rel(got["output_0"], r64)
+        print(f"PARITY-TF-F64 {net} {fmt} tf32 {tf_err:.1e} ours {our_err:.1e}")
+        assert err <= RTOL_FLOOR and our_err <= max(RTOL, FLOAT64_MARGIN * tf_err), (
+            f"{net} ({fmt}) -> onnx: max rel error {err:.2e}; vs float64: ours {our_err:.2e}, TF {tf_err:.2e}")
     # NCHW inside: the only Transpose allowed is the one before Flatten (TF's axes there).
     ops = [n.op_type for n in onnx.load(str(tmp_path / "m.onnx")).graph.node]
     assert ops.count("Transpose") == (1 if net == "small_cnn" else 0), ops

@@ -80,7 +80,7 @@ def concat_v2(node: TFNode, ctx: TFContext) -> None:
                       {"axis": nchw_axis(axis) if nchw else axis}), layout)
 
 
-@register("Reshape", maps_to="Reshape", notes="TF's axes; the target from a constant or the static shape")
+@register("Reshape", maps_to="Reshape", notes="TF's axes (NCHW when H = W = 1); target constant or static")
 def reshape(node: TFNode, ctx: TFContext) -> None:
     """Reshape -> Reshape on TF's layout (the target from a constant, else TF's inferred output shape)."""
     target = ctx.const(node.inputs[1])
@@ -89,8 +89,18 @@ def reshape(node: TFNode, ctx: TFContext) -> None:
         if out is None or sum(d is None for d in out) > 1:
             raise RefusedError("the target shape is computed and the output shape is not static")
         target = np.array([-1 if d is None else d for d in out], np.int64)
-    shape = ctx.builder.const(np.asarray(target, np.int64).reshape(-1))
-    ctx.bind(ctx.emit("Reshape", [ctx.get(node.inputs[0], TF), shape]))
+    target = np.asarray(target, np.int64).reshape(-1)
+    x_name = node.inputs[0]
+    x_shape = ctx.shape(x_name)
+    # A rank-4 tensor with H = W = 1 has the same element order in NHWC and NCHW: read and write
+    # such tensors (squeeze-excite blocks, Flatten after global pooling) in NCHW without a Transpose.
+    x_flat = ctx.is_nchw(x_name) and x_shape is not None and len(x_shape) == 4 and x_shape[1:3] == (1, 1)
+    x = ctx.get(x_name, NCHW if x_flat else TF)
+    if len(target) == 4 and target[1] == 1 and target[2] == 1:
+        shape = ctx.builder.const(target[[0, 3, 1, 2]])
+        ctx.bind(ctx.emit("Reshape", [x, shape]), NCHW)
+        return
+    ctx.bind(ctx.emit("Reshape", [x, ctx.builder.const(target)]))
 
 
 @register("Squeeze", maps_to="Squeeze", notes="TF's axes")
