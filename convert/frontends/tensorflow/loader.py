@@ -94,6 +94,9 @@ def load(paths: Sequence[Path], options: Options) -> Model:
     for node in graph.nodes:
         for i, shape in enumerate(node.shapes):
             ctx.shapes[f"{node.name}:{i}"] = shape
+    for node in nodes:
+        for tensor in node.inputs:
+            ctx.consumers.setdefault(tensor, []).append(node)
     unknown = sorted(set(options.input_shapes) - set(graph.inputs))
     if unknown:
         raise UsageError(f"--input-shape names {', '.join(repr(n) for n in unknown)}; the inputs of "
