@@ -21,8 +21,17 @@ import numpy as np
 
 from convert.ir import ModelFormatError, UsageError
 
-__all__ = ["TFGraph", "TFNode", "is_keras_file", "is_saved_model", "load_keras", "quiet_stderr", "read_graph",
-           "tf_module"]
+__all__ = [
+    "TFGraph",
+    "TFNode",
+    "graph_from_function",
+    "is_keras_file",
+    "is_saved_model",
+    "load_keras",
+    "quiet_stderr",
+    "read_graph",
+    "tf_module",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -204,10 +213,20 @@ def read_graph(path: Path, signature: str = DEFAULT_SIGNATURE) -> TFGraph:
     Raises:
         UsageError: not a TF model, or no such signature. ModelFormatError: TF cannot load it.
     """
+    fn, in_names, out_names, _owner = _concrete_function(path, signature)
+    return graph_from_function(fn, in_names, out_names, source=path.name, what=f"signature '{signature}'")
+
+
+def graph_from_function(fn: object, in_names: Sequence[str], out_names: Sequence[str], *, source: str,
+                        what: str = "the function") -> TFGraph:
+    """Freeze and fold a concrete function (``tf.function(...).get_concrete_function()``) into a ``TFGraph``.
+
+    ``in_names`` are the user-facing input names, ``out_names`` the output names in the order of
+    the function's flat outputs.
+    """
     tf = tf_module()
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    fn, in_names, out_names, _owner = _concrete_function(path, signature)
     with quiet_stderr():
         frozen = convert_variables_to_constants_v2(fn)
     graph_def = _optimize(frozen)
@@ -225,10 +244,10 @@ def read_graph(path: Path, signature: str = DEFAULT_SIGNATURE) -> TFGraph:
             dtypes=[np.dtype(o.dtype.as_numpy_dtype) if o.dtype.is_numpy_compatible else np.dtype(object)
                     for o in op.outputs],
         ))
-    result = TFGraph(source=path.name, nodes=nodes)
+    result = TFGraph(source=source, nodes=nodes)
     placeholders = [t.name for t in frozen.inputs if t.dtype != tf.resource]  # type: ignore[attr-defined]
     if len(placeholders) != len(in_names):
-        raise ModelFormatError(f"{path.name}: signature '{signature}' has {len(in_names)} inputs but its graph "
+        raise ModelFormatError(f"{source}: {what} has {len(in_names)} inputs but its graph "
                                f"takes {len(placeholders)} tensors")
     # A signature's inputs are its Placeholders in the order of its structured input signature.
     result.inputs = dict(zip(_ordered_inputs(fn, in_names), placeholders, strict=True))

@@ -28,23 +28,10 @@ def const(node: TFNode, ctx: TFContext) -> None:
     ctx.bind_const(value)
 
 
-@register("Identity", "StopGradient", "Snapshot", "PreventGradient", "CheckNumerics", maps_to="(nothing)",
-          notes="aliases its input")
+@register("Identity", "StopGradient", maps_to="(nothing)", notes="aliases its input")
 def identity(node: TFNode, ctx: TFContext) -> None:
     """Identity-like ops alias their input (no node)."""
     ctx.alias(node.inputs[0])
-
-
-@register("IdentityN", maps_to="(nothing)", notes="aliases its inputs")
-def identity_n(node: TFNode, ctx: TFContext) -> None:
-    """IdentityN aliases each input to the output of the same index."""
-    for i, name in enumerate(node.inputs):
-        ctx.alias(name, i)
-
-
-@register("NoOp", maps_to="(nothing)")
-def no_op(node: TFNode, ctx: TFContext) -> None:
-    """NoOp: nothing."""
 
 
 @register("Pad", "PadV2", "MirrorPad", maps_to="Pad", notes="constant paddings; MirrorPad REFLECT only")
