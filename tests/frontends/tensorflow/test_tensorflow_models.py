@@ -160,9 +160,13 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_converts_with_parity(built: dict[str, dict[str, Path]], tmp_path: Path) -> None:
-    r = _cli("tensorflow:onnx", str(built["small_cnn"]["savedmodel"]), "-o", str(tmp_path / "m.onnx"))
+    r = _cli("tensorflow:onnx", str(built["small_cnn"]["savedmodel"]), "--keep-nhwc", "-o", str(tmp_path / "m.onnx"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert "TensorFlow" in r.stdout + r.stderr
+    import onnx
+
+    dims = [d.dim_value for d in onnx.load(str(tmp_path / "m.onnx")).graph.input[0].type.tensor_type.shape.dim]
+    assert dims[1:] == [32, 32, 3], dims
 
 
 def test_folder_that_is_not_a_savedmodel_is_one_line_exit_2(tmp_path: Path) -> None:

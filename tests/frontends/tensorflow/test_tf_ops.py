@@ -82,6 +82,8 @@ CASES: dict[str, tuple[Callable[..., object], list[tuple[int, ...]]]] = {
     "fused_batch_norm_v2": (lambda x: tf.raw_ops.FusedBatchNormV2(
         x=x, scale=_w(3), offset=_w(3), mean=_w(3), variance=tf.abs(_w(3)) + 0.5, is_training=False)[0],
         [(1, 4, 5, 3)]),
+    "strided_slice_nchw": (lambda x: tf.nn.relu(x)[:, 1:, :-1:2, :], [(1, 5, 6, 3)]),
+    "strided_slice_shrink": (lambda x: x[1, ::-1, 2:] + x[:, 0, 2:][0], [(3, 4, 5)]),
     "cast_identity": (lambda x: tf.cast(tf.cast(tf.identity(tf.stop_gradient(x)) * 3, tf.int32), tf.float32),
                       [(1, 3, 3, 2)]),
 }

@@ -125,3 +125,40 @@ def cast(node: TFNode, ctx: TFContext) -> None:
         raise RefusedError("Cast without a destination type")
     x, layout = ctx.get_any(node.inputs[0])
     ctx.bind(ctx.emit("Cast", [x], {"to": DataType.from_numpy(dtype)}), layout)
+
+
+@register("StridedSlice", maps_to="Slice (+ Squeeze)",
+          notes="constant begin/end/strides; begin/end/shrink masks; no ellipsis or new-axis masks")
+def strided_slice(node: TFNode, ctx: TFContext) -> None:
+    """StridedSlice -> Slice over every sliced axis, then Squeeze for shrink_axis_mask (NCHW when no shrink)."""
+    begin = [int(b) for b in ctx.need_const(node.inputs[1], "begin").reshape(-1)]
+    end = [int(e) for e in ctx.need_const(node.inputs[2], "end").reshape(-1)]
+    strides = [int(s) for s in ctx.need_const(node.inputs[3], "strides").reshape(-1)]
+    masks = {k: int(node.attrs.get(k, 0)) for k in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
+                                                       "shrink_axis_mask")}  # type: ignore[call-overload]
+    if masks["ellipsis_mask"] or masks["new_axis_mask"]:
+        raise RefusedError("ellipsis_mask and new_axis_mask are not supported")
+    big = np.iinfo(np.int64).max
+    starts, ends, axes, steps, squeeze = [], [], [], [], []
+    for axis, (b, e, s) in enumerate(zip(begin, end, strides, strict=True)):
+        if masks["shrink_axis_mask"] >> axis & 1:
+            starts.append(b)
+            ends.append(b + 1 if b != -1 else big)
+            steps.append(1)
+            squeeze.append(axis)
+        else:
+            if s == 0:
+                raise RefusedError("a stride of 0")
+            starts.append((0 if s > 0 else -1) if masks["begin_mask"] >> axis & 1 else b)
+            ends.append((big if s > 0 else -big) if masks["end_mask"] >> axis & 1 else e)
+            steps.append(s)
+        axes.append(axis)
+    x_name = node.inputs[0]
+    layout = NCHW if not squeeze and ctx.rank(x_name) == 4 and ctx.is_nchw(x_name) else TF
+    if layout == NCHW:
+        axes = [nchw_axis(a) for a in axes]
+    inputs = [ctx.get(x_name, layout), *(ctx.builder.const(np.array(v, np.int64)) for v in (starts, ends, axes, steps))]
+    y = ctx.emit("Slice", inputs)
+    if squeeze:
+        y = ctx.emit("Squeeze", [y, ctx.builder.const(np.array(squeeze, np.int64))])
+    ctx.bind(y, layout)
