@@ -203,6 +203,28 @@ def test_every_unsupported_op_is_listed_at_once(tmp_path: Path) -> None:
     assert {"ArgMax", "Cumsum"} <= gaps and all(op in message for op in gaps), (gaps, message)
 
 
+def test_transformer_encoder_block_matches_tensorflow(tmp_path: Path) -> None:
+    """MultiHeadAttention + LayerNormalization + a GELU MLP: Einsum, computed reshapes, Erfc."""
+    import keras
+    from keras import layers
+
+    from convert.parity.runtimes.tensorflow import open_runtime as open_tf
+
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((10, 32), name="tokens")
+    x = layers.LayerNormalization()(inp + layers.MultiHeadAttention(num_heads=4, key_dim=8)(inp, inp))
+    mlp = layers.Dense(32)(layers.Dense(64, activation="gelu")(x))
+    x = layers.LayerNormalization()(x + mlp)
+    path = tmp_path / "encoder.keras"
+    keras.Model(inp, x).save(str(path))
+    ours = _convert(path, tmp_path / "m.onnx", Options())
+    ref = open_tf([path], Options())
+    feeds = {"tokens": np.random.default_rng(0).standard_normal((2, 10, 32)).astype(np.float32)}  # batch 2
+    err = _rel(ours.run(feeds)["output_0"], ref.run(feeds)["output_0"])  # type: ignore[attr-defined]
+    print(f"PARITY-TF encoder {err:.1e}")
+    assert err <= RTOL, err
+
+
 def test_dilated_convolutions_match_tensorflow(tmp_path: Path) -> None:
     """TF freezes a dilated conv as SpaceToBatchND -> Conv2D -> BatchToSpaceND: one dilated Conv here."""
     import keras

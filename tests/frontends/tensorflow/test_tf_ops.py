@@ -84,6 +84,7 @@ CASES: dict[str, tuple[Callable[..., object], list[tuple[int, ...]]]] = {
         [(1, 4, 5, 3)]),
     "strided_slice_nchw": (lambda x: tf.nn.relu(x)[:, 1:, :-1:2, :], [(1, 5, 6, 3)]),
     "strided_slice_shrink": (lambda x: x[1, ::-1, 2:] + x[:, 0, 2:][0], [(3, 4, 5)]),
+    "einsum_erfc": (lambda x: tf.math.erfc(tf.einsum("bij,jk->bik", x, _w(4, 3))), [(2, 5, 4)]),
     "cast_identity": (lambda x: tf.cast(tf.cast(tf.identity(tf.stop_gradient(x)) * 3, tf.int32), tf.float32),
                       [(1, 3, 3, 2)]),
 }
@@ -121,7 +122,8 @@ def test_op_matches_tensorflow(case: str, tmp_path: Path) -> None:
 
 
 # Registered op types exercised by the model tests (test_tensorflow_models.py) rather than here.
-BY_MODEL_TESTS = {"Placeholder", "Const", "SpaceToBatchND", "BatchToSpaceND"}
+# Shape/GatherV2/Pack appear only with a free dimension (Keras' Tensordot in the transformer block).
+BY_MODEL_TESTS = {"Placeholder", "Const", "SpaceToBatchND", "BatchToSpaceND", "Shape", "GatherV2", "Pack"}
 
 
 def test_every_registered_op_is_exercised(tmp_path: Path) -> None:

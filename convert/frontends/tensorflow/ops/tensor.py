@@ -74,7 +74,10 @@ def reshape(node: TFNode, ctx: TFContext) -> None:
     if target is None:
         out = ctx.shape(f"{node.name}:0")
         if out is None or sum(d is None for d in out) > 1:
-            raise RefusedError("the target shape is computed and the output shape is not static")
+            # A target computed at run time (Shape -> Gather -> Pack): use it as it is.
+            computed = ctx.emit("Cast", [ctx.get(node.inputs[1], TF)], {"to": DataType.INT64})
+            ctx.bind(ctx.emit("Reshape", [ctx.get(node.inputs[0], TF), computed]))
+            return
         target = np.array([-1 if d is None else d for d in out], np.int64)
     target = np.asarray(target, np.int64).reshape(-1)
     x_name = node.inputs[0]
@@ -162,3 +165,36 @@ def strided_slice(node: TFNode, ctx: TFContext) -> None:
     if squeeze:
         y = ctx.emit("Squeeze", [y, ctx.builder.const(np.array(squeeze, np.int64))])
     ctx.bind(y, layout)
+
+
+@register("Shape", maps_to="Shape (+ Cast)", notes="TF's axes; out_type int32 or int64")
+def shape(node: TFNode, ctx: TFContext) -> None:
+    """Shape -> Shape of the tensor in TF's layout, cast to out_type."""
+    out_type = node.attrs.get("out_type", np.dtype(np.int32))
+    y = ctx.emit("Shape", [ctx.get(node.inputs[0], TF)])
+    if isinstance(out_type, np.dtype) and out_type != np.int64:
+        y = ctx.emit("Cast", [y], {"to": DataType.from_numpy(out_type)})
+    ctx.bind(y)
+
+
+@register("GatherV2", maps_to="Gather", notes="constant axis; batch_dims 0")
+def gather_v2(node: TFNode, ctx: TFContext) -> None:
+    """GatherV2 -> Gather on TF's layout."""
+    if int(node.attrs.get("batch_dims", 0)):  # type: ignore[call-overload]
+        raise RefusedError("batch_dims other than 0")
+    axis = int(ctx.need_const(node.inputs[2], "the axis"))
+    ctx.bind(ctx.emit("Gather", [ctx.get(node.inputs[0], TF), ctx.get(node.inputs[1], TF)], {"axis": axis}))
+
+
+@register("Pack", maps_to="Unsqueeze + Concat", notes="TF's axes")
+def pack(node: TFNode, ctx: TFContext) -> None:
+    """Pack -> Unsqueeze every input at ``axis`` and Concat them there."""
+    axis = int(node.attrs.get("axis", 0))  # type: ignore[call-overload]
+    rank = ctx.rank(node.inputs[0])
+    if axis < 0:
+        if rank is None:
+            raise RefusedError("a negative axis on inputs of unknown rank")
+        axis += rank + 1
+    axes = ctx.builder.const(np.array([axis], np.int64))
+    parts = [ctx.emit("Unsqueeze", [ctx.get(n, TF), axes]) for n in node.inputs]
+    ctx.bind(parts[0] if len(parts) == 1 else ctx.emit("Concat", parts, {"axis": axis}))
