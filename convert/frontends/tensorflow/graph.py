@@ -99,9 +99,12 @@ def is_saved_model(path: Path) -> bool:
     return path.is_dir() and (path / "saved_model.pb").is_file()
 
 
+KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
+
+
 def is_keras_file(path: Path) -> bool:
-    """Return True when ``path`` is a Keras 3 ``.keras`` archive."""
-    return path.is_file() and path.suffix == ".keras"
+    """Return True when ``path`` is a Keras 3 ``.keras`` archive or a legacy Keras HDF5 (``.h5``) file."""
+    return path.is_file() and path.suffix in KERAS_SUFFIXES
 
 
 def _concrete_function(path: Path, signature: str) -> tuple[object, list[str], list[str], object]:
@@ -112,7 +115,7 @@ def _concrete_function(path: Path, signature: str) -> tuple[object, list[str], l
     if not is_saved_model(path) and not is_keras_file(path):
         if path.is_dir():
             raise ModelFormatError(f"{path.name}: not a SavedModel folder (no saved_model.pb in it)")
-        raise UsageError(f"{path}: not a SavedModel folder or a .keras file")
+        raise UsageError(f"{path}: not a SavedModel folder or a .keras/.h5 file")
     tf = tf_module()
     if is_saved_model(path):
         try:
@@ -131,7 +134,7 @@ def _concrete_function(path: Path, signature: str) -> tuple[object, list[str], l
         return fn, in_names, out_names, loaded
     if is_keras_file(path):
         if signature != DEFAULT_SIGNATURE:
-            raise UsageError(f"{path.name}: a .keras file has no signatures; --signature applies to SavedModels")
+            raise UsageError(f"{path.name}: a Keras file has no signatures; --signature applies to SavedModels")
         model = load_keras(path)
         specs = [tf.TensorSpec(t.shape, t.dtype, name=_input_name(t, i))  # type: ignore[attr-defined]
                  for i, t in enumerate(model.inputs)]

@@ -59,7 +59,7 @@ class TensorFlowRuntime:
             n_out = len(model.outputs)  # type: ignore[attr-defined]
             self._outputs = sorted(f"output_{i}" for i in range(n_out))
         else:
-            raise UsageError(f"{path}: not a SavedModel folder or a .keras file")
+            raise UsageError(f"{path}: not a SavedModel folder or a .keras/.h5 file")
         self.name = f"TensorFlow {tf.__version__}"  # type: ignore[attr-defined]
         self.device = "cpu"
 

@@ -97,6 +97,21 @@ def test_tensorflow_to_onnx_matches_tensorflow(built: dict[str, dict[str, Path]]
     assert ops.count("Transpose") == (1 if net == "small_cnn" else 0), ops
 
 
+def test_legacy_h5_matches_tensorflow(built: dict[str, dict[str, Path]], tmp_path: Path) -> None:
+    import keras
+
+    from convert.parity.runtimes.tensorflow import open_runtime as open_tf
+
+    path = tmp_path / "small_cnn.h5"
+    keras.saving.load_model(str(built["small_cnn"]["keras"])).save(str(path))  # Keras' legacy HDF5 format
+    ours = _convert(path, tmp_path / "m.onnx", Options())
+    ref = open_tf([path], Options())
+    feeds = _feeds(ref)
+    err = _rel(ours.run(feeds)["output_0"], ref.run(feeds)["output_0"])  # type: ignore[attr-defined]
+    print(f"PARITY-TF small_cnn h5 {err:.1e}")
+    assert err <= RTOL, err
+
+
 def test_keep_nhwc_keeps_the_input_layout(built: dict[str, dict[str, Path]], tmp_path: Path) -> None:
     from convert.parity.runtimes.tensorflow import open_runtime as open_tf
 
