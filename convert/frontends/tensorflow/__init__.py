@@ -38,13 +38,13 @@ def supported_ops() -> list[OpSupport]:
 
 def _sniff(path: Path) -> bool:
     return (path.is_dir() and (path / "saved_model.pb").is_file()) or (
-        path.is_file() and path.suffix in (".keras", ".h5", ".hdf5"))
+        path.is_file() and path.suffix in (".keras", ".h5", ".hdf5", ".pb") and path.name != "saved_model.pb")
 
 
 FRONTEND = FrontendSpec(
     name="tensorflow",
-    description="TensorFlow SavedModel folder (a serving signature), Keras 3 .keras or legacy Keras .h5 file",
-    suffixes=(".keras", ".h5", ".hdf5"),
+    description="TensorFlow SavedModel folder (a serving signature), Keras .keras/.h5 file or frozen .pb graph",
+    suffixes=(".keras", ".h5", ".hdf5", ".pb"),
     load=load,
     sniff=_sniff,
     ops=supported_ops,

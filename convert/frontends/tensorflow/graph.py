@@ -24,7 +24,9 @@ from convert.ir import ModelFormatError, UsageError
 __all__ = [
     "TFGraph",
     "TFNode",
+    "frozen_graph_function",
     "graph_from_function",
+    "is_frozen_graph",
     "is_keras_file",
     "is_saved_model",
     "load_keras",
@@ -102,6 +104,43 @@ def is_saved_model(path: Path) -> bool:
 KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
 
 
+def is_frozen_graph(path: Path) -> bool:
+    """Return True when ``path`` is a frozen TF1-style GraphDef (``.pb`` file, not a SavedModel's)."""
+    return path.is_file() and path.suffix == ".pb" and path.name != "saved_model.pb"
+
+
+def frozen_graph_function(path: Path) -> tuple[object, list[str], list[str], object]:
+    """Wrap a frozen GraphDef as a concrete function: Placeholders in, unconsumed nodes out.
+
+    Returns the function, its input and output names (node names), and its owner.
+    """
+    tf = tf_module()
+    from google.protobuf.message import DecodeError
+
+    graph_def = tf.compat.v1.GraphDef()  # type: ignore[attr-defined]
+    try:
+        graph_def.ParseFromString(path.read_bytes())
+    except DecodeError as exc:
+        raise ModelFormatError(f"{path.name}: not a GraphDef ({exc})") from exc
+    if not graph_def.node:
+        raise ModelFormatError(f"{path.name}: not a GraphDef (no nodes)")
+    consumed = {i.lstrip("^").split(":")[0] for n in graph_def.node for i in n.input}
+    inputs = [n.name for n in graph_def.node if n.op == "Placeholder"]
+    outputs = [n.name for n in graph_def.node
+               if n.name not in consumed and n.op not in ("Const", "NoOp", "Placeholder")]
+    if not outputs:
+        raise ModelFormatError(f"{path.name}: no output node (every node's result is consumed)")
+
+    def body() -> None:
+        tf.compat.v1.import_graph_def(graph_def, name="")  # type: ignore[attr-defined]
+
+    with quiet_stderr():
+        wrapped = tf.compat.v1.wrap_function(body, [])  # type: ignore[attr-defined]
+        fn = wrapped.prune([wrapped.graph.get_tensor_by_name(f"{i}:0") for i in inputs],
+                           [wrapped.graph.get_tensor_by_name(f"{o}:0") for o in outputs])
+    return fn, inputs, outputs, wrapped
+
+
 def is_keras_file(path: Path) -> bool:
     """Return True when ``path`` is a Keras 3 ``.keras`` archive or a legacy Keras HDF5 (``.h5``) file."""
     return path.is_file() and path.suffix in KERAS_SUFFIXES
@@ -112,10 +151,14 @@ def _concrete_function(path: Path, signature: str) -> tuple[object, list[str], l
 
     The owner (the loaded SavedModel or Keras model) must stay alive while the function is used.
     """
-    if not is_saved_model(path) and not is_keras_file(path):
+    if not is_saved_model(path) and not is_keras_file(path) and not is_frozen_graph(path):
         if path.is_dir():
             raise ModelFormatError(f"{path.name}: not a SavedModel folder (no saved_model.pb in it)")
-        raise UsageError(f"{path}: not a SavedModel folder or a .keras/.h5 file")
+        raise UsageError(f"{path}: not a SavedModel folder, a .keras/.h5 file or a frozen .pb graph")
+    if is_frozen_graph(path):
+        if signature != DEFAULT_SIGNATURE:
+            raise UsageError(f"{path.name}: a frozen graph has no signatures; --signature applies to SavedModels")
+        return frozen_graph_function(path)
     tf = tf_module()
     if is_saved_model(path):
         try:

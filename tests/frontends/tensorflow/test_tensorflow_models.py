@@ -112,6 +112,27 @@ def test_legacy_h5_matches_tensorflow(built: dict[str, dict[str, Path]], tmp_pat
     assert err <= RTOL, err
 
 
+def test_frozen_graph_pb_matches_tensorflow(built: dict[str, dict[str, Path]], tmp_path: Path) -> None:
+    """A TF1-style frozen GraphDef: Placeholders are the inputs, unconsumed nodes the outputs."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    from convert.parity.runtimes.tensorflow import open_runtime as open_tf
+
+    loaded = tf.saved_model.load(str(built["small_cnn"]["savedmodel"]))  # keeps the variables alive
+    fn = loaded.signatures["serving_default"]
+    path = tmp_path / "frozen.pb"
+    path.write_bytes(convert_variables_to_constants_v2(fn).graph.as_graph_def().SerializeToString())
+    ours = _convert(path, tmp_path / "m.onnx", Options())
+    ref = open_tf([path], Options())
+    feeds = _feeds(ref)
+    want, got = ref.run(feeds), ours.run(feeds)  # type: ignore[attr-defined]
+    assert list(want) == list(got) == ["Identity"]
+    err = _rel(got["Identity"], want["Identity"])
+    print(f"PARITY-TF small_cnn pb {err:.1e}")
+    assert err <= RTOL, err
+
+
 def test_keep_nhwc_keeps_the_input_layout(built: dict[str, dict[str, Path]], tmp_path: Path) -> None:
     from convert.parity.runtimes.tensorflow import open_runtime as open_tf
 
@@ -190,6 +211,15 @@ def test_folder_that_is_not_a_savedmodel_is_one_line_exit_2(tmp_path: Path) -> N
     assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and "not a SavedModel" in lines[0], r.stderr
+
+
+def test_garbage_pb_is_one_line_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "model.pb"
+    path.write_bytes(b"\xff\xfe not a graph" * 10)
+    r = _cli("tensorflow:onnx", str(path), "-o", str(tmp_path / "m.onnx"))
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "not a GraphDef" in lines[0], r.stderr
 
 
 def test_unknown_signature_is_one_line_exit_2(built: dict[str, dict[str, Path]], tmp_path: Path) -> None:
