@@ -37,13 +37,14 @@ def supported_ops() -> list[OpSupport]:
 
 
 def _sniff(path: Path) -> bool:
-    return (path.is_dir() and (path / "saved_model.pb").is_file()) or (path.is_file() and path.suffix == ".keras")
+    return (path.is_dir() and (path / "saved_model.pb").is_file()) or (
+        path.is_file() and path.suffix in (".keras", ".h5", ".hdf5", ".pb") and path.name != "saved_model.pb")
 
 
 FRONTEND = FrontendSpec(
     name="tensorflow",
-    description="TensorFlow SavedModel folder (a serving signature) or Keras 3 .keras file",
-    suffixes=(".keras",),
+    description="TensorFlow SavedModel folder (a serving signature), Keras .keras/.h5 file or frozen .pb graph",
+    suffixes=(".keras", ".h5", ".hdf5", ".pb"),
     load=load,
     sniff=_sniff,
     ops=supported_ops,

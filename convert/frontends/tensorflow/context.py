@@ -42,7 +42,12 @@ class TFContext:
         self.values: dict[str, dict[str, Value]] = {}
         self.consts: dict[str, np.ndarray] = {}
         self.shapes: dict[str, tuple[int | None, ...] | None] = {}
+        self.consumers: dict[str, list[TFNode]] = {}  # tensor name -> the converted nodes reading it
         self.node: TFNode | None = None
+        # SpaceToBatchND outputs that a convolution will read as a dilated conv: name -> (input, block, pads).
+        self.space_to_batch: dict[str, tuple[str, list[int], list[list[int]]]] = {}
+        # Outputs of convolutions made from such a pattern: name -> (their Conv node's output, block).
+        self.dilated: dict[str, tuple[Value, list[int]]] = {}
 
     # -- reading ---------------------------------------------------------------------------
     def shape(self, name: str) -> tuple[int | None, ...] | None:

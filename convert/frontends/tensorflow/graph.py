@@ -21,8 +21,19 @@ import numpy as np
 
 from convert.ir import ModelFormatError, UsageError
 
-__all__ = ["TFGraph", "TFNode", "is_keras_file", "is_saved_model", "load_keras", "quiet_stderr", "read_graph",
-           "tf_module"]
+__all__ = [
+    "TFGraph",
+    "TFNode",
+    "frozen_graph_function",
+    "graph_from_function",
+    "is_frozen_graph",
+    "is_keras_file",
+    "is_saved_model",
+    "load_keras",
+    "quiet_stderr",
+    "read_graph",
+    "tf_module",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -90,9 +101,49 @@ def is_saved_model(path: Path) -> bool:
     return path.is_dir() and (path / "saved_model.pb").is_file()
 
 
+KERAS_SUFFIXES = (".keras", ".h5", ".hdf5")
+
+
+def is_frozen_graph(path: Path) -> bool:
+    """Return True when ``path`` is a frozen TF1-style GraphDef (``.pb`` file, not a SavedModel's)."""
+    return path.is_file() and path.suffix == ".pb" and path.name != "saved_model.pb"
+
+
+def frozen_graph_function(path: Path) -> tuple[object, list[str], list[str], object]:
+    """Wrap a frozen GraphDef as a concrete function: Placeholders in, unconsumed nodes out.
+
+    Returns the function, its input and output names (node names), and its owner.
+    """
+    tf = tf_module()
+    from google.protobuf.message import DecodeError
+
+    graph_def = tf.compat.v1.GraphDef()  # type: ignore[attr-defined]
+    try:
+        graph_def.ParseFromString(path.read_bytes())
+    except DecodeError as exc:
+        raise ModelFormatError(f"{path.name}: not a GraphDef ({exc})") from exc
+    if not graph_def.node:
+        raise ModelFormatError(f"{path.name}: not a GraphDef (no nodes)")
+    consumed = {i.lstrip("^").split(":")[0] for n in graph_def.node for i in n.input}
+    inputs = [n.name for n in graph_def.node if n.op == "Placeholder"]
+    outputs = [n.name for n in graph_def.node
+               if n.name not in consumed and n.op not in ("Const", "NoOp", "Placeholder")]
+    if not outputs:
+        raise ModelFormatError(f"{path.name}: no output node (every node's result is consumed)")
+
+    def body() -> None:
+        tf.compat.v1.import_graph_def(graph_def, name="")  # type: ignore[attr-defined]
+
+    with quiet_stderr():
+        wrapped = tf.compat.v1.wrap_function(body, [])  # type: ignore[attr-defined]
+        fn = wrapped.prune([wrapped.graph.get_tensor_by_name(f"{i}:0") for i in inputs],
+                           [wrapped.graph.get_tensor_by_name(f"{o}:0") for o in outputs])
+    return fn, inputs, outputs, wrapped
+
+
 def is_keras_file(path: Path) -> bool:
-    """Return True when ``path`` is a Keras 3 ``.keras`` archive."""
-    return path.is_file() and path.suffix == ".keras"
+    """Return True when ``path`` is a Keras 3 ``.keras`` archive or a legacy Keras HDF5 (``.h5``) file."""
+    return path.is_file() and path.suffix in KERAS_SUFFIXES
 
 
 def _concrete_function(path: Path, signature: str) -> tuple[object, list[str], list[str], object]:
@@ -100,10 +151,14 @@ def _concrete_function(path: Path, signature: str) -> tuple[object, list[str], l
 
     The owner (the loaded SavedModel or Keras model) must stay alive while the function is used.
     """
-    if not is_saved_model(path) and not is_keras_file(path):
+    if not is_saved_model(path) and not is_keras_file(path) and not is_frozen_graph(path):
         if path.is_dir():
             raise ModelFormatError(f"{path.name}: not a SavedModel folder (no saved_model.pb in it)")
-        raise UsageError(f"{path}: not a SavedModel folder or a .keras file")
+        raise UsageError(f"{path}: not a SavedModel folder, a .keras/.h5 file or a frozen .pb graph")
+    if is_frozen_graph(path):
+        if signature != DEFAULT_SIGNATURE:
+            raise UsageError(f"{path.name}: a frozen graph has no signatures; --signature applies to SavedModels")
+        return frozen_graph_function(path)
     tf = tf_module()
     if is_saved_model(path):
         try:
@@ -122,7 +177,7 @@ def _concrete_function(path: Path, signature: str) -> tuple[object, list[str], l
         return fn, in_names, out_names, loaded
     if is_keras_file(path):
         if signature != DEFAULT_SIGNATURE:
-            raise UsageError(f"{path.name}: a .keras file has no signatures; --signature applies to SavedModels")
+            raise UsageError(f"{path.name}: a Keras file has no signatures; --signature applies to SavedModels")
         model = load_keras(path)
         specs = [tf.TensorSpec(t.shape, t.dtype, name=_input_name(t, i))  # type: ignore[attr-defined]
                  for i, t in enumerate(model.inputs)]
@@ -204,10 +259,20 @@ def read_graph(path: Path, signature: str = DEFAULT_SIGNATURE) -> TFGraph:
     Raises:
         UsageError: not a TF model, or no such signature. ModelFormatError: TF cannot load it.
     """
+    fn, in_names, out_names, _owner = _concrete_function(path, signature)
+    return graph_from_function(fn, in_names, out_names, source=path.name, what=f"signature '{signature}'")
+
+
+def graph_from_function(fn: object, in_names: Sequence[str], out_names: Sequence[str], *, source: str,
+                        what: str = "the function") -> TFGraph:
+    """Freeze and fold a concrete function (``tf.function(...).get_concrete_function()``) into a ``TFGraph``.
+
+    ``in_names`` are the user-facing input names, ``out_names`` the output names in the order of
+    the function's flat outputs.
+    """
     tf = tf_module()
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    fn, in_names, out_names, _owner = _concrete_function(path, signature)
     with quiet_stderr():
         frozen = convert_variables_to_constants_v2(fn)
     graph_def = _optimize(frozen)
@@ -225,10 +290,10 @@ def read_graph(path: Path, signature: str = DEFAULT_SIGNATURE) -> TFGraph:
             dtypes=[np.dtype(o.dtype.as_numpy_dtype) if o.dtype.is_numpy_compatible else np.dtype(object)
                     for o in op.outputs],
         ))
-    result = TFGraph(source=path.name, nodes=nodes)
+    result = TFGraph(source=source, nodes=nodes)
     placeholders = [t.name for t in frozen.inputs if t.dtype != tf.resource]  # type: ignore[attr-defined]
     if len(placeholders) != len(in_names):
-        raise ModelFormatError(f"{path.name}: signature '{signature}' has {len(in_names)} inputs but its graph "
+        raise ModelFormatError(f"{source}: {what} has {len(in_names)} inputs but its graph "
                                f"takes {len(placeholders)} tensors")
     # A signature's inputs are its Placeholders in the order of its structured input signature.
     result.inputs = dict(zip(_ordered_inputs(fn, in_names), placeholders, strict=True))

@@ -24,7 +24,7 @@ from convert.ir import (
 from .context import NCHW, TF, TO_NCHW, TFContext
 from .graph import DEFAULT_SIGNATURE, TFGraph, TFNode, read_graph
 
-__all__ = ["check_support", "live_nodes", "load", "read"]
+__all__ = ["check_support", "convert_graph", "live_nodes", "load", "read"]
 
 
 def read(paths: Sequence[Path], options: Options) -> TFGraph:
@@ -83,17 +83,24 @@ def load(paths: Sequence[Path], options: Options) -> Model:
         UnsupportedOpsError: every op type without a converter, at once.
         ConversionError: a converter refused a node (names it).
     """
+    return convert_graph(read(paths, options), options, name=Path(paths[0]).stem)
+
+
+def convert_graph(graph: TFGraph, options: Options, *, name: str = "tensorflow") -> Model:
+    """Convert a frozen ``TFGraph`` into the IR (see ``load``)."""
     from .ops import OPS, Converter
 
-    graph = read(paths, options)
     _gaps(graph).raise_if_any(graph.source, hint="Run `convert ops tensorflow` for the supported list.")
     keep_nhwc = bool(options.get("keep_nhwc", False))
-    builder = GraphBuilder(Path(paths[0]).stem, source=graph.source)
+    builder = GraphBuilder(name, source=graph.source)
     ctx = TFContext(builder, options)
     nodes = live_nodes(graph)
     for node in graph.nodes:
         for i, shape in enumerate(node.shapes):
             ctx.shapes[f"{node.name}:{i}"] = shape
+    for node in nodes:
+        for tensor in node.inputs:
+            ctx.consumers.setdefault(tensor, []).append(node)
     unknown = sorted(set(options.input_shapes) - set(graph.inputs))
     if unknown:
         raise UsageError(f"--input-shape names {', '.join(repr(n) for n in unknown)}; the inputs of "

@@ -25,7 +25,14 @@ class TensorFlowRuntime:
     """A SavedModel signature or ``.keras`` model run eagerly by TensorFlow on the CPU."""
 
     def __init__(self, path: Path, *, signature: str = "serving_default", keep_nhwc: bool = False) -> None:
-        from convert.frontends.tensorflow.graph import is_keras_file, is_saved_model, load_keras, tf_module
+        from convert.frontends.tensorflow.graph import (
+            frozen_graph_function,
+            is_frozen_graph,
+            is_keras_file,
+            is_saved_model,
+            load_keras,
+            tf_module,
+        )
 
         tf = tf_module()
         self._tf = tf
@@ -41,6 +48,19 @@ class TensorFlowRuntime:
                            for name, s in specs.items()]
             self._call = lambda feeds: fn(**feeds)
             self._outputs = sorted(fn.structured_outputs)
+        elif is_frozen_graph(path):
+            fn, in_names, out_names, owner = frozen_graph_function(path)
+            self._keep_alive = owner
+            self._specs = [(t.name.split(":")[0], np.dtype(t.dtype.as_numpy_dtype),
+                            tuple(t.shape.as_list()) if t.shape.rank is not None else ())
+                           for t in fn.inputs]  # type: ignore[attr-defined]
+
+            def call_pb(feeds: Mapping[str, object]) -> dict[str, object]:
+                outs = fn(*[feeds[n] for n in in_names])  # type: ignore[operator]
+                return dict(zip(out_names, outs, strict=True))
+
+            self._call = call_pb
+            self._outputs = list(out_names)
         elif is_keras_file(path):
             model = load_keras(path)
             self._keep_alive = model
@@ -59,7 +79,7 @@ class TensorFlowRuntime:
             n_out = len(model.outputs)  # type: ignore[attr-defined]
             self._outputs = sorted(f"output_{i}" for i in range(n_out))
         else:
-            raise UsageError(f"{path}: not a SavedModel folder or a .keras file")
+            raise UsageError(f"{path}: not a SavedModel folder, a .keras/.h5 file or a frozen .pb graph")
         self.name = f"TensorFlow {tf.__version__}"  # type: ignore[attr-defined]
         self.device = "cpu"
 

@@ -25,17 +25,20 @@ ROOT = Path(__file__).resolve().parents[3]
 NETS = list(tf_models.NETS)
 FORMATS = ["savedmodel", "keras"]
 RTOL = 1e-5  # max |ours - TF| / max |TF|, per output
-# ResNet50 (16 residual blocks, recalibrated BN) amplifies float32 rounding: measured against the
-# same net in float64 (Keras dtype policy float64), TensorFlow's float32 run is 3.9e-5 off and ours
-# 1.8e-5, so ours vs TensorFlow float32 differ by up to ~7e-5 while ours is the closer to the truth.
-RTOL_NET = {"resnet50": 1e-4}
-
-
+# Deep nets (ResNet50, InceptionV3, MobileNetV3) amplify float32 rounding beyond 1e-5 in TensorFlow
+# itself. Such a net passes when ours is no farther from the same net evaluated in float64 (Keras
+# dtype policy float64) than TensorFlow's float32 run is, within 25%, and within RTOL_FLOOR of TF.
+# Measured: ResNet50 TF32 3.9e-5 / ours 1.8e-5 off float64; InceptionV3 7.7e-5 / 3.8e-5;
+# MobileNetV3Small 3.9e-5 / 3.8e-5.
+FLOAT64_MARGIN = 1.25
+RTOL_FLOOR = 2e-4
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path]]:
     """Build every net once (in this process: TensorFlow is imported once)."""
     root = tmp_path_factory.mktemp("tf_nets")
-    return {net: tf_models.build(net, root / net) for net in NETS}
+    nets = {net: tf_models.build(net, root / net) for net in NETS}
+    nets.update({net: tf_models.build(net, root / net, savedmodel=False) for net in tf_models.ZOO})
+    return nets
 
 
 def _rel(ours: np.ndarray, ref: np.ndarray) -> float:
@@ -61,8 +64,10 @@ def _convert(path: Path, out: Path, options: Options) -> object:
     return open_ort([out], Options(extra={"device": "cpu"}))
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("net", NETS)
+CASES = [(net, fmt) for net in NETS for fmt in FORMATS] + [(net, "keras") for net in tf_models.ZOO]
+
+
+@pytest.mark.parametrize(("net", "fmt"), CASES, ids=[f"{n}-{f}" for n, f in CASES])
 def test_tensorflow_to_onnx_matches_tensorflow(built: dict[str, dict[str, Path]], net: str, fmt: str,
                                                tmp_path: Path) -> None:
     import onnx
@@ -77,12 +82,55 @@ def test_tensorflow_to_onnx_matches_tensorflow(built: dict[str, dict[str, Path]]
     want = ref.run(feeds)
     got = ours.run(feeds)  # type: ignore[attr-defined]
     assert list(got) == list(want) == ["output_0"]
+    assert want["output_0"].std() > 1e-3 * np.abs(want["output_0"]).max()  # a real spread
     err = _rel(got["output_0"], want["output_0"])
     print(f"PARITY-TF {net} {fmt} {err:.1e}")
-    assert err <= RTOL_NET.get(net, RTOL), f"{net} ({fmt}) -> onnx: max rel error {err:.2e}"
+    if err > RTOL:
+        x = next(iter(feeds.values())).transpose(0, 2, 3, 1)
+        r32, r64 = tf_models.float64_run(net, built[net]["keras"], x)
+        tf_err, our_err = _rel(r32, r64), _rel(got["output_0"], r64)
+        print(f"PARITY-TF-F64 {net} {fmt} tf32 {tf_err:.1e} ours {our_err:.1e}")
+        assert err <= RTOL_FLOOR and our_err <= max(RTOL, FLOAT64_MARGIN * tf_err), (
+            f"{net} ({fmt}) -> onnx: max rel error {err:.2e}; vs float64: ours {our_err:.2e}, TF {tf_err:.2e}")
     # NCHW inside: the only Transpose allowed is the one before Flatten (TF's axes there).
     ops = [n.op_type for n in onnx.load(str(tmp_path / "m.onnx")).graph.node]
     assert ops.count("Transpose") == (1 if net == "small_cnn" else 0), ops
+
+
+def test_legacy_h5_matches_tensorflow(built: dict[str, dict[str, Path]], tmp_path: Path) -> None:
+    import keras
+
+    from convert.parity.runtimes.tensorflow import open_runtime as open_tf
+
+    path = tmp_path / "small_cnn.h5"
+    keras.saving.load_model(str(built["small_cnn"]["keras"])).save(str(path))  # Keras' legacy HDF5 format
+    ours = _convert(path, tmp_path / "m.onnx", Options())
+    ref = open_tf([path], Options())
+    feeds = _feeds(ref)
+    err = _rel(ours.run(feeds)["output_0"], ref.run(feeds)["output_0"])  # type: ignore[attr-defined]
+    print(f"PARITY-TF small_cnn h5 {err:.1e}")
+    assert err <= RTOL, err
+
+
+def test_frozen_graph_pb_matches_tensorflow(built: dict[str, dict[str, Path]], tmp_path: Path) -> None:
+    """A TF1-style frozen GraphDef: Placeholders are the inputs, unconsumed nodes the outputs."""
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    from convert.parity.runtimes.tensorflow import open_runtime as open_tf
+
+    loaded = tf.saved_model.load(str(built["small_cnn"]["savedmodel"]))  # keeps the variables alive
+    fn = loaded.signatures["serving_default"]
+    path = tmp_path / "frozen.pb"
+    path.write_bytes(convert_variables_to_constants_v2(fn).graph.as_graph_def().SerializeToString())
+    ours = _convert(path, tmp_path / "m.onnx", Options())
+    ref = open_tf([path], Options())
+    feeds = _feeds(ref)
+    want, got = ref.run(feeds), ours.run(feeds)  # type: ignore[attr-defined]
+    assert list(want) == list(got) == ["Identity"]
+    err = _rel(got["Identity"], want["Identity"])
+    print(f"PARITY-TF small_cnn pb {err:.1e}")
+    assert err <= RTOL, err
 
 
 def test_keep_nhwc_keeps_the_input_layout(built: dict[str, dict[str, Path]], tmp_path: Path) -> None:
@@ -148,9 +196,13 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_converts_with_parity(built: dict[str, dict[str, Path]], tmp_path: Path) -> None:
-    r = _cli("tensorflow:onnx", str(built["small_cnn"]["savedmodel"]), "-o", str(tmp_path / "m.onnx"))
+    r = _cli("tensorflow:onnx", str(built["small_cnn"]["savedmodel"]), "--keep-nhwc", "-o", str(tmp_path / "m.onnx"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert "TensorFlow" in r.stdout + r.stderr
+    import onnx
+
+    dims = [d.dim_value for d in onnx.load(str(tmp_path / "m.onnx")).graph.input[0].type.tensor_type.shape.dim]
+    assert dims[1:] == [32, 32, 3], dims
 
 
 def test_folder_that_is_not_a_savedmodel_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -159,6 +211,15 @@ def test_folder_that_is_not_a_savedmodel_is_one_line_exit_2(tmp_path: Path) -> N
     assert r.returncode == 2, r.stderr
     lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and "not a SavedModel" in lines[0], r.stderr
+
+
+def test_garbage_pb_is_one_line_exit_2(tmp_path: Path) -> None:
+    path = tmp_path / "model.pb"
+    path.write_bytes(b"\xff\xfe not a graph" * 10)
+    r = _cli("tensorflow:onnx", str(path), "-o", str(tmp_path / "m.onnx"))
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "not a GraphDef" in lines[0], r.stderr
 
 
 def test_unknown_signature_is_one_line_exit_2(built: dict[str, dict[str, Path]], tmp_path: Path) -> None:
@@ -170,18 +231,66 @@ def test_unknown_signature_is_one_line_exit_2(built: dict[str, dict[str, Path]],
 
 
 def test_every_unsupported_op_is_listed_at_once(tmp_path: Path) -> None:
-    """A dilated Conv2D freezes to SpaceToBatchND -> Conv2D -> BatchToSpaceND: both gaps, with node names."""
     import keras
 
     from convert.frontends.tensorflow import FRONTEND
     from convert.ir import UnsupportedOpsError
 
-    inp = keras.Input((16, 16, 2))
-    model = keras.Model(inp, keras.layers.Conv2D(4, 3, dilation_rate=2)(inp))
-    path = tmp_path / "dilated.keras"
+    inp = keras.Input((6, 5))
+    model = keras.Model(inp, [keras.ops.cumsum(inp, axis=1), keras.ops.argmax(inp, axis=-1)])
+    path = tmp_path / "gaps.keras"
     model.save(str(path))
     with pytest.raises(UnsupportedOpsError) as info:
         FRONTEND.load([path], Options())
     message = str(info.value)
-    assert "SpaceToBatchND" in message and "BatchToSpaceND" in message and "node '" in message, message
-    assert [g.op for g in FRONTEND.check_support([path], Options())] == ["SpaceToBatchND", "BatchToSpaceND"]
+    assert "Cumsum" in message and "ArgMax" in message and "node '" in message, message
+    gaps = {g.op for g in FRONTEND.check_support([path], Options())}
+    assert {"ArgMax", "Cumsum"} <= gaps and all(op in message for op in gaps), (gaps, message)
+
+
+def test_transformer_encoder_block_matches_tensorflow(tmp_path: Path) -> None:
+    """MultiHeadAttention + LayerNormalization + a GELU MLP: Einsum, computed reshapes, Erfc."""
+    import keras
+    from keras import layers
+
+    from convert.parity.runtimes.tensorflow import open_runtime as open_tf
+
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((10, 32), name="tokens")
+    x = layers.LayerNormalization()(inp + layers.MultiHeadAttention(num_heads=4, key_dim=8)(inp, inp))
+    mlp = layers.Dense(32)(layers.Dense(64, activation="gelu")(x))
+    x = layers.LayerNormalization()(x + mlp)
+    path = tmp_path / "encoder.keras"
+    keras.Model(inp, x).save(str(path))
+    ours = _convert(path, tmp_path / "m.onnx", Options())
+    ref = open_tf([path], Options())
+    feeds = {"tokens": np.random.default_rng(0).standard_normal((2, 10, 32)).astype(np.float32)}  # batch 2
+    err = _rel(ours.run(feeds)["output_0"], ref.run(feeds)["output_0"])  # type: ignore[attr-defined]
+    print(f"PARITY-TF encoder {err:.1e}")
+    assert err <= RTOL, err
+
+
+def test_dilated_convolutions_match_tensorflow(tmp_path: Path) -> None:
+    """TF freezes a dilated conv as SpaceToBatchND -> Conv2D -> BatchToSpaceND: one dilated Conv here."""
+    import keras
+    from keras import layers
+
+    from convert.parity.runtimes.tensorflow import open_runtime as open_tf
+
+    keras.utils.set_random_seed(2)
+    inp = keras.Input((20, 21, 3))  # odd and even sizes: SpaceToBatchND pads and BatchToSpaceND crops
+    x = layers.Conv2D(6, 3, dilation_rate=2, padding="same")(inp)
+    x = layers.DepthwiseConv2D(3, dilation_rate=(2, 3), padding="same")(x)
+    x = layers.Conv2D(4, 3, dilation_rate=2, padding="valid")(x)
+    path = tmp_path / "dilated.keras"
+    keras.Model(inp, x).save(str(path))
+    ours = _convert(path, tmp_path / "m.onnx", Options())
+    ref = open_tf([path], Options())
+    feeds = _feeds(ref)
+    err = _rel(ours.run(feeds)["output_0"], ref.run(feeds)["output_0"])  # type: ignore[attr-defined]
+    print(f"PARITY-TF dilated {err:.1e}")
+    assert err <= RTOL, err
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "m.onnx")).graph.node]
+    assert ops == ["Conv", "Conv", "Conv"], ops

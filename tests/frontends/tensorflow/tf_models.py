@@ -54,10 +54,29 @@ def _small_cnn() -> object:
     return keras.Model(inp, out, name="small_cnn")
 
 
+def _app(name: str, size: int, **kwargs: object) -> Callable[[], object]:
+    def make() -> object:
+        import keras
+
+        return getattr(keras.applications, name)(input_shape=(size, size, 3), weights=None,
+                                                 classifier_activation=None, **kwargs)
+
+    return make
+
+
 NETS: dict[str, Callable[[], object]] = {
     "mobilenet_v2": _mobilenet_v2,
     "resnet50": _resnet50,
     "small_cnn": _small_cnn,
+}
+# More keras.applications families at their smallest inputs (tested as .keras only).
+ZOO: dict[str, Callable[[], object]] = {
+    "mobilenet_v3_small": _app("MobileNetV3Small", 96),
+    "efficientnet_b0": _app("EfficientNetB0", 64, classes=10),
+    "densenet121": _app("DenseNet121", 64, classes=10),
+    "xception": _app("Xception", 71, classes=10),
+    "vgg16": _app("VGG16", 32, classes=10),
+    "inception_v3": _app("InceptionV3", 75, classes=10),
 }
 
 
@@ -69,24 +88,50 @@ def recalibrate(model: object, seed: int = 0) -> None:
     keras.utils.set_random_seed(seed)
     bns = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]  # type: ignore[attr-defined]
     for layer in bns:
-        gamma, beta, mean, var = layer.get_weights()
-        layer.set_weights([rng.uniform(0.5, 1.5, gamma.shape).astype(np.float32),
-                           rng.uniform(-0.2, 0.2, beta.shape).astype(np.float32), mean, var])
+        if layer.gamma is not None:
+            layer.gamma.assign(rng.uniform(0.5, 1.5, layer.gamma.shape).astype(np.float32))
+        if layer.beta is not None:
+            layer.beta.assign(rng.uniform(-0.2, 0.2, layer.beta.shape).astype(np.float32))
         layer.momentum = 0.0
     shape = (8, *model.inputs[0].shape[1:])  # type: ignore[attr-defined]
     model(rng.standard_normal(shape).astype(np.float32), training=True)  # type: ignore[operator]
 
 
-def build(net: str, folder: Path) -> dict[str, Path]:
-    """Build ``net`` and save it as a SavedModel folder and a ``.keras`` file under ``folder``."""
+def build(net: str, folder: Path, *, savedmodel: bool = True) -> dict[str, Path]:
+    """Build ``net`` and save it as a ``.keras`` file (and a SavedModel folder) under ``folder``."""
     import keras
 
     keras.utils.set_random_seed(0)
-    model = NETS[net]()
+    model = {**NETS, **ZOO}[net]()
     recalibrate(model)
     folder.mkdir(parents=True, exist_ok=True)
-    saved = folder / f"{net}_savedmodel"
-    model.export(str(saved), verbose=False)  # type: ignore[attr-defined]
-    keras_file = folder / f"{net}.keras"
-    model.save(str(keras_file))  # type: ignore[attr-defined]
-    return {"savedmodel": saved, "keras": keras_file}
+    out = {}
+    if savedmodel:
+        out["savedmodel"] = folder / f"{net}_savedmodel"
+        model.export(str(out["savedmodel"]), verbose=False)  # type: ignore[attr-defined]
+    out["keras"] = folder / f"{net}.keras"
+    model.save(str(out["keras"]))  # type: ignore[attr-defined]
+    return out
+
+
+def float64_run(net: str, keras_file: Path, x_nhwc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return (TF float32 result, the same net's result in float64) on ``x_nhwc``.
+
+    The float64 net is built with Keras' dtype policy ``float64`` and the saved weights; the
+    policy is restored afterwards.
+    """
+    import keras
+
+    m32 = keras.saving.load_model(str(keras_file), compile=False)
+    r32 = np.asarray(m32(x_nhwc, training=False))  # type: ignore[operator]
+    policy, floatx = keras.config.dtype_policy(), keras.config.floatx()
+    try:
+        keras.config.set_floatx("float64")
+        keras.config.set_dtype_policy("float64")
+        m64 = {**NETS, **ZOO}[net]()
+        m64.set_weights([w.astype(np.float64) for w in m32.get_weights()])  # type: ignore[attr-defined]
+        r64 = np.asarray(m64(x_nhwc.astype(np.float64), training=False))  # type: ignore[operator]
+    finally:
+        keras.config.set_floatx(floatx)
+        keras.config.set_dtype_policy(policy)
+    return r32, r64

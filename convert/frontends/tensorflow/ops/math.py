@@ -167,3 +167,20 @@ def mat_mul(node: TFNode, ctx: TFContext) -> None:
             v = ctx.emit("Transpose", [v], {"perm": perm})
         values.append(v)
     ctx.bind(ctx.emit("MatMul", values))
+
+
+@register("Erfc", maps_to="1 - Erf")
+def erfc(node: TFNode, ctx: TFContext) -> None:
+    """Erfc -> 1 - Erf(x)."""
+    x, layout = ctx.get_any(node.inputs[0])
+    one = ctx.builder.const(np.array(1, np.float32))
+    ctx.bind(ctx.emit("Sub", [one, ctx.emit("Erf", [x])]), layout)
+
+
+@register("Einsum", maps_to="Einsum", notes="TF's axes; the equation as written")
+def einsum(node: TFNode, ctx: TFContext) -> None:
+    """Einsum -> Einsum (ONNX takes TF's equation syntax, without spaces)."""
+    equation = str(node.attrs.get("equation", "")).replace(" ", "")
+    if "." in equation:
+        raise RefusedError(f"equation '{equation}' uses an ellipsis")
+    ctx.bind(ctx.emit("Einsum", [ctx.get(n, TF) for n in node.inputs], {"equation": equation}))

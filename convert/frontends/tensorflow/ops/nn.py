@@ -11,7 +11,7 @@ import numpy as np
 from convert.frontends.tensorflow.context import NCHW, TF, TFContext
 from convert.frontends.tensorflow.graph import TFNode
 from convert.frontends.tensorflow.ops import register
-from convert.ir import RefusedError
+from convert.ir import Attr, AttributeType, RefusedError, Value
 
 __all__: list[str] = []
 
@@ -68,9 +68,63 @@ def conv2d(node: TFNode, ctx: TFContext) -> None:
     if in_shape is not None and len(in_shape) == 4 and in_shape[3] is not None and in_shape[3] != w.shape[2]:
         group = int(in_shape[3]) // int(w.shape[2])
     weight = ctx.builder.const(np.ascontiguousarray(w.transpose(3, 2, 0, 1)), name=f"{node.name}/weight")
+    _emit_conv(node, ctx, weight, kernel, strides, dilations, group)
+
+
+def _emit_conv(node: TFNode, ctx: TFContext, weight: Value, kernel: list[int], strides: list[int],
+               dilations: list[int], group: int) -> None:
+    """Emit the Conv; a SpaceToBatchND input makes it a dilated Conv (see ``space_to_batch_nd``)."""
+    x_name = node.inputs[0]
+    if x_name in ctx.space_to_batch:
+        source, block, paddings = ctx.space_to_batch[x_name]
+        if dilations != [1, 1] or strides != [1, 1] or str(node.attrs.get("padding")) != "VALID":
+            raise RefusedError("a convolution after SpaceToBatchND must have stride 1, dilation 1 and VALID padding")
+        attrs = {"kernel_shape": kernel, "strides": strides, "dilations": block, "group": group,
+                 "pads": [paddings[0][0], paddings[1][0], paddings[0][1], paddings[1][1]]}
+        y = ctx.emit("Conv", [ctx.get(source, NCHW), weight], attrs)
+        ctx.dilated[f"{node.name}:0"] = (y, block)
+        ctx.bind(y, NCHW)
+        return
     attrs = {"kernel_shape": kernel, "strides": strides, "dilations": dilations, "group": group,
              **_pads(node, ctx, kernel, strides, dilations)}
-    ctx.bind(ctx.emit("Conv", [ctx.get(node.inputs[0], NCHW), weight], attrs), NCHW)
+    ctx.bind(ctx.emit("Conv", [ctx.get(x_name, NCHW), weight], attrs), NCHW)
+
+
+@register("SpaceToBatchND", maps_to="(dilation of the next Conv)",
+          notes="only as TF's dilated-convolution pattern: SpaceToBatchND -> Conv2D/DepthwiseConv2dNative -> "
+                "BatchToSpaceND, constant block shape and paddings")
+def space_to_batch_nd(node: TFNode, ctx: TFContext) -> None:
+    """SpaceToBatchND feeding a convolution: recorded; the convolution becomes dilated (no node here)."""
+    users = ctx.consumers.get(f"{node.name}:0", [])
+    if not users or any(u.op not in ("Conv2D", "DepthwiseConv2dNative") for u in users):
+        raise RefusedError("SpaceToBatchND is converted only when it feeds convolutions (dilated convolution)")
+    block = [int(b) for b in ctx.need_const(node.inputs[1], "the block shape").reshape(-1)]
+    paddings = ctx.need_const(node.inputs[2], "the paddings").astype(np.int64).reshape(-1, 2).tolist()
+    if len(block) != 2 or ctx.rank(node.inputs[0]) != 4:
+        raise RefusedError("only 2-D spatial blocks of rank-4 NHWC tensors are supported")
+    ctx.space_to_batch[f"{node.name}:0"] = (node.inputs[0], block, paddings)
+
+
+@register("BatchToSpaceND", maps_to="(crop of the dilated Conv)",
+          notes="only after a convolution made dilated from SpaceToBatchND; crops reduce its end pads")
+def batch_to_space_nd(node: TFNode, ctx: TFContext) -> None:
+    """BatchToSpaceND after a dilated convolution: its crops are taken off that Conv's pads (no node)."""
+    found = ctx.dilated.get(node.inputs[0])
+    if found is None:
+        raise RefusedError("BatchToSpaceND is converted only after a convolution fed by SpaceToBatchND")
+    y, block = found
+    if [int(b) for b in ctx.need_const(node.inputs[1], "the block shape").reshape(-1)] != block:
+        raise RefusedError("BatchToSpaceND's block shape differs from its SpaceToBatchND's")
+    crops = ctx.need_const(node.inputs[2], "the crops").astype(np.int64).reshape(-1, 2)
+    conv = y.producer()
+    assert conv is not None
+    pads = list(conv.attributes["pads"].as_ints())
+    pads = [pads[0] - int(crops[0][0]), pads[1] - int(crops[1][0]), pads[2] - int(crops[0][1]),
+            pads[3] - int(crops[1][1])]
+    if min(pads) < 0:
+        raise RefusedError(f"crops {crops.tolist()} exceed the paddings")
+    conv.attributes["pads"] = Attr("pads", AttributeType.INTS, pads)
+    ctx.bind(y, NCHW)
 
 
 @register("DepthwiseConv2dNative", maps_to="Conv (group = in channels)",
@@ -84,9 +138,7 @@ def depthwise_conv2d(node: TFNode, ctx: TFContext) -> None:
     dilations = _hw(node.attrs.get("dilations", [1, 1, 1, 1]), "dilations")
     weight = ctx.builder.const(np.ascontiguousarray(w.transpose(2, 3, 0, 1).reshape(cin * mult, 1, h, k)),
                                name=f"{node.name}/weight")
-    attrs = {"kernel_shape": [h, k], "strides": strides, "dilations": dilations, "group": cin,
-             **_pads(node, ctx, [h, k], strides, dilations)}
-    ctx.bind(ctx.emit("Conv", [ctx.get(node.inputs[0], NCHW), weight], attrs), NCHW)
+    _emit_conv(node, ctx, weight, [h, k], strides, dilations, cin)
 
 
 @register("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", maps_to="BatchNormalization",

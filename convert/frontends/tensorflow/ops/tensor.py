@@ -28,23 +28,10 @@ def const(node: TFNode, ctx: TFContext) -> None:
     ctx.bind_const(value)
 
 
-@register("Identity", "StopGradient", "Snapshot", "PreventGradient", "CheckNumerics", maps_to="(nothing)",
-          notes="aliases its input")
+@register("Identity", "StopGradient", maps_to="(nothing)", notes="aliases its input")
 def identity(node: TFNode, ctx: TFContext) -> None:
     """Identity-like ops alias their input (no node)."""
     ctx.alias(node.inputs[0])
-
-
-@register("IdentityN", maps_to="(nothing)", notes="aliases its inputs")
-def identity_n(node: TFNode, ctx: TFContext) -> None:
-    """IdentityN aliases each input to the output of the same index."""
-    for i, name in enumerate(node.inputs):
-        ctx.alias(name, i)
-
-
-@register("NoOp", maps_to="(nothing)")
-def no_op(node: TFNode, ctx: TFContext) -> None:
-    """NoOp: nothing."""
 
 
 @register("Pad", "PadV2", "MirrorPad", maps_to="Pad", notes="constant paddings; MirrorPad REFLECT only")
@@ -80,17 +67,30 @@ def concat_v2(node: TFNode, ctx: TFContext) -> None:
                       {"axis": nchw_axis(axis) if nchw else axis}), layout)
 
 
-@register("Reshape", maps_to="Reshape", notes="TF's axes; the target from a constant or the static shape")
+@register("Reshape", maps_to="Reshape", notes="TF's axes (NCHW when H = W = 1); target constant or static")
 def reshape(node: TFNode, ctx: TFContext) -> None:
     """Reshape -> Reshape on TF's layout (the target from a constant, else TF's inferred output shape)."""
     target = ctx.const(node.inputs[1])
     if target is None:
         out = ctx.shape(f"{node.name}:0")
         if out is None or sum(d is None for d in out) > 1:
-            raise RefusedError("the target shape is computed and the output shape is not static")
+            # A target computed at run time (Shape -> Gather -> Pack): use it as it is.
+            computed = ctx.emit("Cast", [ctx.get(node.inputs[1], TF)], {"to": DataType.INT64})
+            ctx.bind(ctx.emit("Reshape", [ctx.get(node.inputs[0], TF), computed]))
+            return
         target = np.array([-1 if d is None else d for d in out], np.int64)
-    shape = ctx.builder.const(np.asarray(target, np.int64).reshape(-1))
-    ctx.bind(ctx.emit("Reshape", [ctx.get(node.inputs[0], TF), shape]))
+    target = np.asarray(target, np.int64).reshape(-1)
+    x_name = node.inputs[0]
+    x_shape = ctx.shape(x_name)
+    # A rank-4 tensor with H = W = 1 has the same element order in NHWC and NCHW: read and write
+    # such tensors (squeeze-excite blocks, Flatten after global pooling) in NCHW without a Transpose.
+    x_flat = ctx.is_nchw(x_name) and x_shape is not None and len(x_shape) == 4 and x_shape[1:3] == (1, 1)
+    x = ctx.get(x_name, NCHW if x_flat else TF)
+    if len(target) == 4 and target[1] == 1 and target[2] == 1:
+        shape = ctx.builder.const(target[[0, 3, 1, 2]])
+        ctx.bind(ctx.emit("Reshape", [x, shape]), NCHW)
+        return
+    ctx.bind(ctx.emit("Reshape", [x, ctx.builder.const(target)]))
 
 
 @register("Squeeze", maps_to="Squeeze", notes="TF's axes")
@@ -128,3 +128,73 @@ def cast(node: TFNode, ctx: TFContext) -> None:
         raise RefusedError("Cast without a destination type")
     x, layout = ctx.get_any(node.inputs[0])
     ctx.bind(ctx.emit("Cast", [x], {"to": DataType.from_numpy(dtype)}), layout)
+
+
+@register("StridedSlice", maps_to="Slice (+ Squeeze)",
+          notes="constant begin/end/strides; begin/end/shrink masks; no ellipsis or new-axis masks")
+def strided_slice(node: TFNode, ctx: TFContext) -> None:
+    """StridedSlice -> Slice over every sliced axis, then Squeeze for shrink_axis_mask (NCHW when no shrink)."""
+    begin = [int(b) for b in ctx.need_const(node.inputs[1], "begin").reshape(-1)]
+    end = [int(e) for e in ctx.need_const(node.inputs[2], "end").reshape(-1)]
+    strides = [int(s) for s in ctx.need_const(node.inputs[3], "strides").reshape(-1)]
+    masks = {k: int(node.attrs.get(k, 0)) for k in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
+                                                       "shrink_axis_mask")}  # type: ignore[call-overload]
+    if masks["ellipsis_mask"] or masks["new_axis_mask"]:
+        raise RefusedError("ellipsis_mask and new_axis_mask are not supported")
+    big = np.iinfo(np.int64).max
+    starts, ends, axes, steps, squeeze = [], [], [], [], []
+    for axis, (b, e, s) in enumerate(zip(begin, end, strides, strict=True)):
+        if masks["shrink_axis_mask"] >> axis & 1:
+            starts.append(b)
+            ends.append(b + 1 if b != -1 else big)
+            steps.append(1)
+            squeeze.append(axis)
+        else:
+            if s == 0:
+                raise RefusedError("a stride of 0")
+            starts.append((0 if s > 0 else -1) if masks["begin_mask"] >> axis & 1 else b)
+            ends.append((big if s > 0 else -big) if masks["end_mask"] >> axis & 1 else e)
+            steps.append(s)
+        axes.append(axis)
+    x_name = node.inputs[0]
+    layout = NCHW if not squeeze and ctx.rank(x_name) == 4 and ctx.is_nchw(x_name) else TF
+    if layout == NCHW:
+        axes = [nchw_axis(a) for a in axes]
+    inputs = [ctx.get(x_name, layout), *(ctx.builder.const(np.array(v, np.int64)) for v in (starts, ends, axes, steps))]
+    y = ctx.emit("Slice", inputs)
+    if squeeze:
+        y = ctx.emit("Squeeze", [y, ctx.builder.const(np.array(squeeze, np.int64))])
+    ctx.bind(y, layout)
+
+
+@register("Shape", maps_to="Shape (+ Cast)", notes="TF's axes; out_type int32 or int64")
+def shape(node: TFNode, ctx: TFContext) -> None:
+    """Shape -> Shape of the tensor in TF's layout, cast to out_type."""
+    out_type = node.attrs.get("out_type", np.dtype(np.int32))
+    y = ctx.emit("Shape", [ctx.get(node.inputs[0], TF)])
+    if isinstance(out_type, np.dtype) and out_type != np.int64:
+        y = ctx.emit("Cast", [y], {"to": DataType.from_numpy(out_type)})
+    ctx.bind(y)
+
+
+@register("GatherV2", maps_to="Gather", notes="constant axis; batch_dims 0")
+def gather_v2(node: TFNode, ctx: TFContext) -> None:
+    """GatherV2 -> Gather on TF's layout."""
+    if int(node.attrs.get("batch_dims", 0)):  # type: ignore[call-overload]
+        raise RefusedError("batch_dims other than 0")
+    axis = int(ctx.need_const(node.inputs[2], "the axis"))
+    ctx.bind(ctx.emit("Gather", [ctx.get(node.inputs[0], TF), ctx.get(node.inputs[1], TF)], {"axis": axis}))
+
+
+@register("Pack", maps_to="Unsqueeze + Concat", notes="TF's axes")
+def pack(node: TFNode, ctx: TFContext) -> None:
+    """Pack -> Unsqueeze every input at ``axis`` and Concat them there."""
+    axis = int(node.attrs.get("axis", 0))  # type: ignore[call-overload]
+    rank = ctx.rank(node.inputs[0])
+    if axis < 0:
+        if rank is None:
+            raise RefusedError("a negative axis on inputs of unknown rank")
+        axis += rank + 1
+    axes = ctx.builder.const(np.array([axis], np.int64))
+    parts = [ctx.emit("Unsqueeze", [ctx.get(n, TF), axes]) for n in node.inputs]
+    ctx.bind(parts[0] if len(parts) == 1 else ctx.emit("Concat", parts, {"axis": axis}))
