@@ -39,13 +39,13 @@ def generate(out_dir: Path = HERE) -> Path:
 
     The ``.pyi`` stub is written beside it, for type checkers.
     """
-    from grpc_tools import protoc  # a test/development dependency only
-
     with tempfile.TemporaryDirectory() as tmp:
-        args = ["protoc", f"-I{HERE.parent.parent}", f"--python_out={tmp}", f"--pyi_out={tmp}"]
-        rc = protoc.main([*args, str(HERE / "caffe.proto")])
-        if rc != 0:
-            raise RuntimeError(f"protoc failed with status {rc}")
+        # protoc (grpcio-tools, a test/development dependency) runs in a process of its own: loaded
+        # into a process that already holds TensorFlow's protobuf and absl libraries, it segfaults.
+        args = [f"-I{HERE.parent.parent}", f"--python_out={tmp}", f"--pyi_out={tmp}", str(HERE / "caffe.proto")]
+        done = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", *args], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"protoc failed with status {done.returncode}: {done.stderr.strip()}")
         made = Path(tmp) / "convert" / "_proto"
         text = (made / "caffe_pb2.py").read_text()
         stub = (made / "caffe_pb2.pyi").read_text()
