@@ -301,6 +301,18 @@ def cli() -> None:
     """Top-level group (see _HELP)."""
 
 
+def _regression_options(func):  # type: ignore[no-untyped-def]
+    """--regression-factor and --regression-floor, as `check` and `batch` both take them.
+
+    The defaults are convert.batch.reports' DEFAULT_FACTOR and DEFAULT_FLOOR, written out here so
+    that starting the CLI does not import the batch package.
+    """
+    func = click.option("--regression-floor", type=float, default=1e-6, show_default=True,
+                        help="Baseline errors below FLOOR count as FLOOR (float32 noise is not a regression).")(func)
+    return click.option("--regression-factor", type=float, default=10.0, show_default=True,
+                        help="Regression: error > FACTOR x max(baseline error, FLOOR).")(func)
+
+
 def _common(func):  # type: ignore[no-untyped-def]
     for opt in reversed([
         click.option("-v", "--verbose", count=True, help="More detail on stderr (-vv for debug logs)."),
@@ -607,10 +619,7 @@ def _check_baseline(report: ParityReport, kw: dict[str, object]) -> bool:
 @click.option("--baseline", type=click.Path(path_type=Path), metavar="FILE.json",
               help="An accepted report (--report, or a batch report of one model): fail when an output's error "
                    "grew past --regression-factor times its baseline, even within --tol.")
-@click.option("--regression-factor", type=float, default=10.0, show_default=True,
-              help="Regression: error > FACTOR x max(baseline error, FLOOR).")
-@click.option("--regression-floor", type=float, default=1e-6, show_default=True,
-              help="Baseline errors below FLOOR count as FLOOR (float32 noise is not a regression).")
+@_regression_options
 @click.option("--accept", is_flag=True, help="Write this run into --baseline when parity passed (accept it).")
 @_common
 @click.pass_context
@@ -749,10 +758,7 @@ def _run_batch(ctx: click.Context, **kw: object) -> int:
 @click.option("--baseline", type=click.Path(path_type=Path), metavar="FILE.json",
               help="An accepted batch report: a passing output whose error grew past --regression-factor "
                    "times its baseline is REGRESSED (exit 1).")
-@click.option("--regression-factor", type=float, default=10.0, show_default=True,
-              help="Regression: error > FACTOR x max(baseline error, FLOOR).")
-@click.option("--regression-floor", type=float, default=1e-6, show_default=True,
-              help="Baseline errors below FLOOR count as FLOOR (float32 noise is not a regression).")
+@_regression_options
 @click.option("--accept", is_flag=True, help="Write this run into --baseline when no model failed (accept it).")
 @click.option("--model", "only", multiple=True, metavar="NAME", help="Run only this model (repeatable).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")

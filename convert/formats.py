@@ -6,6 +6,7 @@ framework. A format whose package is absent from this installation is simply not
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,7 +58,9 @@ def register_exporter(name: str, module: str) -> None:
     _EXPORTERS[normalize(name)] = module
 
 
+@functools.cache
 def _add_entry_points() -> None:
+    """Add the installed packages' formats (entry points), once, on the first lookup: not at import."""
     from importlib.metadata import entry_points
 
     for group, table in (("convert.frontends", _FRONTENDS), ("convert.exporters", _EXPORTERS)):
@@ -72,6 +75,7 @@ def normalize(name: str) -> str:
 
 
 def _spec(table: dict[str, str], name: str, attr: str) -> object | None:
+    _add_entry_points()
     module = table.get(name)
     if module is None:
         return None
@@ -102,11 +106,13 @@ def exporter(name: str) -> ExporterSpec:
 
 def frontend_names() -> list[str]:
     """Return the source formats available in this installation."""
+    _add_entry_points()
     return [n for n in _FRONTENDS if isinstance(_spec(_FRONTENDS, n, "FRONTEND"), FrontendSpec)]
 
 
 def exporter_names() -> list[str]:
     """Return the destination formats available in this installation."""
+    _add_entry_points()
     return [n for n in _EXPORTERS if isinstance(_spec(_EXPORTERS, n, "EXPORTER"), ExporterSpec)]
 
 
@@ -148,6 +154,3 @@ def detect_format(paths: Sequence[Path]) -> str:
                 return name
     shown = ", ".join(str(p) for p in paths)
     raise UsageError(f"cannot tell the format of {shown}: name it, e.g. 'darknet:onnx' or --from darknet")
-
-
-_add_entry_points()

@@ -88,6 +88,21 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subproc
                           env=full_env, timeout=600)
 
 
+# Two models for the retry tests: kill_once lets 'cnn' through on its second attempt and kills
+# 'always-killed' on both.
+KILLED = """\
+[[models]]
+name = "cnn"
+route = "onnx:onnx"
+files = "cnn.onnx"
+
+[[models]]
+name = "always-killed"
+route = "onnx:onnx"
+files = "cnn.onnx"
+"""
+
+
 def kill_once(spec: object, out_dir: str, progress: object) -> ModelResult:
     """Die by SIGKILL the first time a model is run (every time for a name starting 'always'), then convert it."""
     marker = Path(out_dir) / f".killed-{spec.name}"  # type: ignore[attr-defined]

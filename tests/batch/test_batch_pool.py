@@ -8,26 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from batch_helpers import kill_once, run_cli, write_zoo
+from batch_helpers import KILLED, kill_once, run_cli, write_zoo
 
 from convert.batch import ERROR, PASS, Event, ModelResult, load_manifest, run_local
 from convert.parity import compare_one
 
-TWO = """\
-[[models]]
-name = "cnn"
-route = "onnx:onnx"
-files = "cnn.onnx"
-
-[[models]]
-name = "always-killed"
-route = "onnx:onnx"
-files = "cnn.onnx"
-"""
-
 
 def test_killed_worker_is_retried_once_and_reported(tmp_path: Path) -> None:
-    manifest = load_manifest(write_zoo(tmp_path, TWO))
+    manifest = load_manifest(write_zoo(tmp_path, KILLED))
     events: list[Event] = []
     rows = run_local(manifest.models, tmp_path / "out", workers=2, on_event=events.append, work=kill_once)
     cnn, always = rows
@@ -89,7 +77,7 @@ def test_onnx_runtime_takes_the_workers_thread_limit(tmp_path: Path, monkeypatch
     """Pool workers set OMP_NUM_THREADS = cores // workers; ONNX Runtime's own pool follows it."""
     from convert.parity.runtimes.onnxruntime import OnnxRuntime
 
-    write_zoo(tmp_path, TWO)
+    write_zoo(tmp_path, KILLED)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert OnnxRuntime(tmp_path / "cnn.onnx").session.get_session_options().intra_op_num_threads == 1
     monkeypatch.delenv("OMP_NUM_THREADS")

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from batch_helpers import ROOT, kill_once, run_cli, write_zoo
+from batch_helpers import KILLED, ROOT, kill_once, run_cli, write_zoo
 
 from convert.batch import ERROR, PASS, load_manifest
 
@@ -83,7 +83,7 @@ def test_ray_gives_the_same_table_as_the_local_pool(cluster: str, tmp_path: Path
 def test_ray_worker_killed_is_retried_once_and_reported(cluster: str, tmp_path: Path) -> None:
     from convert.batch.ray_runner import run_ray
 
-    manifest = load_manifest(write_zoo(tmp_path, TWO))
+    manifest = load_manifest(write_zoo(tmp_path, KILLED))
     cnn, always = run_ray(manifest.models, tmp_path / "out", address=cluster, work=kill_once)
     assert (cnn.verdict, cnn.attempts) == (PASS, 2)  # its first Ray worker was killed; converted on the retry
     assert cnn.retry_reason == "its Ray worker died (WorkerCrashedError) while converting"
@@ -91,21 +91,8 @@ def test_ray_worker_killed_is_retried_once_and_reported(cluster: str, tmp_path: 
     assert always.error.endswith("while converting, and again on the retry")
 
 
-TWO = """\
-[[models]]
-name = "cnn"
-route = "onnx:onnx"
-files = "cnn.onnx"
-
-[[models]]
-name = "always-killed"
-route = "onnx:onnx"
-files = "cnn.onnx"
-"""
-
-
 def test_no_cluster_at_the_address_is_a_usage_error(tmp_path: Path) -> None:
-    write_zoo(tmp_path, TWO)
+    write_zoo(tmp_path, KILLED)
     r = run_cli("batch", "models.toml", "--ray", "127.0.0.1:1", cwd=tmp_path)  # nothing listens on port 1
     assert r.returncode == 2
     assert "--ray 127.0.0.1:1: no Ray cluster answers there" in r.stderr

@@ -147,3 +147,13 @@ def test_baseline_accept_then_regression(full_run: tuple[Path, object]) -> None:
     # the default floor (1e-6) treats the improved baseline as float32 noise: no regression
     r = run_cli(*args, cwd=folder)
     assert r.returncode == 0, r.stdout
+
+
+def test_regression_option_defaults_are_the_reports() -> None:
+    """`check` and `batch` share one pair of --regression-* options; their defaults are the reports' own."""
+    from convert.batch.reports import DEFAULT_FACTOR, DEFAULT_FLOOR
+    from convert.cli import cli
+
+    for name in ("check", "batch"):
+        params = {p.name: p.default for p in cli.commands[name].params}  # type: ignore[attr-defined]
+        assert (params["regression_factor"], params["regression_floor"]) == (DEFAULT_FACTOR, DEFAULT_FLOOR)

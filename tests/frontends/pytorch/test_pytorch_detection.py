@@ -164,6 +164,16 @@ def test_detector_file_matches_eager_as_sets(suffix: str, tmp_path: Path) -> Non
 def test_torchvision_ops_unavailable_is_one_line(tmp_path: Path) -> None:
     """A file using torchvision::nms, converted where torchvision's operators cannot be loaded: exit 2,
     one line naming torchvision and why (the fresh process has no torchvision stand-ins)."""
+    path = tmp_path / "nms.pt"
+    torch.jit.save(torch.jit.trace(_Nms(), _boxes(0), check_trace=False), path)
+    line = _one_line_without_torchvision(path)
+    assert "torchvision" in line
+    assert "torchvision::nms" in line
+    assert "did not import" in line
+
+
+def _one_line_without_torchvision(path: Path) -> str:
+    """Convert ``path`` in a fresh process (no torchvision stand-ins); return its one error line (exit 2)."""
     import subprocess
 
     try:
@@ -172,16 +182,12 @@ def test_torchvision_ops_unavailable_is_one_line(tmp_path: Path) -> None:
         pytest.skip("torchvision is importable here: the operators load")
     except Exception:
         pass
-    path = tmp_path / "nms.pt"
-    torch.jit.save(torch.jit.trace(_Nms(), _boxes(0), check_trace=False), path)
-    r = subprocess.run([sys.executable, "-m", "convert", "pytorch:onnx", str(path), "-o", str(tmp_path / "o.onnx")],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    argv = [sys.executable, "-m", "convert", "pytorch:onnx", str(path), "-o", str(path.with_suffix(".onnx"))]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
-    assert "torchvision" in lines[0]
-    assert "torchvision::nms" in lines[0]
-    assert "did not import" in lines[0]
+    return lines[0]
 
 
 class _Guarded(torch.nn.Module):
@@ -225,20 +231,8 @@ def test_detector_through_the_trace_fallback_keeps_its_count_dynamic(tmp_path: P
 def test_pt2_needing_torchvision_ops_is_one_line(tmp_path: Path) -> None:
     """A .pt2 whose graph calls torchvision::nms, read where torchvision cannot load: exit 2, one line
     (torch.export.load's own logged traceback is silenced)."""
-    import subprocess
-
-    try:
-        import torchvision  # noqa: F401
-
-        pytest.skip("torchvision is importable here: the operators load")
-    except Exception:
-        pass
     path = tmp_path / "nms.pt2"
     torch.export.save(torch.export.export(_Nms(), _boxes(0), strict=False), path)
-    r = subprocess.run([sys.executable, "-m", "convert", "pytorch:onnx", str(path), "-o", str(tmp_path / "o.onnx")],
-                       capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    assert "torch.ops.torchvision" in lines[0]
-    assert "did not import" in lines[0]
+    line = _one_line_without_torchvision(path)
+    assert "torch.ops.torchvision" in line
+    assert "did not import" in line
