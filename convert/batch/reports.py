@@ -265,6 +265,9 @@ def baseline_errors(path: Path) -> dict[str, dict[str, float]]:
     """
     try:
         data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UsageError(f"--baseline {path}: no such file; run once with --accept to write it from a passing "
+                         "run") from None
     except OSError as exc:
         raise UsageError(f"--baseline {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
