@@ -21,7 +21,8 @@ def test_killed_worker_is_retried_once_and_reported(tmp_path: Path) -> None:
     cnn, always = rows
     assert (cnn.name, cnn.verdict, cnn.attempts) == ("cnn", PASS, 2)  # died once, converted on the retry
     assert cnn.retry_reason == "its worker killed by SIGKILL while converting"
-    assert cnn.report is not None and cnn.report.outputs[0].max_abs == 0.0
+    # The same graph run twice: equal up to the summation order of ORT's threads (1.5e-8 seen in CI).
+    assert cnn.report is not None and cnn.report.outputs[0].rel_to_scale <= 1e-6
     assert (always.verdict, always.attempts) == (ERROR, 2)
     assert always.error == "its worker killed by SIGKILL while converting, and again on the retry"
     assert [e.name for e in events if e.kind == "done"].count("cnn") == 1
