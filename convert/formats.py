@@ -35,13 +35,14 @@ _FRONTENDS = {
     "caffe": "convert.frontends.caffe",
     "paddle": "convert.frontends.paddle",
     "tensorflow": "convert.frontends.tensorflow",
+    "tflite": "convert.frontends.tflite",
 }
 _EXPORTERS = {
     "onnx": "convert.exporters.onnx",
     "caffe": "convert.exporters.caffe",
 }
 ALIASES = {"torch": "pytorch", "pt": "pytorch", "paddlepaddle": "paddle", "pd": "paddle",
-           "tf": "tensorflow", "keras": "tensorflow"}
+           "tf": "tensorflow", "keras": "tensorflow", "litert": "tflite"}
 
 
 def register_frontend(name: str, module: str) -> None:

@@ -201,7 +201,9 @@ def run_parity(
         pairs = match_outputs(list(ref), list(got))
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    report.outputs = [compare_one(r, ref[r], g, got[g], atol, rtol, tol) for r, g in pairs]
+    steps = getattr(src, "output_steps", {})  # quantized references: the step of each output
+    report.outputs = [compare_one(r, ref[r], g, got[g], atol, rtol, tol, step=float(steps.get(r, 0.0)))
+                      for r, g in pairs]
     if locate or (locate is None and not report.passed):
         report.location = _locate(source_format, source_paths, dest_format, dest_paths, src, feeds, dst_feeds,
                                   options, tol)

@@ -142,9 +142,15 @@ def match_outputs(ref_names: Sequence[str], got_names: Sequence[str]) -> list[tu
     return list(zip(ref_names, got_names, strict=True))
 
 
+# A quantized reference output (int8/uint8 dequantized) also passes within this many of its
+# quantization steps: TFLite's fixed-point requantization and ONNX's float QuantizeLinear round a
+# value that lies near half a step apart (one step), and such a step can move the next op's result.
+QUANT_STEPS = 2
+
+
 def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol: float, rtol: float,
-                tol: float = 1e-4) -> OutputResult:
-    """Compare one pair of arrays."""
+                tol: float = 1e-4, step: float = 0.0) -> OutputResult:
+    """Compare one pair of arrays; ``step``: the reference's quantization step (0 for float outputs)."""
     ref = np.asarray(ref)
     got = np.asarray(got)
     if ref.shape != got.shape:
@@ -179,6 +185,10 @@ def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol
     std = float(rf.std()) if rf.size else 0.0
     degenerate = scale < 1e-6 or std <= 1e-6 * scale
     within = rel_to_scale <= tol or (scale < 1e-6 and max_abs <= atol)  # near-zero outputs: absolute error
+    if step > 0 and not within and max_abs <= QUANT_STEPS * step * (1 + 1e-6):
+        within = True
+        note = (note + "; " if note else "") + (f"quantized output: off by {max_abs / step:.3g} quantization "
+                                                f"step(s) of {step:.3g}, {QUANT_STEPS} allowed")
     passed = (not nan_mismatch) and within and not degenerate
     if nan_mismatch:
         note = "NaN where the reference has none"

@@ -13,7 +13,7 @@ from convert.frontends.tensorflow.graph import TFNode
 from convert.frontends.tensorflow.ops import register
 from convert.ir import Attr, AttributeType, RefusedError, Value
 
-__all__: list[str] = []
+__all__ = ["conv_pads"]
 
 
 def _nhwc(node: TFNode) -> None:
@@ -30,7 +30,7 @@ def _hw(values: object, name: str) -> list[int]:
     return v[1:3]
 
 
-def _pads(node: TFNode, ctx: TFContext, kernel: list[int], strides: list[int],
+def conv_pads(node: TFNode, ctx: TFContext, kernel: list[int], strides: list[int],
           dilations: list[int]) -> dict[str, object]:
     """Return ONNX padding attributes for TF's SAME / VALID / EXPLICIT."""
     padding = str(node.attrs.get("padding", "VALID"))
@@ -86,7 +86,7 @@ def _emit_conv(node: TFNode, ctx: TFContext, weight: Value, kernel: list[int], s
         ctx.bind(y, NCHW)
         return
     attrs = {"kernel_shape": kernel, "strides": strides, "dilations": dilations, "group": group,
-             **_pads(node, ctx, kernel, strides, dilations)}
+             **conv_pads(node, ctx, kernel, strides, dilations)}
     ctx.bind(ctx.emit("Conv", [ctx.get(x_name, NCHW), weight], attrs), NCHW)
 
 
@@ -159,7 +159,7 @@ def _pool(node: TFNode, ctx: TFContext, op_type: str) -> None:
     kernel = _hw(node.attrs.get("ksize"), "ksize")
     strides = _hw(node.attrs.get("strides"), "strides")
     attrs: dict[str, object] = {"kernel_shape": kernel, "strides": strides,
-                                **_pads(node, ctx, kernel, strides, [1, 1])}
+                                **conv_pads(node, ctx, kernel, strides, [1, 1])}
     if op_type == "AveragePool":
         attrs["count_include_pad"] = 0  # TF's SAME average ignores the padding
     ctx.bind(ctx.emit(op_type, [ctx.get(node.inputs[0], NCHW)], attrs), NCHW)

@@ -1,0 +1,278 @@
+"""Convert the main subgraph of a ``.tflite`` file into the IR (NCHW inside), without TensorFlow.
+
+Every TFLite tensor becomes a key of the TensorFlow frontend's context (``TFContext``), so layout
+handling (NHWC in TFLite, NCHW in the IR, transposes only at the edges) is the TensorFlow
+frontend's. Constants are NumPy views of the memory-mapped file until a converter reads them.
+
+Quantized models (int8/uint8 activations, ``TensorType`` INT8/UINT8 with scale and zero point)
+become ONNX's QDQ form: a quantized tensor stays int8/uint8 in ONNX; an op reading it reads a
+``DequantizeLinear`` of it, computes in float, and its quantized output is a ``QuantizeLinear``
+of the float result (after the fused activation). Weights of CONV_2D, DEPTHWISE_CONV_2D and
+FULLY_CONNECTED stay int8 (per-channel ``DequantizeLinear``), their int32 biases too. ONNX
+Runtime fuses these groups into its integer kernels (``QLinearConv``, ...). Other quantized
+constants are dequantized in NumPy (``scale * (q - zero_point)`` in float32, as DequantizeLinear).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from convert.frontends.tensorflow.context import NCHW, TF, TO_NCHW, TFContext
+from convert.frontends.tensorflow.graph import TFNode
+from convert.ir import (
+    DataType,
+    GapCollector,
+    GraphBuilder,
+    Model,
+    Options,
+    RefusedError,
+    Unsupported,
+    UsageError,
+    Value,
+    convert_all,
+)
+
+from .model import TFLModel, TFLOp, TFLQuant, TFLTensor, read_model
+
+__all__ = ["check_support", "convert_model", "load", "quantize_op", "read"]
+
+_QUANT_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
+_PASS_THROUGH = {"QUANTIZE", "DEQUANTIZE"}  # converters that handle quantized tensors themselves
+
+
+def read(paths: Sequence[Path], options: Options) -> TFLModel:
+    """Read the ``.tflite`` file named by ``paths``."""
+    if len(paths) != 1:
+        raise UsageError("tflite: give one .tflite file")
+    sig = options.get("tflite_signature")
+    return read_model(Path(paths[0]), str(sig) if sig else None)
+
+
+def _gaps(model: TFLModel) -> GapCollector:
+    from .ops import OPS
+
+    gaps = GapCollector()
+    for op in model.ops:
+        if op.name not in OPS:
+            gaps.add(op.name, f"{model.source} operator {op.index} (output '{_out_name(model, op)}')")
+        for i in op.inputs + op.outputs:
+            t = model.tensors[i] if i >= 0 else None
+            if t is not None and t.quant is not None and t.dtype == np.int16 and t.span is None:
+                gaps.add("int16 activations", f"{model.source} tensor '{t.name}'",
+                         reason="16-bit quantized activations (ONNX QuantizeLinear needs opset 21)")
+    return gaps
+
+
+def _out_name(model: TFLModel, op: TFLOp) -> str:
+    return model.tensors[op.outputs[0]].name if op.outputs else f"op{op.index}"
+
+
+def check_support(paths: Sequence[Path], options: Options) -> list[Unsupported]:
+    """Return every operator type of the model without a converter (with its count and first place)."""
+    return _gaps(read(paths, options)).items()
+
+
+def load(paths: Sequence[Path], options: Options) -> Model:
+    """Convert a ``.tflite`` file into the IR (NCHW inside; see the module docstring)."""
+    return convert_model(read(paths, options), options, name=Path(paths[0]).stem)
+
+
+class _Lowering:
+    """The state of one conversion: tensor keys, quantization, the TF context."""
+
+    def __init__(self, model: TFLModel, ctx: TFContext) -> None:
+        self.model = model
+        self.ctx = ctx
+        self.keys: dict[int, str] = {}
+        self.current: TFLOp | None = None
+        ctx.quant_consts = {}  # type: ignore[attr-defined]
+        ctx.lowering = self  # type: ignore[attr-defined]
+
+    def key(self, index: int) -> str:
+        return self.keys[index]
+
+    def is_quant_activation(self, t: TFLTensor) -> bool:
+        return t.quant is not None and t.span is None and t.dtype in _QUANT_TYPES
+
+    def add_const(self, t: TFLTensor) -> None:
+        """Record a constant tensor: raw for int weights (the weight converters keep them int8)."""
+        key = f"{t.name}:const"
+        self.keys[t.index] = key
+        arr = self.model.array(t)
+        if t.quant is not None and arr.dtype.kind in "iu":
+            self.ctx.quant_consts[key] = (arr, t.quant)  # type: ignore[attr-defined]
+            self.ctx.consts[key] = _dequantize(arr, t.quant)  # for converters that read it as a value
+        elif arr.dtype == np.float16:
+            self.ctx.consts[key] = arr  # DEQUANTIZE turns it to float32
+        else:
+            self.ctx.consts[key] = arr
+        self.ctx.shapes[key] = tuple(arr.shape)
+
+    def float_input(self, index: int) -> str:
+        """Return the key of tensor ``index`` as float: a DequantizeLinear of a quantized activation."""
+        t = self.model.tensors[index]
+        key = self.key(index)
+        if not self.is_quant_activation(t):
+            return key
+        fkey = f"{key}/dq"
+        if fkey not in self.ctx.values:
+            value, layout = self.ctx.get_any(key)
+            scale, zero = _qparams(self.ctx, t)
+            dq = self.ctx.emit("DequantizeLinear", [value, scale, zero], suffix=f"{t.name}/dq")
+            self.ctx.values[fkey] = {layout: dq}
+            self.ctx.shapes[fkey] = self.ctx.shapes.get(key)
+        return fkey
+
+
+def _dequantize(arr: np.ndarray, quant: TFLQuant) -> np.ndarray:
+    shape = [1] * arr.ndim
+    if quant.axis is not None and arr.ndim:
+        shape[quant.axis] = -1
+    scale = quant.scale.reshape(shape) if quant.axis is not None else quant.scale[0]
+    zero = quant.zero_point.reshape(shape) if quant.axis is not None else quant.zero_point[0]
+    return ((arr.astype(np.int64) - zero).astype(np.float32) * np.float32(scale)).astype(np.float32)
+
+
+def _qparams(ctx: TFContext, t: TFLTensor) -> tuple[Value, Value]:
+    q = t.quant
+    assert q is not None
+    if q.axis is not None and len(q.scale) > 1:
+        raise RefusedError(f"tensor '{t.name}' is quantized per channel; only per-tensor activations are supported")
+    scale = ctx.builder.const(np.array(q.scale[0], np.float32), name=f"{t.name}_scale")
+    zero = ctx.builder.const(np.array(q.zero_point[0], t.dtype), name=f"{t.name}_zero")
+    return scale, zero
+
+
+_ACTIVATIONS = {"RELU": ("Relu", None), "RELU6": ("Clip", (0.0, 6.0)), "RELU_N1_TO_1": ("Clip", (-1.0, 1.0)),
+                "TANH": ("Tanh", None)}
+
+
+def _fused_activation(ctx: TFContext, key: str, fused: str) -> None:
+    """Apply a fused activation to the op's (float) output 0, in each layout it is held."""
+    if fused == "NONE":
+        return
+    if fused not in _ACTIVATIONS:
+        raise RefusedError(f"fused activation {fused} is not supported")
+    op_type, clip = _ACTIVATIONS[fused]
+    held = ctx.values.get(key)
+    if not held:
+        raise RefusedError("a fused activation on a constant result")
+    for layout, value in list(held.items()):
+        inputs = [value]
+        if clip is not None:
+            inputs += [ctx.builder.const(np.array(v, np.float32)) for v in clip]
+        held[layout] = ctx.emit(op_type, inputs, suffix=fused.lower())
+
+
+def _quantize_output(ctx: TFContext, key: str, t: TFLTensor) -> None:
+    held = ctx.values.get(key)
+    if not held:
+        raise RefusedError(f"quantized output '{t.name}' is a constant")
+    scale, zero = _qparams(ctx, t)
+    for layout, value in list(held.items()):
+        held[layout] = ctx.emit("QuantizeLinear", [value, scale, zero], suffix=f"{t.name}/q")
+
+
+def quantize_op(node: TFNode, ctx: TFContext) -> None:
+    """QUANTIZE (float -> int, or a requantization int -> int) and DEQUANTIZE (int or float16 -> float32)."""
+    low: _Lowering = ctx.lowering  # type: ignore[attr-defined]
+    op = low.current
+    src = low.model.tensors[op.inputs[0]]
+    dst = low.model.tensors[op.outputs[0]]
+    key = low.key(op.inputs[0])
+    if op.name == "DEQUANTIZE":
+        if src.span is not None:  # a constant: float16 or quantized weights, done in NumPy
+            arr = ctx.consts[key]
+            ctx.bind_const(arr.astype(np.float32))
+            return
+        x, layout = ctx.get_any(key)
+        if src.quant is None:
+            ctx.bind(ctx.emit("Cast", [x], {"to": DataType.FLOAT}), layout)
+            return
+        scale, zero = _qparams(ctx, src)
+        ctx.bind(ctx.emit("DequantizeLinear", [x, scale, zero]), layout)
+        return
+    if dst.quant is None:
+        raise RefusedError(f"QUANTIZE output '{dst.name}' has no quantization parameters")
+    x, layout = ctx.get_any(low.float_input(op.inputs[0]))
+    scale, zero = _qparams(ctx, dst)
+    ctx.bind(ctx.emit("QuantizeLinear", [x, scale, zero]), layout)
+
+
+def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") -> Model:
+    """Convert a read ``TFLModel`` into the IR (see ``load``)."""
+    from .ops import OPS, decode_options
+
+    _gaps(model).raise_if_any(model.source, hint="Run `convert ops tflite` for the supported list.")
+    keep_nhwc = bool(options.get("keep_nhwc", False))
+    builder = GraphBuilder(name, source=model.source)
+    ctx = TFContext(builder, options)
+    low = _Lowering(model, ctx)
+    unknown = sorted(set(options.input_shapes) - set(model.inputs))
+    if unknown:
+        raise UsageError(f"--input-shape names {', '.join(repr(n) for n in unknown)}; the inputs of "
+                         f"{model.source} are {', '.join(repr(n) for n in model.inputs)}")
+    for user_name, index in model.inputs.items():
+        t = model.tensors[index]
+        key = f"{t.name}:input"
+        low.keys[index] = key
+        dims: list[int | str] = [("N" if i == 0 else f"{user_name}_dim{i}") if d is None else int(d)
+                                 for i, d in enumerate(t.shape)]
+        if user_name in options.input_shapes:
+            dims = list(options.input_shapes[user_name])
+        ctx.shapes[key] = tuple(int(d) if isinstance(d, int) else None for d in dims)
+        nchw = len(dims) == 4 and not keep_nhwc
+        if nchw:
+            dims = [dims[p] for p in TO_NCHW]
+        value = builder.input(user_name, DataType.from_numpy(t.dtype), dims)
+        ctx.values[key] = {NCHW if nchw else TF: value}
+    for t in model.tensors:
+        if t.span is not None and t.index not in low.keys:
+            low.add_const(t)
+    nodes: list[tuple[TFNode, TFLOp]] = []
+    for op in model.ops:
+        node_name = _out_name(model, op)
+        for k, index in enumerate(op.outputs):
+            low.keys[index] = f"{node_name}:{k}"
+            ctx.shapes[f"{node_name}:{k}"] = model.tensors[index].shape
+        node = TFNode(node_name, op.name, [], decode_options(op.name, op.options),
+                      [model.tensors[i].shape for i in op.outputs],
+                      [model.tensors[i].dtype for i in op.outputs])
+        nodes.append((node, op))
+
+    def run(converter: object, item: tuple[TFNode, TFLOp]) -> None:
+        node, op = item
+        ctx.node = node
+        low.current = op
+        if op.name in _PASS_THROUGH:
+            converter(node, ctx)  # type: ignore[operator]
+            return
+        for i in op.inputs:
+            if i >= 0 and i not in low.keys:
+                raise RefusedError(f"input tensor '{model.tensors[i].name}' is used before it is produced")
+        node.inputs = [low.float_input(i) if i >= 0 else "" for i in op.inputs]
+        quantized_out = [model.tensors[i] for i in op.outputs if low.is_quant_activation(model.tensors[i])]
+        if quantized_out:
+            node.dtypes = [np.dtype(np.float32) for _ in op.outputs]
+        converter(node, ctx)  # type: ignore[operator]
+        _fused_activation(ctx, f"{node.name}:0", str(node.attrs.get("fused", "NONE")))
+        for k, index in enumerate(op.outputs):
+            t = model.tensors[index]
+            if low.is_quant_activation(t):
+                _quantize_output(ctx, f"{node.name}:{k}", t)
+
+    convert_all(nodes, OPS, key=lambda item: item[1].name,
+                where=lambda item: f"{model.source} operator {item[1].index} {item[1].name} "
+                                   f"(output '{item[0].name}')",
+                call=run, options=options, stage="convert tflite ops")
+    ctx.node = None
+    for user_name, index in model.outputs.items():
+        key = low.key(index)
+        layout = NCHW if ctx.rank(key) == 4 and not keep_nhwc else TF
+        builder.output(ctx.get(key, layout), user_name)
+    layout_note = "NHWC as in TFLite" if keep_nhwc else "NCHW (rank-4 inputs and outputs transposed)"
+    options.diagnostics.note(f"tflite: image tensors are {layout_note}")
+    return builder.build(doc=f"converted from TFLite {model.source}")

@@ -1,0 +1,353 @@
+"""Op converters keyed by TFLite's builtin operator names, and the option tables they read.
+
+Most TFLite builtins are a TensorFlow op with its attributes moved into an options table; those
+are converted by building that TensorFlow node and calling the TensorFlow frontend's converter
+(same layout handling: NCHW inside). The ops with weights (CONV_2D, DEPTHWISE_CONV_2D,
+FULLY_CONNECTED) have their own converters so that int8 weights stay int8 in ONNX behind a
+``DequantizeLinear`` (per channel). Fused activations are applied by the loader after the op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from convert.frontends.tensorflow.context import NCHW, TF, TFContext
+from convert.frontends.tensorflow.graph import TFNode
+from convert.frontends.tensorflow.ops import OPS as TF_OPS
+from convert.frontends.tensorflow.ops.nn import conv_pads
+from convert.ir import DataType, RefusedError, Registry, Value
+
+__all__ = ["OPS", "OPTIONS", "Converter", "QuantWeights", "decode_options"]
+
+
+class Converter(Protocol):
+    """The signature of an op converter (``node.attrs`` holds the decoded options)."""
+
+    def __call__(self, node: TFNode, ctx: TFContext) -> None: ...
+
+
+class QuantWeights(Protocol):
+    """What a weight converter needs from the loader: a constant's raw values and quantization."""
+
+    def raw(self, key: str) -> tuple[np.ndarray, object] | None: ...
+
+
+OPS: Registry[Converter] = Registry("tflite ops")
+
+_B, _I, _F = "<b", "<i", "<f"
+_PADDING = {0: "SAME", 1: "VALID"}
+ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
+
+# Builtin options tables: field name, struct format, default (schema declaration order; a union
+# type or a deprecated field keeps its slot, written as None).
+OPTIONS: dict[str, list[tuple[str, str, object] | None]] = {
+    "CONV_2D": [("padding", _B, 0), ("stride_w", _I, 1), ("stride_h", _I, 1), ("fused", _B, 0),
+                ("dilation_w", _I, 1), ("dilation_h", _I, 1)],
+    "DEPTHWISE_CONV_2D": [("padding", _B, 0), ("stride_w", _I, 1), ("stride_h", _I, 1), ("depth_multiplier", _I, 1),
+                          ("fused", _B, 0), ("dilation_w", _I, 1), ("dilation_h", _I, 1)],
+    "AVERAGE_POOL_2D": [("padding", _B, 0), ("stride_w", _I, 1), ("stride_h", _I, 1), ("filter_w", _I, 1),
+                        ("filter_h", _I, 1), ("fused", _B, 0)],
+    "FULLY_CONNECTED": [("fused", _B, 0), ("weights_format", _B, 0), ("keep_num_dims", "<?", False)],
+    "SOFTMAX": [("beta", _F, 0.0)],
+    "CONCATENATION": [("axis", _I, 0), ("fused", _B, 0)],
+    "ADD": [("fused", _B, 0)], "SUB": [("fused", _B, 0)], "MUL": [("fused", _B, 0)], "DIV": [("fused", _B, 0)],
+    "RESHAPE": [],
+    "MEAN": [("keep_dims", "<?", False)],
+    "SQUEEZE": [],
+    "STRIDED_SLICE": [("begin_mask", _I, 0), ("end_mask", _I, 0), ("ellipsis_mask", _I, 0),
+                      ("new_axis_mask", _I, 0), ("shrink_axis_mask", _I, 0), ("offset", "<?", False)],
+    "LEAKY_RELU": [("alpha", _F, 0.0)],
+    "GATHER": [("axis", _I, 0), ("batch_dims", _I, 0)],
+    "BATCH_MATMUL": [("adj_x", "<?", False), ("adj_y", "<?", False)],
+    "PACK": [("values_count", _I, 0), ("axis", _I, 0)],
+    "MIRROR_PAD": [("mode", _B, 0)],
+    "GELU": [("approximate", "<?", False)],
+    "SHAPE": [("out_type", _B, 2)],
+}
+OPTIONS["MAX_POOL_2D"] = OPTIONS["AVERAGE_POOL_2D"]
+for _reduce in ("SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"):
+    OPTIONS[_reduce] = OPTIONS["MEAN"]
+
+
+def decode_options(op_name: str, table: object) -> dict[str, object]:
+    """Return the options of an operator as a dict (defaults where the table leaves a field out)."""
+    fields = OPTIONS.get(op_name, [])
+    out: dict[str, object] = {}
+    for index, spec in enumerate(fields):
+        if spec is None:
+            continue
+        name, fmt, default = spec
+        out[name] = table.scalar(index, fmt, default) if table is not None else default  # type: ignore[attr-defined]
+    if op_name == "RESHAPE" and table is not None:
+        out["new_shape"] = table.vector(0, "<i4")  # type: ignore[attr-defined]
+    if op_name == "SQUEEZE" and table is not None:
+        out["squeeze_dims"] = [int(d) for d in table.vector(0, "<i4")]  # type: ignore[attr-defined]
+    if "padding" in out:
+        out["padding"] = _PADDING.get(int(out["padding"]), "?")  # type: ignore[call-overload]
+    if "fused" in out:
+        out["fused"] = ACTIVATIONS.get(int(out["fused"]), "?")  # type: ignore[call-overload]
+    return out
+
+
+def register(*names: str, maps_to: str, notes: str = "") -> Callable[[Converter], Converter]:
+    """Register a converter under every TFLite op name in ``names`` with its support-table row."""
+    return OPS.register(*names, maps_to=maps_to, notes=notes)
+
+
+def _tf_converter(tf_op: str) -> Converter:
+    found = TF_OPS.lookup(tf_op)
+    assert found is not None, f"the TensorFlow frontend has no {tf_op} converter"
+    return found
+
+
+def _as_tf(tf_op: str, attrs: Callable[[TFNode, TFContext], dict[str, object]] | None = None,
+           extra: Callable[[TFNode, TFContext], list[str]] | None = None) -> Converter:
+    """A converter that builds the TensorFlow node ``tf_op`` and runs the TensorFlow frontend's converter."""
+    tf_convert = _tf_converter(tf_op)
+
+    def convert(node: TFNode, ctx: TFContext) -> None:
+        inputs = [n for n in node.inputs if n]
+        if extra is not None:
+            inputs += extra(node, ctx)
+        tf_node = TFNode(node.name, tf_op, inputs, attrs(node, ctx) if attrs else dict(node.attrs),
+                         node.shapes, node.dtypes)
+        tf_convert(tf_node, ctx)
+
+    convert.__doc__ = f"-> TensorFlow's {tf_op} converter."
+    return convert
+
+
+def _const_input(value: object, suffix: str) -> Callable[[TFNode, TFContext], list[str]]:
+    """Return an ``extra`` that appends a constant input (a TF attribute TFLite keeps in options)."""
+    def extra(node: TFNode, ctx: TFContext) -> list[str]:
+        key = f"{node.name}/{suffix}"
+        v = node.attrs[value] if isinstance(value, str) else value
+        ctx.consts[key] = np.asarray(v, np.int32)
+        return [key]
+
+    return extra
+
+
+_SAME_NAME = {
+    "LOGISTIC": "Sigmoid", "TANH": "Tanh", "RELU": "Relu", "RELU6": "Relu6", "ELU": "Elu", "EXP": "Exp",
+    "LOG": "Log", "SQRT": "Sqrt", "RSQRT": "Rsqrt", "NEG": "Neg", "ABS": "Abs", "SIN": "Sin", "COS": "Cos",
+    "FLOOR": "Floor", "CEIL": "Ceil", "ROUND": "Round", "SQUARE": "Square",
+    "ADD": "AddV2", "SUB": "Sub", "MUL": "Mul", "DIV": "RealDiv", "MAXIMUM": "Maximum", "MINIMUM": "Minimum",
+    "POW": "Pow", "SQUARED_DIFFERENCE": "SquaredDifference", "ADD_N": "AddN",
+    "MEAN": "Mean", "SUM": "Sum", "REDUCE_MAX": "Max", "REDUCE_MIN": "Min", "REDUCE_PROD": "Prod",
+    "PAD": "Pad", "PADV2": "PadV2", "TRANSPOSE": "Transpose", "EXPAND_DIMS": "ExpandDims",
+    "SQUEEZE": "Squeeze", "STRIDED_SLICE": "StridedSlice", "LOG_SOFTMAX": "LogSoftmax", "PACK": "Pack",
+}
+for _name, _tf in _SAME_NAME.items():
+    if _tf in TF_OPS:
+        register(_name, maps_to=next(r.maps_to for r in TF_OPS.support() if r.op == _tf))(_as_tf(_tf))
+
+register("LEAKY_RELU", maps_to="LeakyRelu")(_as_tf("LeakyRelu"))
+register("BATCH_MATMUL", maps_to="MatMul", notes="adj_x/adj_y honoured")(_as_tf("BatchMatMulV2"))
+register("MIRROR_PAD", maps_to="Pad", notes="REFLECT only")(
+    _as_tf("MirrorPad", lambda n, c: {"mode": "REFLECT" if n.attrs.get("mode") == 0 else "SYMMETRIC"}))
+register("CONCATENATION", maps_to="Concat")(_as_tf("ConcatV2", extra=_const_input("axis", "axis")))
+register("GATHER", maps_to="Gather", notes="batch_dims 0")(_as_tf("GatherV2", extra=_const_input("axis", "axis")))
+
+
+@register("RESHAPE", maps_to="Reshape", notes="shape input or new_shape option")
+def reshape(node: TFNode, ctx: TFContext) -> None:
+    """RESHAPE: the target from the second input, else from the options' new_shape."""
+    inputs = [n for n in node.inputs if n]
+    if len(inputs) < 2:
+        key = f"{node.name}/shape"
+        ctx.consts[key] = np.asarray(node.attrs.get("new_shape", []), np.int32)
+        inputs.append(key)
+    _tf_converter("Reshape")(TFNode(node.name, "Reshape", inputs[:2], {}, node.shapes, node.dtypes), ctx)
+
+
+@register("SOFTMAX", maps_to="Softmax", notes="last axis; beta scales the logits")
+def softmax(node: TFNode, ctx: TFContext) -> None:
+    """SOFTMAX(beta) -> Softmax(beta * x) over the last axis."""
+    x = ctx.get(node.inputs[0], TF)
+    beta = float(node.attrs.get("beta", 1.0)) or 1.0  # type: ignore[arg-type]
+    if beta != 1.0:
+        x = ctx.emit("Mul", [x, ctx.builder.const(np.array(beta, np.float32))], suffix="beta")
+    ctx.bind(ctx.emit("Softmax", [x], {"axis": -1}))
+
+
+@register("HARD_SWISH", maps_to="HardSwish")
+def hard_swish(node: TFNode, ctx: TFContext) -> None:
+    """HARD_SWISH -> HardSwish (x * relu6(x + 3) / 6), in the input's layout."""
+    x, layout = ctx.get_any(node.inputs[0])
+    ctx.bind(ctx.emit("HardSwish", [x]), layout)
+
+
+@register("GELU", maps_to="Gelu as Erf / Tanh formula", notes="approximate (tanh) or exact")
+def gelu(node: TFNode, ctx: TFContext) -> None:
+    """GELU: 0.5 x (1 + erf(x / sqrt 2)), or the tanh approximation, in the input's layout."""
+    x, layout = ctx.get_any(node.inputs[0])
+    b = ctx.builder
+
+    def c(v: float) -> Value:
+        return b.const(np.array(v, np.float32))
+
+    if node.attrs.get("approximate"):
+        cube = ctx.emit("Mul", [ctx.emit("Mul", [x, x]), x])
+        inner = ctx.emit("Mul", [ctx.emit("Add", [x, ctx.emit("Mul", [cube, c(0.044715)])]),
+                                 c(float(np.sqrt(2.0 / np.pi)))])
+        t = ctx.emit("Tanh", [inner])
+    else:
+        t = ctx.emit("Erf", [ctx.emit("Mul", [x, c(float(1.0 / np.sqrt(2.0)))])])
+    ctx.bind(ctx.emit("Mul", [ctx.emit("Mul", [x, c(0.5)]), ctx.emit("Add", [t, c(1.0)])]), layout)
+
+
+def _pool(tf_op: str) -> Converter:
+    def convert(node: TFNode, ctx: TFContext) -> None:
+        a = node.attrs
+        attrs = {"ksize": [1, a["filter_h"], a["filter_w"], 1], "strides": [1, a["stride_h"], a["stride_w"], 1],
+                 "padding": a["padding"]}
+        _tf_converter(tf_op)(TFNode(node.name, tf_op, node.inputs[:1], attrs, node.shapes, node.dtypes), ctx)
+
+    convert.__doc__ = f"-> TensorFlow's {tf_op} converter."
+    return convert
+
+
+register("MAX_POOL_2D", maps_to="MaxPool", notes="SAME/VALID")(_pool("MaxPool"))
+register("AVERAGE_POOL_2D", maps_to="AveragePool", notes="SAME/VALID; padding excluded from the count")(
+    _pool("AvgPool"))
+
+
+# -- ops with weights ----------------------------------------------------------------------------
+
+def weight(ctx: TFContext, key: str, perm: tuple[int, ...] | None, what: str,
+           reshape: tuple[int, ...] | None = None) -> Value:
+    """Return a constant weight (permuted, reshaped) as a value: int8 ones stay int8 behind a DequantizeLinear.
+
+    ``ctx.quant_consts[key]`` (set by the loader) holds ``(int array, TFLQuant)`` for a quantized
+    constant; its channel axis follows the permutation.
+    """
+    raw = getattr(ctx, "quant_consts", {}).get(key)
+    node = ctx.node
+    name = f"{node.name if node else 'tflite'}/{what}"
+    if raw is None:
+        arr = ctx.need_const(key, f"the {what}")
+        if arr.dtype != np.float32:
+            arr = arr.astype(np.float32)
+        if perm is not None:
+            arr = arr.transpose(perm)
+        if reshape is not None:
+            arr = arr.reshape(reshape)
+        return ctx.builder.const(np.ascontiguousarray(arr), name=name)
+    arr, quant = raw
+    axis = quant.axis
+    if perm is not None:
+        arr = arr.transpose(perm)
+        axis = None if axis is None else perm.index(axis)
+    if reshape is not None:
+        if axis is not None and arr.shape[axis] != reshape[axis]:
+            raise RefusedError(f"the {what}'s quantization axis does not survive the reshape")
+        arr = arr.reshape(reshape)
+    q = ctx.builder.const(np.ascontiguousarray(arr), name=name)
+    zero_dtype = np.int32 if arr.dtype == np.int32 else arr.dtype
+    scale = quant.scale if axis is not None else quant.scale.reshape(())
+    zero = quant.zero_point.astype(zero_dtype)
+    zero = zero if axis is not None else zero.reshape(())
+    attrs = {"axis": int(axis)} if axis is not None else {}
+    return ctx.emit("DequantizeLinear", [q, ctx.builder.const(scale.astype(np.float32), name=f"{name}_scale"),
+                                         ctx.builder.const(zero, name=f"{name}_zero")], attrs, suffix=f"{what}_dq")
+
+
+def _bias(node: TFNode, ctx: TFContext) -> Value | None:
+    if len(node.inputs) < 3 or not node.inputs[2]:
+        return None
+    return weight(ctx, node.inputs[2], None, "bias")
+
+
+def _conv(node: TFNode, ctx: TFContext, w: Value, kernel: list[int], group: int) -> None:
+    a = node.attrs
+    strides = [int(a["stride_h"]), int(a["stride_w"])]  # type: ignore[call-overload]
+    dilations = [int(a["dilation_h"]), int(a["dilation_w"])]  # type: ignore[call-overload]
+    tf_like = TFNode(node.name, node.op, node.inputs, {"padding": a["padding"]}, node.shapes, node.dtypes)
+    attrs = {"kernel_shape": kernel, "strides": strides, "dilations": dilations, "group": group,
+             **conv_pads(tf_like, ctx, kernel, strides, dilations)}
+    bias = _bias(node, ctx)
+    inputs = [ctx.get(node.inputs[0], NCHW), w] + ([bias] if bias is not None else [])
+    ctx.bind(ctx.emit("Conv", inputs, attrs), NCHW)
+
+
+def _shape_of(ctx: TFContext, key: str) -> tuple[int, ...]:
+    raw = getattr(ctx, "quant_consts", {}).get(key)
+    if raw is not None:
+        return tuple(raw[0].shape)
+    return tuple(ctx.need_const(key, "the filter").shape)
+
+
+@register("CONV_2D", maps_to="Conv", notes="OHWI filter; SAME/VALID; dilation; int8 filter via DequantizeLinear")
+def conv_2d(node: TFNode, ctx: TFContext) -> None:
+    """CONV_2D -> Conv (NCHW); the OHWI filter becomes OIHW; groups when it has fewer input channels."""
+    _, h, w_, i = _shape_of(ctx, node.inputs[1])
+    x_shape = ctx.shape(node.inputs[0])
+    group = 1
+    if x_shape is not None and len(x_shape) == 4 and x_shape[3] is not None and int(x_shape[3]) != i:
+        group = int(x_shape[3]) // i
+    _conv(node, ctx, weight(ctx, node.inputs[1], (0, 3, 1, 2), "weight"), [h, w_], group)
+
+
+@register("DEPTHWISE_CONV_2D", maps_to="Conv (group = in channels)",
+          notes="[1, H, W, C*M] filter; SAME/VALID; dilation; int8 filter via DequantizeLinear")
+def depthwise_conv_2d(node: TFNode, ctx: TFContext) -> None:
+    """DEPTHWISE_CONV_2D -> Conv with group = input channels; filter [1, H, W, C*M] -> [C*M, 1, H, W]."""
+    _, h, w_, _ = _shape_of(ctx, node.inputs[1])
+    x_shape = ctx.shape(node.inputs[0])
+    if x_shape is None or len(x_shape) != 4 or x_shape[3] is None:
+        raise RefusedError("a depthwise convolution needs the input's channel count")
+    _conv(node, ctx, weight(ctx, node.inputs[1], (3, 0, 1, 2), "weight"), [h, w_], int(x_shape[3]))
+
+
+@register("FULLY_CONNECTED", maps_to="Gemm / MatMul + Add", notes="[O, I] weights; int8 weights via DequantizeLinear")
+def fully_connected(node: TFNode, ctx: TFContext) -> None:
+    """FULLY_CONNECTED: x flattened to [-1, I] (unless keep_num_dims) times W^T plus bias."""
+    if int(node.attrs.get("weights_format", 0)):  # type: ignore[call-overload]
+        raise RefusedError("shuffled weights (SHUFFLED4x16INT8) are not supported")
+    _, in_features = _shape_of(ctx, node.inputs[1])
+    x = ctx.get(node.inputs[0], TF)
+    rank = ctx.rank(node.inputs[0])
+    keep = bool(node.attrs.get("keep_num_dims", False))
+    bias = _bias(node, ctx)
+    if rank == 2 or not keep:
+        if rank != 2:
+            x = ctx.emit("Reshape", [x, ctx.builder.const(np.array([-1, in_features], np.int64))], suffix="flatten")
+        w = weight(ctx, node.inputs[1], None, "weight")
+        inputs = [x, w] + ([bias] if bias is not None else [])
+        ctx.bind(ctx.emit("Gemm", inputs, {"transB": 1}))
+        return
+    w = weight(ctx, node.inputs[1], (1, 0), "weight")
+    y = ctx.emit("MatMul", [x, w])
+    if bias is not None:
+        y = ctx.emit("Add", [y, bias])
+    ctx.bind(y)
+
+
+@register("SHAPE", maps_to="Shape (+ Cast)", notes="TFLite's axes; out_type int32 or int64")
+def shape(node: TFNode, ctx: TFContext) -> None:
+    """SHAPE -> TensorFlow's Shape converter with the output type of the options."""
+    out_type = np.dtype(np.int64) if node.attrs.get("out_type") == 4 else np.dtype(np.int32)
+    _tf_converter("Shape")(TFNode(node.name, "Shape", node.inputs[:1], {"out_type": out_type}, node.shapes,
+                                  node.dtypes), ctx)
+
+
+@register("CAST", maps_to="Cast")
+def cast(node: TFNode, ctx: TFContext) -> None:
+    """CAST -> Cast to the output tensor's type, in the input's layout."""
+    x, layout = ctx.get_any(node.inputs[0])
+    ctx.bind(ctx.emit("Cast", [x], {"to": DataType.from_numpy(node.dtypes[0])}), layout)
+
+
+def _quantize(node: TFNode, ctx: TFContext) -> None:
+    """QUANTIZE / DEQUANTIZE: see ``lower.quantize_op`` (it needs the quantization of both tensors)."""
+    from .lower import quantize_op
+
+    quantize_op(node, ctx)
+
+
+register("QUANTIZE", maps_to="QuantizeLinear", notes="float -> int8/uint8, or a requantization")(_quantize)
+register("DEQUANTIZE", maps_to="DequantizeLinear / Cast", notes="int8/uint8 -> float; float16 weights")(_quantize)

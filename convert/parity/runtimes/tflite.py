@@ -1,0 +1,113 @@
+"""TFLite's own interpreter as the parity reference for ``.tflite`` files.
+
+LiteRT (``ai_edge_litert``) when installed, else TensorFlow's ``tf.lite.Interpreter``. As for the
+TensorFlow runtime, rank-4 tensors are presented in NCHW unless ``--keep-nhwc``: feeds are
+transposed to NHWC for the interpreter and rank-4 results back. The numbers are TFLite's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from convert.ir import Options, UsageError
+from convert.parity.runtime import TensorSpec
+
+__all__ = ["TFLiteRuntime", "open_runtime"]
+
+_TO_NCHW = (0, 3, 1, 2)
+_TO_NHWC = (0, 2, 3, 1)
+
+
+def _interpreter_class() -> tuple[type, str]:
+    try:
+        import ai_edge_litert  # type: ignore[import-not-found]
+        from ai_edge_litert.interpreter import Interpreter  # type: ignore[import-not-found]
+
+        return Interpreter, f"LiteRT {getattr(ai_edge_litert, '__version__', '')}".strip()
+    except ImportError:
+        pass
+    from convert.frontends.tensorflow.graph import tf_module
+
+    try:
+        tf = tf_module()
+    except UsageError as exc:
+        raise UsageError("the TFLite parity reference needs LiteRT or TensorFlow: pip install ai-edge-litert "
+                         "(or 'convert-toolkit[tensorflow]'), or pass --no-check") from exc
+    return tf.lite.Interpreter, f"TFLite interpreter (TensorFlow {tf.__version__})"  # type: ignore[attr-defined]
+
+
+class TFLiteRuntime:
+    """A ``.tflite`` file run by TFLite's interpreter on the CPU (reference kernels, one thread)."""
+
+    def __init__(self, path: Path, *, keep_nhwc: bool = False, signature: str = "") -> None:
+        from convert.frontends.tflite.model import read_model
+
+        cls, self.name = _interpreter_class()
+        model = read_model(path, signature or None)  # names as the converter gives them
+        self._keep = keep_nhwc
+        self._interp = cls(model_path=str(path), num_threads=1)
+        self._interp.allocate_tensors()
+        by_index = {d["index"]: d for d in self._interp.get_input_details()}
+        self._inputs = [(name, by_index[i]) for name, i in model.inputs.items() if i in by_index]
+        if len(self._inputs) != len(model.inputs):
+            raise UsageError(f"{path.name}: the interpreter's inputs differ from the main subgraph's")
+        self._outputs = dict(model.outputs)
+        self.device = "cpu"
+        self.notes: list[str] = []
+        # The quantization step of each output computed in int8/uint8 (the DEQUANTIZE's input, or
+        # the output itself, compared in its integers): the parity check allows a few steps.
+        producer = {o: op for op in model.ops for o in op.outputs}
+        self.output_steps: dict[str, float] = {}
+        for name, index in model.outputs.items():
+            tensor, op = model.tensors[index], producer.get(index)
+            if tensor.quant is not None and tensor.dtype.kind in "iu":
+                self.output_steps[name] = 1.0
+            elif op is not None and op.name == "DEQUANTIZE" and model.tensors[op.inputs[0]].quant is not None \
+                    and model.tensors[op.inputs[0]].span is None:
+                self.output_steps[name] = float(model.tensors[op.inputs[0]].quant.scale[0])  # type: ignore[union-attr]
+
+    def inputs(self) -> Sequence[TensorSpec]:
+        """Return the model's inputs (rank-4 ones in NCHW unless --keep-nhwc)."""
+        out = []
+        for name, detail in self._inputs:
+            shape = tuple(int(d) if d >= 0 else None for d in detail.get("shape_signature", detail["shape"]))
+            if len(shape) == 4 and not self._keep:
+                shape = tuple(shape[p] for p in _TO_NCHW)
+            out.append(TensorSpec(name, np.dtype(detail["dtype"]), shape))
+        return out
+
+    def outputs(self) -> Sequence[str]:
+        """Return the output names in the subgraph's order."""
+        return list(self._outputs)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run once; rank-4 feeds and results are transposed between NCHW and NHWC unless --keep-nhwc."""
+        interp = self._interp
+        for name, detail in self._inputs:
+            if name not in feeds:
+                raise UsageError(f"no value for TFLite input '{name}'")
+            arr = np.asarray(feeds[name], dtype=detail["dtype"])
+            if arr.ndim == 4 and not self._keep:
+                arr = arr.transpose(_TO_NHWC)
+            arr = np.ascontiguousarray(arr)
+            if tuple(arr.shape) != tuple(detail["shape"]):
+                interp.resize_tensor_input(detail["index"], list(arr.shape))
+                interp.allocate_tensors()
+            interp.set_tensor(detail["index"], arr)
+        interp.invoke()
+        out = {}
+        for name, index in self._outputs.items():
+            arr = np.array(interp.get_tensor(index))
+            out[name] = np.ascontiguousarray(arr.transpose(_TO_NCHW)) if arr.ndim == 4 and not self._keep else arr
+        return out
+
+
+def open_runtime(paths: Sequence[Path], options: Options) -> TFLiteRuntime:
+    """Open the ``.tflite`` file for a reference run."""
+    if len(paths) != 1:
+        raise UsageError("tflite: give one .tflite file")
+    return TFLiteRuntime(Path(paths[0]), keep_nhwc=bool(options.get("keep_nhwc", False)),
+                         signature=str(options.get("tflite_signature", "") or ""))
