@@ -7,11 +7,13 @@ of the built model, the ONNX node count, and ONNX Runtime's median CPU latency.
 
 ``--zoo`` runs the look-alikes of ``models/pytorch/zoo.py`` instead (BERT, DistilBERT, GPT-2,
 MobileNetV3, RAFT-style, YOLOv8 head, T5/Whisper encoders, and the RetinaNet / Faster R-CNN detectors)
-and adds whether each file matches eager: max error relative to the output's scale over every output
-and two inputs, a match when <= 1e-4 (detections compared as sets: same count, rows sorted by box).
+and the real Hugging Face transformers models of ``models/pytorch/hf.py`` (names ``hf:bert``...,
+when transformers is installed; built from small configs, nothing downloaded), and adds whether
+each file matches eager: max error relative to the output's scale over every output and two inputs,
+a match when <= 1e-4 (detections compared as sets: same count, rows sorted by box).
 
     python benchmarks/bench_pytorch.py [--models resnet50,big] [--runs 20]
-    python benchmarks/bench_pytorch.py --zoo [--models bert,gpt2]
+    python benchmarks/bench_pytorch.py --zoo [--models bert,gpt2,hf:bert,hf:gpt2_lm]
 """
 
 from __future__ import annotations
@@ -51,12 +53,35 @@ def _zoo() -> object:
     return zoo
 
 
+def _hf() -> object | None:
+    """Return models/pytorch/hf.py, or None when transformers is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        return None
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.path.insert(0, str(ROOT / "models" / "pytorch"))
+    import hf
+
+    return hf
+
+
+def _zoo_build(name: str) -> tuple[object, object]:
+    """Return (model, inputs(seed)) of zoo model ``name``; ``hf:NAME`` is a Hugging Face model."""
+    if name.startswith("hf:"):
+        hf = _hf()
+        if hf is None:
+            raise SystemExit(f"{name}: transformers is not installed (pip install '.[hf]')")
+        return hf.build(name[3:])  # type: ignore[attr-defined,no-any-return]
+    return _zoo().build(name)  # type: ignore[attr-defined,no-any-return]
+
+
 def _build(name: str) -> tuple[object, tuple[object, ...]]:
     import torch
 
     if name.startswith("zoo:"):
-        model, inputs = _zoo().build(name[4:])  # type: ignore[attr-defined]
-        return model, inputs(1)
+        model, inputs = _zoo_build(name[4:])
+        return model, inputs(1)  # type: ignore[operator]
     if name == "resnet50":
         sys.path.insert(0, str(ROOT / "models" / "pytorch"))
         import nets
@@ -143,16 +168,17 @@ def _match(path: Path, name: str) -> float:
     import onnxruntime as ort
     import torch
 
-    model, inputs = _zoo().build(name[4:])  # type: ignore[attr-defined]
+    model, inputs = _zoo_build(name[4:])
     so = ort.SessionOptions()
     so.log_severity_level = 3
     session = ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
     worst = 0.0
     for seed in (1, 2):
-        xs = inputs(seed)
+        xs = inputs(seed)  # type: ignore[operator]
         with torch.no_grad():
-            refs = model(*xs)
-        refs = list(refs) if isinstance(refs, (tuple, list)) else [refs]
+            refs = model(*xs)  # type: ignore[operator]
+        # every tensor of the output (a tuple, or a transformers ModelOutput), in pytree order
+        refs = [r for r in torch.utils._pytree.tree_leaves(refs) if isinstance(r, torch.Tensor)]
         feeds = {i.name: x.numpy() for i, x in zip(session.get_inputs(), xs, strict=False)}
         outs = session.run(None, feeds)
         if len(outs) != len(refs):
@@ -177,7 +203,7 @@ def _zoo_table(names: list[str]) -> None:
 
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; match: max|onnx - eager| / max|eager| <= {MATCH_TOL} "
           "on two inputs, every output")
-    header = f"{'model':15} {'exporter':26} {'file':>4} {'match':>6} {'max err':>9} {'time s':>7} {'peak RSS':>10}"
+    header = f"{'model':18} {'exporter':26} {'file':>4} {'match':>6} {'max err':>9} {'time s':>7} {'peak RSS':>10}"
     rows = [header, "-" * len(header)]
     totals = {tool: [0, 0] for tool in TOOLS}
     with tempfile.TemporaryDirectory() as tmp:
@@ -191,21 +217,21 @@ def _zoo_table(names: list[str]) -> None:
                 m = json.loads(lines[-1][2:]) if lines else {"error": (r.stderr.strip().splitlines()
                                                                         or ["failed"])[-1][:100]}
                 if m["error"] or not out.exists():
-                    rows.append(f"{name:15} {tool:26} {'no':>4} {'-':>6} {'':>9} failed: {m['error'][:70]}")
+                    rows.append(f"{name:18} {tool:26} {'no':>4} {'-':>6} {'':>9} failed: {m['error'][:70]}")
                     print(rows[-1], flush=True)
                     continue
                 try:
                     err = _match(out, f"zoo:{name}")
                 except Exception as exc:  # an exported file ORT cannot run
                     err = float("inf")
-                    rows.append(f"{name:15} {tool:26} {'yes':>4} {'no':>6} ORT failed: {str(exc)[:60]}")
+                    rows.append(f"{name:18} {tool:26} {'yes':>4} {'no':>6} ORT failed: {str(exc)[:60]}")
                     print(rows[-1], flush=True)
                     totals[tool][0] += 1
                     continue
                 ok = err <= MATCH_TOL
                 totals[tool][0] += 1
                 totals[tool][1] += int(ok)
-                rows.append(f"{name:15} {tool:26} {'yes':>4} {'yes' if ok else 'no':>6} {err:9.1e} "
+                rows.append(f"{name:18} {tool:26} {'yes':>4} {'yes' if ok else 'no':>6} {err:9.1e} "
                             f"{m['seconds']:7.2f} {m['hwm'] / 2**20:8.0f} M")
                 print(rows[-1], flush=True)
     rows.append("")
@@ -226,8 +252,9 @@ def main() -> None:
         child(*args.child)
         return
     if args.zoo:
-        zoo = _zoo()
-        _zoo_table(args.models.split(",") if args.models else [*zoo.ZOO, *zoo.DETECTORS])  # type: ignore[attr-defined]
+        zoo, hf = _zoo(), _hf()
+        names = [*zoo.ZOO, *zoo.DETECTORS, *(f"hf:{n}" for n in (hf.HF if hf is not None else ()))]  # type: ignore[attr-defined]
+        _zoo_table(args.models.split(",") if args.models else names)
         return
     args.models = args.models or ",".join(MODELS)
     import torch

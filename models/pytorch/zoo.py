@@ -1,8 +1,9 @@
 """A zoo of public-architecture look-alikes in pure PyTorch, with the code patterns that break exporters.
 
-Hugging Face transformers and timm are not dependencies, so each family is rewritten here from
-its published structure, keeping the parts that matter for conversion: how transformers 5.x builds
-attention masks (advanced indexing with broadcast ``arange`` tensors -> ``aten.index``), GPT-2's
+Each family is rewritten here from its published structure in plain PyTorch (no transformers, no
+timm; ``models/pytorch/hf.py`` has the real transformers classes), keeping the parts that matter
+for conversion: how transformers 5.x builds attention masks (advanced indexing with broadcast
+``arange`` tensors -> ``aten.index``), GPT-2's
 Conv1D (``addmm``), tanh GELU, causal mask and last-token pooling (``logits[arange(B), lengths]``),
 DistilBERT's ``masked_fill(finfo.min)``, T5's relative-position buckets and RMS norm, Whisper's
 conv front end and pre-norm ``nn.TransformerEncoderLayer``, MobileNetV3's in-place hardswish/hardsigmoid, RAFT's

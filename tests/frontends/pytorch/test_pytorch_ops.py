@@ -576,6 +576,32 @@ def test_traced_vit_block_reaches_fused_attention(tmp_path: Path) -> None:
     _check(model, block, (x,), tmp_path / "block.onnx")
 
 
+class _SliceToTracedSize(nn.Module):
+    """transformers' BERT embeddings: ``position_ids[:, past : seq_len + past]`` (a buffer sliced by a size)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("position_ids", torch.arange(32.0).expand(1, -1), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        past = 0
+        return x * 2 + self.position_ids[:, past : x.shape[1] + past]
+
+
+def test_traced_slice_with_computed_end(tmp_path: Path) -> None:
+    """Traced, a slice end ``x.shape[1] + 0`` is a tensor (aten.Int of an add): Slice takes it as an input."""
+    from convert.frontends.pytorch import load
+    from convert.ir import Options
+
+    module = _SliceToTracedSize().eval()
+    x = torch.randn(2, 6)
+    with torch.no_grad():
+        torch.jit.save(torch.jit.trace(module, (x,), check_trace=False), tmp_path / "slice.pt")
+    model = load([tmp_path / "slice.pt"], Options())
+    assert "aten.slice" in model.meta["convert:aten_ops"]
+    _check(model, module, (x,), tmp_path / "slice.onnx")
+
+
 class _WritesBuffers(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -9,7 +9,7 @@ import operator
 
 import numpy as np
 
-from convert.ir import Value
+from convert.ir import DataType, Value
 
 from ._base import LowerContext, OpCall, lowers, norm_axis
 
@@ -189,19 +189,34 @@ def select(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.op("Gather", [call.tensor("self"), ctx.ints(index)], {"axis": axis})
 
 
-@lowers("aten.slice", to="Slice")
+def _slice_bound(ctx: LowerContext, bound: Value) -> Value:
+    """Return a computed slice bound (a 0-d or 1-element integer tensor) as a 1-element int64 input."""
+    return ctx.op("Reshape", [ctx.op("Cast", [bound], {"to": DataType.INT64}), ctx.ints([1])])
+
+
+@lowers("aten.slice", to="Slice", notes="start/end may be computed (a traced x[:, :n + k]): Slice inputs at run time")
 def slice_(call: OpCall, ctx: LowerContext) -> Value:
-    """Lower slice(dim, start, end, step) to Slice; a full slice is a no-op."""
+    """Lower slice(dim, start, end, step) to Slice; a full slice is a no-op.
+
+    A traced graph converted by torch computes bounds such as ``seq_len + past_length`` as tensors
+    (``aten.Int`` of a tensor): those become Slice inputs computed at run time.
+    """
     meta = call.meta("self")
     axis = norm_axis(int(call.get("dim", 0)), meta.rank)  # type: ignore[call-overload]
-    start = int(call.get("start", 0))  # type: ignore[call-overload]
+    start = call.get("start", 0)
     end = call.get("end", _INT64_MAX)
     step = int(call.get("step", 1))  # type: ignore[call-overload]
+    if isinstance(start, Value) or isinstance(end, Value):
+        starts = _slice_bound(ctx, start) if isinstance(start, Value) else ctx.ints([int(start)])  # type: ignore[call-overload]
+        ends = _slice_bound(ctx, end) if isinstance(end, Value) else \
+            ctx.ints([min(int(end), _INT64_MAX)])  # type: ignore[call-overload]
+        return ctx.op("Slice", [call.tensor("self"), starts, ends, ctx.ints([axis]), ctx.ints([step])])
+    start_i = int(start)  # type: ignore[call-overload]
     end_i = min(int(end), _INT64_MAX)  # type: ignore[call-overload]
     size = meta.shape[axis]
-    if start == 0 and step == 1 and (end_i >= _INT64_MAX // 2 or (isinstance(size, int) and end_i >= size)):
+    if start_i == 0 and step == 1 and (end_i >= _INT64_MAX // 2 or (isinstance(size, int) and end_i >= size)):
         return call.tensor("self")
-    return ctx.op("Slice", [call.tensor("self"), ctx.ints([start]), ctx.ints([end_i]), ctx.ints([axis]),
+    return ctx.op("Slice", [call.tensor("self"), ctx.ints([start_i]), ctx.ints([end_i]), ctx.ints([axis]),
                             ctx.ints([step])])
 
 
