@@ -1,4 +1,4 @@
-"""convert: model conversion between PyTorch, Darknet, PaddlePaddle, Caffe and ONNX.
+"""convert: model conversion from PyTorch, TensorFlow, TFLite, Darknet, PaddlePaddle, Caffe and ONNX to ONNX and Caffe.
 
 >>> import convert
 >>> result = convert.convert("yolov4-tiny.cfg", to="onnx")   # doctest: +SKIP

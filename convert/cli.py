@@ -54,8 +54,9 @@ class Terminated(KeyboardInterrupt):
 def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated()
 
-_HELP = """Convert a model between PyTorch, Darknet, PaddlePaddle, Caffe and ONNX, then check that the
-converted model computes what the original does (the parity check, on by default).
+_HELP = """Convert a model from PyTorch, TensorFlow, TFLite, Darknet, PaddlePaddle, Caffe or ONNX to ONNX
+or Caffe, then check that the converted model computes what the original does (the parity check, on
+by default).
 
 \b
 ROUTE is SRC->DST (quote it: the shell reads > as a redirection), SRC:DST, or
@@ -68,6 +69,7 @@ Examples:
   convert 'pytorch->caffe' model.pt --input-shape x=1,3,224,224
   convert caffe:onnx deploy.prototxt net.caffemodel --report parity.json
   convert paddle:onnx inference/ --no-check
+  convert tflite:onnx mobilenet_int8.tflite -o mobilenet_int8.onnx
 
 \b
 Other commands:

@@ -39,3 +39,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         return
     report.outcome = "failed"
     report.longrepr = f"skipped in CI, which installs every reference runtime: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-untyped-def]
+    """A whole module skipped at import (``pytest.importorskip`` at its top) fails in CI as well."""
+    outcome = yield
+    report = outcome.get_result()
+    if not os.environ.get("CI") or not report.skipped:
+        return
+    reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if any(word in reason for word in _ALLOWED_SKIP_WORDS):
+        return
+    report.outcome = "failed"
+    report.longrepr = f"{collector.nodeid} skipped in CI, which installs every reference runtime: {reason}"

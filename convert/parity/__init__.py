@@ -62,9 +62,12 @@ def open_runtime(fmt: str, paths: Sequence[Path], options: Options) -> Runtime:
     return mod.open_runtime([Path(p) for p in paths], options)  # type: ignore[no-any-return]
 
 
-def _concrete_shape(spec: TensorSpec, options: Options) -> tuple[int, ...]:
+def _concrete_shape(spec: TensorSpec, options: Options, perm: Sequence[int] | None = None) -> tuple[int, ...]:
     if spec.name in options.input_shapes:
-        return tuple(options.input_shapes[spec.name])
+        given = tuple(options.input_shapes[spec.name])
+        # ``perm``: the runtime presents this input in another layout than --input-shape names it
+        # (TensorFlow's NHWC shape, an NCHW input): take the given shape's axes in that order.
+        return tuple(given[p] for p in perm) if perm is not None and len(perm) == len(given) else given
     dims = []
     rank = len(spec.shape)
     for i, d in enumerate(spec.shape):
@@ -79,12 +82,17 @@ def _concrete_shape(spec: TensorSpec, options: Options) -> tuple[int, ...]:
     return tuple(dims)
 
 
-def make_inputs(specs: Sequence[TensorSpec], options: Options, *, seed: int = 0) -> dict[str, np.ndarray]:
-    """Return seeded random inputs: N(0, 1) floats, small non-negative ints, random bools."""
+def make_inputs(specs: Sequence[TensorSpec], options: Options, *, seed: int = 0,
+                perms: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+    """Return seeded random inputs: N(0, 1) floats, small non-negative ints, random bools.
+
+    ``perms``: per input, the order in which the runtime presents the axes of the shape that
+    ``--input-shape`` gives (a runtime's ``input_perms``).
+    """
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for spec in specs:
-        shape = _concrete_shape(spec, options)
+        shape = _concrete_shape(spec, options, (perms or {}).get(spec.name))
         kind = spec.dtype.kind
         if kind == "f":
             arr = rng.standard_normal(shape).astype(spec.dtype)
@@ -127,7 +135,7 @@ def resolve_inputs(src: Runtime, inputs: Path | Mapping[str, np.ndarray] | None,
     """Return the parity inputs for ``src``: the user's (checked against its inputs) or seeded random ones."""
     specs = list(src.inputs())
     if inputs is None:
-        return make_inputs(specs, options, seed=seed)
+        return make_inputs(specs, options, seed=seed, perms=getattr(src, "input_perms", None))
     if isinstance(inputs, Path):
         return load_inputs(inputs, specs)
     feeds = dict(inputs)

@@ -59,6 +59,7 @@ class Table:
     def _field(self, index: int) -> int:
         """Return the absolute position of field ``index``, or 0 when the field is absent."""
         src = self.src
+        src.check(self.pos, 4, f"a {self.kind}")
         vtable = self.pos - _I32.unpack_from(src.buf, self.pos)[0]
         src.check(vtable, 4, f"the vtable of a {self.kind}")
         vsize = _U16.unpack_from(src.buf, vtable)[0]
@@ -95,9 +96,7 @@ class Table:
         target = self._target(index)
         if not target:
             return None
-        table = Table(self.src, target, kind)
-        table.src.check(target - _I32.unpack_from(self.src.buf, target)[0], 4, f"the vtable of a {kind}")
-        return table
+        return Table(self.src, target, kind)
 
     def tables(self, index: int, kind: str) -> list[Table]:
         """Return a vector of tables (empty when absent)."""
@@ -109,7 +108,9 @@ class Table:
         out = []
         for i in range(n):
             elem = target + 4 + 4 * i
-            out.append(Table(self.src, elem + _U32.unpack_from(self.src.buf, elem)[0], kind))
+            pos = elem + _U32.unpack_from(self.src.buf, elem)[0]
+            self.src.check(pos, 4, f"a {kind} (element {i} of {n})")
+            out.append(Table(self.src, pos, kind))
         return out
 
     def vector_span(self, index: int, itemsize: int) -> tuple[int, int]:

@@ -51,11 +51,34 @@ def read(paths: Sequence[Path], options: Options) -> TFLModel:
     return read_model(Path(paths[0]), str(sig) if sig else None)
 
 
+def live_ops(model: TFLModel) -> list[TFLOp]:
+    """Return the operators the outputs depend on, in order.
+
+    A RESHAPE whose output shape is static (at most one free dimension) takes that shape, so the
+    ops computing its target at run time (SHAPE -> STRIDED_SLICE -> PACK, as Keras' Flatten
+    writes them) are not needed: converting them would force the tensor into TFLite's layout.
+    """
+    producer = {t: op for op in model.ops for t in op.outputs}
+    live: set[int] = set()
+    stack = list(model.outputs.values())
+    while stack:
+        op = producer.get(stack.pop())
+        if op is None or op.index in live:
+            continue
+        live.add(op.index)
+        inputs = [i for i in op.inputs if i >= 0]
+        out_shape = model.tensors[op.outputs[0]].shape if op.outputs else None
+        if op.name == "RESHAPE" and out_shape is not None and sum(d is None for d in out_shape) <= 1:
+            inputs = inputs[:1]
+        stack.extend(inputs)
+    return [op for op in model.ops if op.index in live]
+
+
 def _gaps(model: TFLModel) -> GapCollector:
     from .ops import OPS
 
     gaps = GapCollector()
-    for op in model.ops:
+    for op in live_ops(model):
         if op.name not in OPS:
             gaps.add(op.name, f"{model.source} operator {op.index} (output '{_out_name(model, op)}')")
         for i in op.inputs + op.outputs:
@@ -233,7 +256,7 @@ def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") ->
         if t.span is not None and t.index not in low.keys:
             low.add_const(t)
     nodes: list[tuple[TFNode, TFLOp]] = []
-    for op in model.ops:
+    for op in live_ops(model):
         node_name = _out_name(model, op)
         for k, index in enumerate(op.outputs):
             low.keys[index] = f"{node_name}:{k}"
@@ -250,10 +273,12 @@ def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") ->
         if op.name in _PASS_THROUGH:
             converter(node, ctx)  # type: ignore[operator]
             return
-        for i in op.inputs:
+        inputs = op.inputs[:1] if op.name == "RESHAPE" and any(
+            i not in low.keys for i in op.inputs[1:] if i >= 0) else op.inputs  # a static target: see live_ops
+        for i in inputs:
             if i >= 0 and i not in low.keys:
                 raise RefusedError(f"input tensor '{model.tensors[i].name}' is used before it is produced")
-        node.inputs = [low.float_input(i) if i >= 0 else "" for i in op.inputs]
+        node.inputs = [low.float_input(i) if i >= 0 else "" for i in inputs]
         quantized_out = [model.tensors[i] for i in op.outputs if low.is_quant_activation(model.tensors[i])]
         if quantized_out:
             node.dtypes = [np.dtype(np.float32) for _ in op.outputs]

@@ -211,8 +211,14 @@ def read_model(path: Path, signature: str | None = None) -> TFLModel:
             if buf_index >= len(buffers):
                 raise ModelFormatError(f"{source}: tensor '{name}' refers to buffer {buf_index} of {len(buffers)}")
             span = _buffer_span(buffers[buf_index], size, source, buf_index)
-        tensors.append(TFLTensor(i, name, dims, np.dtype(_DTYPES[code]), span,
-                                 _quant(t.table(_T_QUANT, "QuantizationParameters"), source, name)))
+        quant = _quant(t.table(_T_QUANT, "QuantizationParameters"), source, name)
+        if quant is not None and quant.axis is not None and not (
+                0 <= quant.axis < len(dims) and dims[quant.axis] == len(quant.scale)):
+            raise ModelFormatError(f"{source}: tensor '{name}' of shape {list(dims)} has {len(quant.scale)} "
+                                   f"scales along axis {quant.axis}")
+        if any(d is not None and d < 0 for d in dims):
+            raise ModelFormatError(f"{source}: tensor '{name}' has a negative dimension {list(dims)}")
+        tensors.append(TFLTensor(i, name, dims, np.dtype(_DTYPES[code]), span, quant))
     ops = []
     for k, op in enumerate(sg.tables(_SG_OPERATORS, "Operator")):
         code = int(op.scalar(_OP_CODE, "<I"))

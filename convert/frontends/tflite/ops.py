@@ -155,12 +155,14 @@ register("GATHER", maps_to="Gather", notes="batch_dims 0")(_as_tf("GatherV2", ex
 
 @register("RESHAPE", maps_to="Reshape", notes="shape input or new_shape option")
 def reshape(node: TFNode, ctx: TFContext) -> None:
-    """RESHAPE: the target from the second input, else from the options' new_shape."""
+    """RESHAPE: the target from the second input, else the options' new_shape, else the static output shape."""
     inputs = [n for n in node.inputs if n]
     if len(inputs) < 2:
         key = f"{node.name}/shape"
-        ctx.consts[key] = np.asarray(node.attrs.get("new_shape", []), np.int32)
-        inputs.append(key)
+        new_shape = node.attrs.get("new_shape")
+        if new_shape is not None and len(new_shape):  # type: ignore[arg-type]
+            ctx.consts[key] = np.asarray(new_shape, np.int32)
+        inputs.append(key)  # not a constant: TensorFlow's Reshape converter takes the static output shape
     _tf_converter("Reshape")(TFNode(node.name, "Reshape", inputs[:2], {}, node.shapes, node.dtypes), ctx)
 
 

@@ -81,6 +81,8 @@ class TensorFlowRuntime:
         else:
             raise UsageError(f"{path}: not a SavedModel folder, a .keras/.h5 file or a frozen .pb graph")
         self.name = f"TensorFlow {tf.__version__}"  # type: ignore[attr-defined]
+        # --input-shape names TensorFlow's NHWC shape; rank-4 inputs are presented NCHW.
+        self.input_perms = {} if keep_nhwc else {n: _TO_NCHW for n, _, shape in self._specs if len(shape) == 4}
         self.device = "cpu"
 
     def inputs(self) -> Sequence[TensorSpec]:

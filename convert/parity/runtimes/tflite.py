@@ -56,6 +56,8 @@ class TFLiteRuntime:
             raise UsageError(f"{path.name}: the interpreter's inputs differ from the main subgraph's")
         self._outputs = dict(model.outputs)
         self.device = "cpu"
+        # --input-shape names TFLite's NHWC shape; rank-4 inputs are presented NCHW.
+        self.input_perms = {} if keep_nhwc else {name: _TO_NCHW for name, d in self._inputs if len(d["shape"]) == 4}
         self.notes: list[str] = []
         # The quantization step of each output computed in int8/uint8 (the DEQUANTIZE's input, or
         # the output itself, compared in its integers): the parity check allows a few steps.

@@ -164,17 +164,87 @@ def test_not_a_tflite_and_unknown_signature_are_one_line_exit_2(tmp_path: Path) 
 def test_every_unsupported_op_is_listed_at_once(tmp_path: Path) -> None:
     """Two ops without converters (CUMSUM, ARG_MAX) are named together, with their first places."""
     pytest.importorskip("tensorflow")
-    import keras
     import tensorflow as tf
 
     from convert.frontends.tflite import FRONTEND
     from convert.ir import Options, UnsupportedOpsError
 
-    inp = keras.Input((6, 5), batch_size=1)
-    model = keras.Model(inp, [keras.ops.cumsum(inp, axis=1), keras.ops.argmax(inp, axis=-1)])
+    @tf.function(input_signature=[tf.TensorSpec([1, 6, 5], tf.float32)])
+    def gaps(x: object) -> tuple[object, object]:
+        return tf.math.cumsum(x, axis=1), tf.math.argmax(x, axis=-1)
+
     path = tmp_path / "gaps.tflite"
-    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    path.write_bytes(tf.lite.TFLiteConverter.from_concrete_functions([gaps.get_concrete_function()], gaps).convert())
     with pytest.raises(UnsupportedOpsError) as err:
         FRONTEND.load([path], Options())
     text = str(err.value)
     assert "CUMSUM" in text and "ARG_MAX" in text and "gaps.tflite" in text, text
+
+
+@pytest.mark.opencv
+def test_float_tflite_to_caffe_matches_the_interpreter(tmp_path: Path) -> None:
+    """A CNN Caffe can express (symmetric padding) through the Caffe exporter, checked by the
+    project's parity check against the TFLite interpreter (real Caffe when built, else OpenCV)."""
+    pytest.importorskip("tensorflow")
+    import keras
+    import tensorflow as tf
+    import tf_models
+    from keras import layers
+
+    import convert
+
+    keras.utils.set_random_seed(1)
+    inp = keras.Input((32, 32, 3), name="image")
+    x = layers.Conv2D(8, 3, padding="same")(inp)
+    x = layers.BatchNormalization()(x)
+    x = layers.ReLU(max_value=6.0)(x)
+    y = layers.DepthwiseConv2D(3, padding="same", activation="relu")(x)
+    x = layers.Add()([x, layers.Conv2D(8, 1)(y)])
+    x = layers.MaxPooling2D(2)(x)
+    x = layers.Conv2D(16, 3, padding="same", activation="sigmoid")(x)
+    x = layers.GlobalAveragePooling2D()(x)
+    model = keras.Model(inp, layers.Dense(4)(x))
+    tf_models.recalibrate(model)
+    path = tmp_path / "cnn.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    result = convert.convert(str(path), format="tflite", to="caffe", out=str(tmp_path / "cnn.prototxt"),
+                             input_shapes={"image": (1, 32, 32, 3)})
+    assert result.report is not None and result.report.passed, result.report.table() if result.report else result
+    assert result.report.dest == "caffe"
+    assert max(o.rel_to_scale for o in result.report.outputs) <= 1e-5
+
+
+def test_input_shape_names_the_nhwc_shape_for_conversion_and_parity(tmp_path: Path) -> None:
+    """--input-shape takes TFLite's (NHWC) shape; the parity feeds are then NCHW like the model's input."""
+    import onnx
+
+    r = _cli("tflite:onnx", str(SAMPLES / "small_cnn.tflite"), "--input-shape", "image=2,32,32,3",
+             "-o", str(tmp_path / "m.onnx"))
+    assert r.returncode == 0 and "PASS" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "image 2x3x32x32" in r.stdout, r.stdout
+    dims = [d.dim_value for d in onnx.load(str(tmp_path / "m.onnx")).graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [2, 3, 32, 32], dims
+
+
+def test_corrupted_bytes_are_user_errors_never_internal_ones(tmp_path: Path) -> None:
+    """200 seeded corruptions of the committed file (flipped bytes in the flatbuffer's tables and in
+    the weights): each converts or raises one of convert's user errors, never a bug's exception."""
+    from convert.exporters.onnx import EXPORTER
+    from convert.frontends.tflite import FRONTEND
+    from convert.ir import ConvertError, Options
+
+    data = bytearray((SAMPLES / "small_cnn_int8.tflite").read_bytes())
+    rng = np.random.default_rng(7)
+    outcomes = {"converted": 0, "refused": 0}
+    for case in range(200):
+        bad = bytearray(data)
+        for pos in rng.integers(0, len(bad), size=int(rng.integers(1, 6))):
+            bad[int(pos)] = int(rng.integers(0, 256))
+        path = tmp_path / f"bad{case}.tflite"
+        path.write_bytes(bytes(bad))
+        try:
+            EXPORTER.save(FRONTEND.load([path], Options()), tmp_path / "bad.onnx", Options())
+            outcomes["converted"] += 1
+        except ConvertError:
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 0, outcomes
