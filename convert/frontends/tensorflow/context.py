@@ -48,6 +48,9 @@ class TFContext:
         self.space_to_batch: dict[str, tuple[str, list[int], list[list[int]]]] = {}
         # Outputs of convolutions made from such a pattern: name -> (their Conv node's output, block).
         self.dilated: dict[str, tuple[Value, list[int]]] = {}
+        # Outputs of Convs emitted without a bias: name -> (input, weight, attributes, out channels),
+        # so that a BiasAdd reading only them emits one Conv with the bias instead (the first is dead then).
+        self.convs: dict[str, tuple[Value, Value, dict[str, object], int]] = {}
 
     # -- reading ---------------------------------------------------------------------------
     def shape(self, name: str) -> tuple[int | None, ...] | None:

@@ -210,21 +210,55 @@ def load_keras(path: Path) -> object:
         raise ModelFormatError(f"{path.name}: Keras cannot load this file: {first}") from exc
 
 
+# Attributes that keep grappler's function optimizer from inlining a call. Keras 3 (TF backend)
+# wraps every grouped convolution (ConvNeXt's depthwise Conv2D(groups=C)) in a
+# ``tf.function(jit_compile=True)``: freezing leaves it as a nested StatefulPartitionedCall whose
+# node carries ``_XlaMustCompile`` and whose function carries ``_noinline``. Inlined, it is a
+# plain Conv2D with the same semantics (XLA only changes how it is compiled).
+_NO_INLINE_ATTRS = ("_noinline", "_XlaMustCompile")
+
+
+def _allow_inlining(graph_def: object) -> int:
+    """Drop the attributes that forbid inlining from every call and function; return how many."""
+    dropped = 0
+    nodes = list(graph_def.node)  # type: ignore[attr-defined]
+    for fn in graph_def.library.function:  # type: ignore[attr-defined]
+        nodes.extend(fn.node_def)
+        for key in _NO_INLINE_ATTRS:
+            if key in fn.attr:
+                del fn.attr[key]
+                dropped += 1
+    for node in nodes:
+        for key in _NO_INLINE_ATTRS:
+            if key in node.attr:
+                del node.attr[key]
+                dropped += 1
+    return dropped
+
+
 def _optimize(frozen: object) -> object:
-    """Run grappler's constant folding on the frozen function's graph; return the GraphDef."""
+    """Inline the remaining function calls and fold constants in the frozen graph; return the GraphDef.
+
+    ``convert_variables_to_constants_v2`` inlines every call it may; calls marked ``_noinline`` or
+    for XLA compilation survive it, so they are unmarked here and grappler's function optimizer
+    inlines them before constant folding.
+    """
     from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
     from tensorflow.python.grappler import tf_optimizer
     from tensorflow.python.training import saver
 
     graph = frozen.graph  # type: ignore[attr-defined]
-    meta = saver.export_meta_graph(graph_def=graph.as_graph_def(), graph=graph)
+    graph_def = graph.as_graph_def()
+    if _allow_inlining(graph_def):
+        logger.debug("tensorflow: unmarked nested function calls for inlining")
+    meta = saver.export_meta_graph(graph_def=graph_def, graph=graph)
     fetch = meta_graph_pb2.CollectionDef()
     for t in frozen.outputs:  # type: ignore[attr-defined]
         fetch.node_list.value.append(t.name)
     meta.collection_def["train_op"].CopyFrom(fetch)
     config = config_pb2.ConfigProto()
     rewrite = config.graph_options.rewrite_options
-    rewrite.optimizers[:] = ["constfold", "dependency"]
+    rewrite.optimizers[:] = ["function", "constfold", "dependency"]
     rewrite.meta_optimizer_iterations = 1
     with quiet_stderr():
         return tf_optimizer.OptimizeGraph(config, meta)

@@ -23,6 +23,7 @@ from convert.ir import (
 
 from .context import NCHW, TF, TO_NCHW, TFContext
 from .graph import DEFAULT_SIGNATURE, TFGraph, TFNode, read_graph
+from .rewrite import rewrite
 
 __all__ = ["check_support", "convert_graph", "live_nodes", "load", "read"]
 
@@ -72,7 +73,7 @@ def _gaps(graph: TFGraph) -> GapCollector:
 
 def check_support(paths: Sequence[Path], options: Options) -> list[Unsupported]:
     """Return every op type of the model without a converter (with its count and first node)."""
-    return _gaps(read(paths, options)).items()
+    return _gaps(rewrite(read(paths, options))).items()
 
 
 def load(paths: Sequence[Path], options: Options) -> Model:
@@ -87,9 +88,10 @@ def load(paths: Sequence[Path], options: Options) -> Model:
 
 
 def convert_graph(graph: TFGraph, options: Options, *, name: str = "tensorflow") -> Model:
-    """Convert a frozen ``TFGraph`` into the IR (see ``load``)."""
+    """Convert a frozen ``TFGraph`` into the IR (see ``load``); its patterns are rewritten first (``rewrite.py``)."""
     from .ops import OPS, Converter
 
+    rewrite(graph)
     _gaps(graph).raise_if_any(graph.source, hint="Run `convert ops tensorflow` for the supported list.")
     keep_nhwc = bool(options.get("keep_nhwc", False))
     builder = GraphBuilder(name, source=graph.source)

@@ -90,13 +90,15 @@ CASES: dict[str, tuple[Callable[..., object], list[tuple[int, ...]]]] = {
 }
 
 
-def _run_case(fn: Callable[..., object], shapes: list[tuple[int, ...]], tmp_path: Path) -> float:
+def _run_case(fn: Callable[..., object], shapes: list[tuple[int, ...]], tmp_path: Path, *,
+              free_batch: bool = False) -> float:
     from convert.exporters.onnx import EXPORTER
     from convert.frontends.tensorflow.graph import graph_from_function
     from convert.frontends.tensorflow.loader import convert_graph
     from convert.parity.runtimes.onnxruntime import open_runtime as open_ort
 
-    specs = [tf.TensorSpec(s, tf.float32, name=f"x{i}") for i, s in enumerate(shapes)]
+    specs = [tf.TensorSpec((None, *s[1:]) if free_batch else s, tf.float32, name=f"x{i}")
+             for i, s in enumerate(shapes)]
     concrete = tf.function(lambda *a: {"y": fn(*a)}).get_concrete_function(*specs)
     graph = graph_from_function(concrete, [s.name for s in specs], ["y"], source="case")
     model = convert_graph(graph, Options())
@@ -119,6 +121,47 @@ def test_op_matches_tensorflow(case: str, tmp_path: Path) -> None:
     fn, shapes = CASES[case]
     err = _run_case(fn, shapes, tmp_path)
     assert err <= RTOL, f"{case}: max rel error {err:.2e}"
+
+
+def _onnx_ops(tmp_path: Path) -> list[str]:
+    import onnx
+
+    return [n.op_type for n in onnx.load(str(tmp_path / "m.onnx")).graph.node]
+
+
+def test_bias_add_after_conv_becomes_its_bias(tmp_path: Path) -> None:
+    w, b = _w(3, 3, 3, 4), _w(4)
+    err = _run_case(lambda x: tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME"), b), [(1, 5, 6, 3)], tmp_path)
+    assert err <= RTOL, err
+    assert _onnx_ops(tmp_path) == ["Conv"]
+
+
+def test_conv_read_twice_keeps_its_add(tmp_path: Path) -> None:
+    w, b = _w(3, 3, 3, 4), _w(4)
+
+    def fn(x: object) -> object:
+        y = tf.nn.conv2d(x, w, 1, "SAME")
+        return tf.nn.bias_add(y, b) * y
+
+    err = _run_case(fn, [(1, 5, 6, 3)], tmp_path)
+    assert err <= RTOL, err
+    assert _onnx_ops(tmp_path) == ["Conv", "Add", "Mul"]
+
+
+def test_rank4_tensordot_becomes_a_1x1_conv(tmp_path: Path) -> None:
+    """Keras' Dense on [N, H, W, C] (ConvNeXt): tensordot over a free batch -> one Conv, no Transpose."""
+    w, b = _w(3, 5), _w(5)
+    err = _run_case(lambda x: tf.nn.relu(tf.nn.bias_add(tf.tensordot(x, w, [[3], [0]]), b)), [(2, 4, 6, 3)],
+                    tmp_path, free_batch=True)
+    assert err <= RTOL, err
+    assert _onnx_ops(tmp_path) == ["Conv", "Relu"]
+
+
+def test_tensordot_over_other_axes_is_left_alone(tmp_path: Path) -> None:
+    w = _w(6, 5)
+    err = _run_case(lambda x: tf.tensordot(x, w, [[2], [0]]), [(2, 4, 6, 3)], tmp_path, free_batch=True)
+    assert err <= RTOL, err
+    assert "Conv" not in _onnx_ops(tmp_path)
 
 
 # Registered op types exercised by the model tests (test_tensorflow_models.py) rather than here.

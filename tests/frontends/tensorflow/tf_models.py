@@ -68,6 +68,9 @@ NETS: dict[str, Callable[[], object]] = {
     "mobilenet_v2": _mobilenet_v2,
     "resnet50": _resnet50,
     "small_cnn": _small_cnn,
+    # Keras wraps ConvNeXt's grouped (depthwise) convolutions in XLA-compiled nested functions.
+    "convnext_tiny": _app("ConvNeXtTiny", 32, classes=10),
+    "nasnet_mobile": _app("NASNetMobile", 32, classes=10),
 }
 # More keras.applications families at their smallest inputs (tested as .keras only).
 ZOO: dict[str, Callable[[], object]] = {
@@ -81,11 +84,22 @@ ZOO: dict[str, Callable[[], object]] = {
 
 
 def recalibrate(model: object, seed: int = 0) -> None:
-    """Draw BatchNorm scale/offset at random and set the moving statistics from one batch."""
+    """Draw BatchNorm scale/offset at random and set the moving statistics from one batch.
+
+    LayerNormalization scale/offset are drawn too, and ConvNeXt's LayerScale (1e-6 at
+    initialisation) is drawn from [0.1, 0.5] so that its blocks contribute.
+    """
     import keras
 
     rng = np.random.default_rng(seed)
     keras.utils.set_random_seed(seed)
+    for layer in model.layers:  # type: ignore[attr-defined]
+        if isinstance(layer, keras.layers.LayerNormalization) and layer.gamma is not None:
+            layer.gamma.assign(rng.uniform(0.5, 1.5, layer.gamma.shape).astype(np.float32))
+            if layer.beta is not None:
+                layer.beta.assign(rng.uniform(-0.2, 0.2, layer.beta.shape).astype(np.float32))
+        elif type(layer).__name__ == "LayerScale":  # ConvNeXt: initialised to 1e-6, which mutes every block
+            layer.gamma.assign(rng.uniform(0.1, 0.5, layer.gamma.shape).astype(np.float32))
     bns = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]  # type: ignore[attr-defined]
     for layer in bns:
         if layer.gamma is not None:

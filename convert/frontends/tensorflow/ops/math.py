@@ -92,9 +92,41 @@ def _binary(onnx_op: str) -> Converter:
     return convert
 
 
-for _names, _onnx in ((("Add", "AddV2", "BiasAdd"), "Add"), (("Sub",), "Sub"), (("Mul",), "Mul"),
-                      (("RealDiv",), "Div"), (("Maximum",), "Max"), (("Minimum",), "Min"), (("Pow",), "Pow")):
-    register(*_names, maps_to=_onnx, notes="BiasAdd: NHWC" if "BiasAdd" in _names else "")(_binary(_onnx))
+for _names, _onnx in ((("Sub",), "Sub"), (("Mul",), "Mul"), (("RealDiv",), "Div"), (("Maximum",), "Max"),
+                      (("Minimum",), "Min"), (("Pow",), "Pow")):
+    register(*_names, maps_to=_onnx)(_binary(_onnx))
+
+
+def _conv_bias(node: TFNode, ctx: TFContext) -> tuple[str, np.ndarray] | None:
+    """Return (conv output, bias) when ``node`` adds a constant per-channel vector to a Conv's output only it reads."""
+    for i in (0, 1):
+        x, b = node.inputs[i], node.inputs[1 - i]
+        bias = ctx.const(b)
+        conv = ctx.convs.get(x)
+        if conv is None or bias is None or len(ctx.consumers.get(x, [])) != 1:
+            continue
+        channels = conv[3]
+        if bias.size == channels and bias.shape[-1:] == (channels,) and bias.dtype == np.float32:
+            return x, bias.reshape(channels)
+    return None
+
+
+@register("Add", "AddV2", "BiasAdd", maps_to="Add (a Conv's bias when it adds a constant per-channel vector)",
+          notes="BiasAdd: NHWC")
+def add(node: TFNode, ctx: TFContext) -> None:
+    """Add/AddV2/BiasAdd -> Add (numpy broadcasting), in NCHW when an input is held so.
+
+    A constant per-channel vector added to a convolution's output that nothing else reads
+    becomes that Conv's bias: the Conv is emitted again with it (the first one is left dead).
+    """
+    fused = _conv_bias(node, ctx)
+    if fused is not None:
+        x, w, attrs, _ = ctx.convs[fused[0]]
+        bias = ctx.builder.const(np.ascontiguousarray(fused[1]), name=f"{node.name}/bias")
+        ctx.bind(ctx.emit("Conv", [x, w, bias], attrs), NCHW)
+        return
+    values, layout = _binary_inputs(node, ctx, node.inputs[:2])
+    ctx.bind(ctx.emit("Add", values), layout)
 
 
 @register("SquaredDifference", maps_to="Mul(Sub, Sub)")

@@ -68,11 +68,11 @@ def conv2d(node: TFNode, ctx: TFContext) -> None:
     if in_shape is not None and len(in_shape) == 4 and in_shape[3] is not None and in_shape[3] != w.shape[2]:
         group = int(in_shape[3]) // int(w.shape[2])
     weight = ctx.builder.const(np.ascontiguousarray(w.transpose(3, 2, 0, 1)), name=f"{node.name}/weight")
-    _emit_conv(node, ctx, weight, kernel, strides, dilations, group)
+    _emit_conv(node, ctx, weight, kernel, strides, dilations, group, int(w.shape[3]))
 
 
 def _emit_conv(node: TFNode, ctx: TFContext, weight: Value, kernel: list[int], strides: list[int],
-               dilations: list[int], group: int) -> None:
+               dilations: list[int], group: int, channels: int) -> None:
     """Emit the Conv; a SpaceToBatchND input makes it a dilated Conv (see ``space_to_batch_nd``)."""
     x_name = node.inputs[0]
     if x_name in ctx.space_to_batch:
@@ -87,7 +87,9 @@ def _emit_conv(node: TFNode, ctx: TFContext, weight: Value, kernel: list[int], s
         return
     attrs = {"kernel_shape": kernel, "strides": strides, "dilations": dilations, "group": group,
              **conv_pads(node, ctx, kernel, strides, dilations)}
-    ctx.bind(ctx.emit("Conv", [ctx.get(x_name, NCHW), weight], attrs), NCHW)
+    x = ctx.get(x_name, NCHW)
+    ctx.bind(ctx.emit("Conv", [x, weight], attrs), NCHW)
+    ctx.convs[f"{node.name}:0"] = (x, weight, attrs, channels)
 
 
 @register("SpaceToBatchND", maps_to="(dilation of the next Conv)",
@@ -138,7 +140,7 @@ def depthwise_conv2d(node: TFNode, ctx: TFContext) -> None:
     dilations = _hw(node.attrs.get("dilations", [1, 1, 1, 1]), "dilations")
     weight = ctx.builder.const(np.ascontiguousarray(w.transpose(2, 3, 0, 1).reshape(cin * mult, 1, h, k)),
                                name=f"{node.name}/weight")
-    _emit_conv(node, ctx, weight, [h, k], strides, dilations, cin)
+    _emit_conv(node, ctx, weight, [h, k], strides, dilations, cin, cin * mult)
 
 
 @register("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", maps_to="BatchNormalization",

@@ -1,0 +1,241 @@
+"""Benchmark tensorflow->onnx: ours against tf2onnx, on the same SavedModels in the same run.
+
+Each model is a keras.applications net with seeded random weights (``weights=None``) and its
+batch-norm (and layer-norm) parameters recalibrated as the tests do
+(``tests/frontends/tensorflow/tf_models.py::recalibrate``), saved as a SavedModel
+(``model.export``) together with a seeded input and TensorFlow's own output for it (the
+serving signature called eagerly). Both converters then run as the commands a user types, each
+in a fresh process:
+
+    python -m convert tensorflow:onnx DIR -o F --no-check
+    TF2ONNX_PYTHON -m tf2onnx.convert --saved-model DIR --output F --opset 17
+
+and the table gives per converter: the process's wall time, its peak RSS (``ru_maxrss`` of
+that child, from ``os.wait4``), the ONNX node count and Transpose count, ONNX Runtime's
+median CPU latency (one thread, N runs, the two files' runs interleaved), and the max error
+relative to the output's scale against TensorFlow (max |onnx - TF| / max |TF|). Both read the
+SavedModel with TensorFlow, so both times include importing it. Ours takes NCHW input by
+default (one less Transpose); tf2onnx keeps TensorFlow's NHWC; each is fed its own layout.
+
+    python benchmarks/bench_tensorflow.py --tf2onnx-python /tmp/tf2onnx-venv/bin/python
+        [--models resnet50,convnext_tiny] [--size 224] [--runs 20] [--work DIR] [--json F]
+
+tf2onnx lives in its own environment (its dependencies may clash with ours), made with:
+
+    python -m venv /tmp/tf2onnx-venv
+    /tmp/tf2onnx-venv/bin/pip install -c constraints/ci.txt tensorflow-cpu==2.21.0 tf2onnx==1.17.0
+
+Without ``--tf2onnx-python`` only ours runs. Building the models needs TensorFlow here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# name -> keras.applications constructor; every one is built at --size with 1000 classes.
+MODELS = {
+    "resnet50": "ResNet50",
+    "mobilenet_v2": "MobileNetV2",
+    "mobilenet_v3_small": "MobileNetV3Small",
+    "efficientnet_b0": "EfficientNetB0",
+    "densenet121": "DenseNet121",
+    "inception_v3": "InceptionV3",
+    "xception": "Xception",
+    "vgg16": "VGG16",
+    "convnext_tiny": "ConvNeXtTiny",
+    "nasnet_mobile": "NASNetMobile",
+}
+TOOLS = ("ours", "tf2onnx")
+
+
+def build(name: str, folder: Path, size: int) -> None:
+    """Build ``name`` (seeded, recalibrated), export it, and store an input and TF's output for it."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.path.insert(0, str(ROOT / "tests" / "frontends" / "tensorflow"))
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    import tf_models
+
+    keras.utils.set_random_seed(0)
+    model = getattr(keras.applications, MODELS[name])(input_shape=(size, size, 3), weights=None,
+                                                      classifier_activation=None)
+    tf_models.recalibrate(model)
+    model.export(str(folder / "savedmodel"), verbose=False)
+    x = np.random.default_rng(0).standard_normal((1, size, size, 3)).astype(np.float32)
+    fn = tf.saved_model.load(str(folder / "savedmodel")).signatures["serving_default"]
+    (arg,) = fn.structured_input_signature[1]
+    (ref,) = fn(**{arg: tf.constant(x)}).values()
+    np.savez(folder / "io.npz", x_nhwc=x, ref=ref.numpy())
+
+
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, object]:
+    """Run ``cmd``; return its wall time, peak RSS (``ru_maxrss`` of that child) and any error."""
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=ROOT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        result: dict[str, object] = {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024}
+        if proc.returncode != 0:
+            err.seek(0)
+            lines = [ln for ln in err.read().decode(errors="replace").splitlines() if ln.strip()]
+            result["error"] = f"exit {proc.returncode}: {(lines or ['no output'])[-1][:160]}"
+    return result
+
+
+def _session(path: Path) -> object:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def _feed(session: object, x_nhwc: object) -> dict[str, object]:
+    """Feed ``x_nhwc`` in the layout the file declares (NCHW when its dim 1 is 3 channels)."""
+    inp = session.get_inputs()[0]  # type: ignore[attr-defined]
+    x = x_nhwc.transpose(0, 3, 1, 2) if inp.shape[1] == 3 else x_nhwc  # type: ignore[attr-defined]
+    return {inp.name: x}
+
+
+def _latencies(paths: dict[str, Path], x_nhwc: object, runs: int) -> dict[str, float]:
+    """Median single-thread ONNX Runtime latency (ms) of each file, runs interleaved.
+
+    Interleaving matters on a shared machine: load from other processes then hits every file
+    alike instead of whichever happened to run during a busy spell.
+    """
+    sessions = {key: _session(path) for key, path in paths.items()}
+    feeds = {key: _feed(s, x_nhwc) for key, s in sessions.items()}
+    for key, s in sessions.items():
+        for _ in range(2):
+            s.run(None, feeds[key])  # type: ignore[attr-defined]
+    times: dict[str, list[float]] = {key: [] for key in sessions}
+    for _ in range(runs):
+        for key, s in sessions.items():
+            t0 = time.perf_counter()
+            s.run(None, feeds[key])  # type: ignore[attr-defined]
+            times[key].append(time.perf_counter() - t0)
+    return {key: statistics.median(t) * 1000 for key, t in times.items()}
+
+
+def _inspect(path: Path, x_nhwc: object, ref: object) -> dict[str, object]:
+    """Node count, Transpose count and max error relative to scale against TensorFlow."""
+    import numpy as np
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node]
+    session = _session(path)
+    (out,) = session.run(None, _feed(session, x_nhwc))[:1]  # type: ignore[attr-defined]
+    r = np.asarray(ref, dtype=np.float64)
+    err = float(np.abs(out.reshape(r.shape) - r).max() / np.abs(r).max())
+    return {"nodes": len(ops), "transposes": ops.count("Transpose"), "max_rel_err": err}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Build the models, convert each with both tools, print the table (and JSON with --json)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, from: " + ", ".join(MODELS))
+    parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
+    parser.add_argument("--tf2onnx-python", default=None, help="python of an environment with tf2onnx")
+    parser.add_argument("--runs", type=int, default=20, help="ONNX Runtime runs per file (median)")
+    parser.add_argument("--work", type=Path, default=None, help="keep the models and ONNX files here")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--build", nargs=2, metavar=("MODEL", "DIR"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.build:
+        build(args.build[0], Path(args.build[1]), args.size)
+        return 0
+    names = args.models.split(",")
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+
+    import numpy as np
+    import onnxruntime
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench_tensorflow_"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TF_CPP_MIN_LOG_LEVEL="3")
+    commands = {"ours": lambda src, out: [sys.executable, "-m", "convert", "tensorflow:onnx", str(src),
+                                          "-o", str(out), "--no-check"]}
+    if args.tf2onnx_python:
+        commands["tf2onnx"] = lambda src, out: [args.tf2onnx_python, "-m", "tf2onnx.convert", "--saved-model",
+                                                str(src), "--output", str(out), "--opset", "17"]
+    print(f"{os.cpu_count()} CPUs; input {args.size}x{args.size}; ONNX Runtime {onnxruntime.__version__} "
+          f"CPU, 1 thread, median of {args.runs}", flush=True)
+    results = []
+    for name in names:
+        folder = work / name
+        folder.mkdir(parents=True, exist_ok=True)
+        if not (folder / "io.npz").is_file():
+            subprocess.run([sys.executable, __file__, "--size", str(args.size), "--build", name, str(folder)],
+                           check=True, env=env, cwd=ROOT)
+        io = np.load(folder / "io.npz")
+        row: dict[str, object] = {"model": name}
+        done: dict[str, Path] = {}
+        for tool, command in commands.items():
+            out = folder / f"{tool}.onnx"
+            out.unlink(missing_ok=True)
+            info = _run(command(folder / "savedmodel", out), env=env)
+            if "error" not in info:
+                try:
+                    info.update(_inspect(out, io["x_nhwc"], io["ref"]))
+                    done[tool] = out
+                except Exception as exc:  # a file ONNX Runtime cannot run: reported in the table
+                    info["error"] = f"ONNX Runtime: {str(exc).strip().splitlines()[0][:160]}"
+            row[tool] = info
+        for tool, ms in _latencies(done, io["x_nhwc"], args.runs).items():
+            row[tool]["ort_ms"] = ms  # type: ignore[index]
+        results.append(row)
+        _print_row(row)
+    print()
+    _print_markdown(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def _print_row(row: dict[str, object]) -> None:
+    for tool in TOOLS:
+        info = row.get(tool)
+        if not isinstance(info, dict):
+            continue
+        if "error" in info:
+            print(f"{row['model']:<20} {tool:<8} failed: {info['error']}", flush=True)
+            continue
+        print(f"{row['model']:<20} {tool:<8} {info['seconds']:6.1f} s {info['peak_rss_mib']:6.0f} MiB "
+              f"{info['nodes']:5d} nodes {info['transposes']:4d} Transposes {info['ort_ms']:8.2f} ms "
+              f"err {info['max_rel_err']:.1e}", flush=True)
+
+
+def _print_markdown(results: list[dict[str, object]]) -> None:
+    print("| model | converter | convert time | peak RSS | nodes | Transposes | ORT latency | max rel err vs TF |")
+    print("|---|---|---|---|---|---|---|---|")
+    for row in results:
+        for i, tool in enumerate(TOOLS):
+            info = row.get(tool)
+            if not isinstance(info, dict):
+                continue
+            model = row["model"] if i == 0 or "ours" not in row else ""
+            if "error" in info:
+                print(f"| {model} | {tool} | failed: {info['error']} | | | | | |")
+                continue
+            print(f"| {model} | {tool} | {info['seconds']:.1f} s | {info['peak_rss_mib']:.0f} MiB | {info['nodes']} | "
+                  f"{info['transposes']} | {info['ort_ms']:.2f} ms | {info['max_rel_err']:.1e} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
