@@ -48,9 +48,13 @@ class TFContext:
         self.space_to_batch: dict[str, tuple[str, list[int], list[list[int]]]] = {}
         # Outputs of convolutions made from such a pattern: name -> (their Conv node's output, block).
         self.dilated: dict[str, tuple[Value, list[int]]] = {}
-        # Outputs of Convs emitted without a bias: name -> (input, weight, attributes, out channels),
-        # so that a BiasAdd reading only them emits one Conv with the bias instead (the first is dead then).
-        self.convs: dict[str, tuple[Value, Value, dict[str, object], int]] = {}
+        # Outputs of Convs emitted without a bias: name -> (input, weight, attributes, out channels,
+        # the OIHW weight array), so that a BiasAdd or a per-channel Mul reading only them emits one
+        # Conv with the bias or the scaled weight instead (the first is dead then).
+        self.convs: dict[str, tuple[Value, Value, dict[str, object], int, np.ndarray]] = {}
+        # Outputs of zero Pads of only H and W: name -> (input, ONNX pads [top, left, bottom, right]),
+        # so that a Conv reading only them takes the padding as its own pads (the Pad is dead then).
+        self.zero_pads: dict[str, tuple[str, list[int]]] = {}
 
     # -- reading ---------------------------------------------------------------------------
     def shape(self, name: str) -> tuple[int | None, ...] | None:

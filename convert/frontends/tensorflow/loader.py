@@ -28,6 +28,17 @@ from .rewrite import rewrite
 __all__ = ["check_support", "convert_graph", "live_nodes", "load", "read"]
 
 
+# The graph ``check_support`` read, kept for the ``load`` that follows it in the same conversion:
+# loading and freezing a signature is most of a conversion's time (TensorFlow's import aside).
+_checked: tuple[tuple[object, ...], TFGraph] | None = None
+
+
+def _key(paths: Sequence[Path], options: Options) -> tuple[object, ...]:
+    path = Path(paths[0]).resolve()
+    stat = path.stat() if path.exists() else None
+    return (str(path), stat and stat.st_mtime_ns, str(options.get("tf_signature", DEFAULT_SIGNATURE)))
+
+
 def read(paths: Sequence[Path], options: Options) -> TFGraph:
     """Read the model named by ``paths`` (one SavedModel folder or ``.keras`` file)."""
     if len(paths) != 1:
@@ -72,8 +83,14 @@ def _gaps(graph: TFGraph) -> GapCollector:
 
 
 def check_support(paths: Sequence[Path], options: Options) -> list[Unsupported]:
-    """Return every op type of the model without a converter (with its count and first node)."""
-    return _gaps(rewrite(read(paths, options))).items()
+    """Return every op type of the model without a converter (with its count and first node).
+
+    The graph read is kept for the ``load`` of the same model that follows (it is read once).
+    """
+    global _checked
+    graph = rewrite(read(paths, options))
+    _checked = (_key(paths, options), graph)
+    return _gaps(graph).items()
 
 
 def load(paths: Sequence[Path], options: Options) -> Model:
@@ -84,7 +101,13 @@ def load(paths: Sequence[Path], options: Options) -> Model:
         UnsupportedOpsError: every op type without a converter, at once.
         ConversionError: a converter refused a node (names it).
     """
-    return convert_graph(read(paths, options), options, name=Path(paths[0]).stem)
+    global _checked
+    checked, _checked = _checked, None
+    if checked is not None and len(paths) == 1 and checked[0] == _key(paths, options):
+        graph = checked[1]
+    else:
+        graph = read(paths, options)
+    return convert_graph(graph, options, name=Path(paths[0]).stem)
 
 
 def convert_graph(graph: TFGraph, options: Options, *, name: str = "tensorflow") -> Model:

@@ -148,6 +148,44 @@ def test_conv_read_twice_keeps_its_add(tmp_path: Path) -> None:
     assert _onnx_ops(tmp_path) == ["Conv", "Add", "Mul"]
 
 
+def test_per_channel_mul_and_add_after_depthwise_conv_fold_into_it(tmp_path: Path) -> None:
+    """A batch norm TensorFlow folded to Mul + Add after a depthwise convolution -> one Conv."""
+    w, scale, shift = _w(3, 3, 3, 2), _w(6), _w(6)
+    err = _run_case(lambda x: tf.nn.depthwise_conv2d(x, w, [1, 2, 2, 1], "SAME") * scale + shift,
+                    [(1, 6, 8, 3)], tmp_path)
+    assert err <= RTOL, err
+    assert _onnx_ops(tmp_path) == ["Conv"]
+
+
+def test_mul_that_is_not_per_channel_stays(tmp_path: Path) -> None:
+    w, m = _w(3, 3, 3, 4), _w(5, 6, 4)
+    err = _run_case(lambda x: tf.nn.conv2d(x, w, 1, "SAME") * m, [(1, 5, 6, 3)], tmp_path)
+    assert err <= RTOL, err
+    assert _onnx_ops(tmp_path) == ["Conv", "Mul"]
+
+
+def test_zero_pad_before_a_conv_becomes_its_pads(tmp_path: Path) -> None:
+    """Keras' ZeroPadding2D + a strided VALID convolution (MobileNetV2, ResNet50) -> one Conv."""
+    w = _w(3, 3, 3, 4)
+    err = _run_case(lambda x: tf.nn.conv2d(tf.pad(tf.nn.relu(x), [[0, 0], [0, 1], [1, 1], [0, 0]]), w, 2, "VALID"),
+                    [(1, 6, 7, 3)], tmp_path)
+    assert err <= RTOL, err
+    assert _onnx_ops(tmp_path) == ["Relu", "Conv"]
+
+
+def test_pad_with_a_value_or_read_twice_stays(tmp_path: Path) -> None:
+    w = _w(3, 3, 3, 4)
+
+    def fn(x: object) -> object:
+        p = tf.pad(tf.nn.relu(x), [[0, 0], [1, 1], [1, 1], [0, 0]], constant_values=1.5)
+        q = tf.pad(x, [[0, 0], [1, 1], [1, 1], [0, 0]])
+        return tf.nn.conv2d(p, w, 1, "VALID") + tf.nn.conv2d(q, w, 1, "VALID") + tf.reduce_sum(q)
+
+    err = _run_case(fn, [(1, 5, 6, 3)], tmp_path)
+    assert err <= RTOL, err
+    assert _onnx_ops(tmp_path).count("Pad") == 2
+
+
 def test_rank4_tensordot_becomes_a_1x1_conv(tmp_path: Path) -> None:
     """Keras' Dense on [N, H, W, C] (ConvNeXt): tensordot over a free batch -> one Conv, no Transpose."""
     w, b = _w(3, 5), _w(5)

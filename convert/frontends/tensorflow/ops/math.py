@@ -92,13 +92,14 @@ def _binary(onnx_op: str) -> Converter:
     return convert
 
 
-for _names, _onnx in ((("Sub",), "Sub"), (("Mul",), "Mul"), (("RealDiv",), "Div"), (("Maximum",), "Max"),
+for _names, _onnx in ((("Sub",), "Sub"), (("RealDiv",), "Div"), (("Maximum",), "Max"),
                       (("Minimum",), "Min"), (("Pow",), "Pow")):
     register(*_names, maps_to=_onnx)(_binary(_onnx))
 
 
-def _conv_bias(node: TFNode, ctx: TFContext) -> tuple[str, np.ndarray] | None:
-    """Return (conv output, bias) when ``node`` adds a constant per-channel vector to a Conv's output only it reads."""
+def _conv_channel_const(node: TFNode, ctx: TFContext) -> tuple[str, np.ndarray] | None:
+    """Return (conv output, vector) when ``node``'s other input is a constant per-channel vector and
+    its first a bias-less Conv's output that only ``node`` reads."""
     for i in (0, 1):
         x, b = node.inputs[i], node.inputs[1 - i]
         bias = ctx.const(b)
@@ -119,14 +120,35 @@ def add(node: TFNode, ctx: TFContext) -> None:
     A constant per-channel vector added to a convolution's output that nothing else reads
     becomes that Conv's bias: the Conv is emitted again with it (the first one is left dead).
     """
-    fused = _conv_bias(node, ctx)
+    fused = _conv_channel_const(node, ctx)
     if fused is not None:
-        x, w, attrs, _ = ctx.convs[fused[0]]
+        x, w, attrs, _, _ = ctx.convs[fused[0]]
         bias = ctx.builder.const(np.ascontiguousarray(fused[1]), name=f"{node.name}/bias")
         ctx.bind(ctx.emit("Conv", [x, w, bias], attrs), NCHW)
         return
     values, layout = _binary_inputs(node, ctx, node.inputs[:2])
     ctx.bind(ctx.emit("Add", values), layout)
+
+
+@register("Mul", maps_to="Mul (a Conv's weight scale when it multiplies by a constant per-channel vector)")
+def mul(node: TFNode, ctx: TFContext) -> None:
+    """Mul -> Mul (numpy broadcasting), in NCHW when an input is held so.
+
+    A constant per-channel vector multiplying a bias-less convolution's output that nothing else
+    reads (a batch norm TensorFlow folded to a multiply, as after depthwise convolutions) scales
+    that Conv's weight: the Conv is emitted again with it (the first one is left dead), and a
+    following per-channel Add can still become its bias.
+    """
+    fused = _conv_channel_const(node, ctx)
+    if fused is not None:
+        x, _, attrs, channels, oihw = ctx.convs[fused[0]]
+        scaled = np.ascontiguousarray(oihw * fused[1].reshape(-1, 1, 1, 1).astype(oihw.dtype))
+        weight = ctx.builder.const(scaled, name=f"{node.name}/weight")
+        ctx.bind(ctx.emit("Conv", [x, weight], attrs), NCHW)
+        ctx.convs[f"{node.name}:0"] = (x, weight, attrs, channels, scaled)
+        return
+    values, layout = _binary_inputs(node, ctx, node.inputs[:2])
+    ctx.bind(ctx.emit("Mul", values), layout)
 
 
 @register("SquaredDifference", maps_to="Mul(Sub, Sub)")

@@ -11,7 +11,7 @@ import numpy as np
 from convert.frontends.tensorflow.context import NCHW, TF, TFContext
 from convert.frontends.tensorflow.graph import TFNode
 from convert.frontends.tensorflow.ops import register
-from convert.ir import Attr, AttributeType, RefusedError, Value
+from convert.ir import Attr, AttributeType, RefusedError
 
 __all__ = ["conv_pads"]
 
@@ -67,13 +67,18 @@ def conv2d(node: TFNode, ctx: TFContext) -> None:
     group = 1
     if in_shape is not None and len(in_shape) == 4 and in_shape[3] is not None and in_shape[3] != w.shape[2]:
         group = int(in_shape[3]) // int(w.shape[2])
-    weight = ctx.builder.const(np.ascontiguousarray(w.transpose(3, 2, 0, 1)), name=f"{node.name}/weight")
-    _emit_conv(node, ctx, weight, kernel, strides, dilations, group, int(w.shape[3]))
+    oihw = np.ascontiguousarray(w.transpose(3, 2, 0, 1))
+    _emit_conv(node, ctx, oihw, kernel, strides, dilations, group, int(w.shape[3]))
 
 
-def _emit_conv(node: TFNode, ctx: TFContext, weight: Value, kernel: list[int], strides: list[int],
+def _emit_conv(node: TFNode, ctx: TFContext, oihw: np.ndarray, kernel: list[int], strides: list[int],
                dilations: list[int], group: int, channels: int) -> None:
-    """Emit the Conv; a SpaceToBatchND input makes it a dilated Conv (see ``space_to_batch_nd``)."""
+    """Emit the Conv; a SpaceToBatchND input makes it a dilated Conv (see ``space_to_batch_nd``).
+
+    A zero Pad of H and W that only this convolution reads (Keras' ZeroPadding2D before a VALID
+    convolution) becomes the Conv's own pads.
+    """
+    weight = ctx.builder.const(oihw, name=f"{node.name}/weight")
     x_name = node.inputs[0]
     if x_name in ctx.space_to_batch:
         source, block, paddings = ctx.space_to_batch[x_name]
@@ -85,11 +90,15 @@ def _emit_conv(node: TFNode, ctx: TFContext, weight: Value, kernel: list[int], s
         ctx.dilated[f"{node.name}:0"] = (y, block)
         ctx.bind(y, NCHW)
         return
-    attrs = {"kernel_shape": kernel, "strides": strides, "dilations": dilations, "group": group,
-             **conv_pads(node, ctx, kernel, strides, dilations)}
+    attrs: dict[str, object] = {"kernel_shape": kernel, "strides": strides, "dilations": dilations, "group": group,
+                                **conv_pads(node, ctx, kernel, strides, dilations)}
+    padded = ctx.zero_pads.get(x_name)
+    if padded is not None and "pads" in attrs and len(ctx.consumers.get(x_name, [])) == 1:
+        x_name, extra = padded
+        attrs["pads"] = [int(a) + b for a, b in zip(attrs["pads"], extra, strict=True)]  # type: ignore[call-overload]
     x = ctx.get(x_name, NCHW)
     ctx.bind(ctx.emit("Conv", [x, weight], attrs), NCHW)
-    ctx.convs[f"{node.name}:0"] = (x, weight, attrs, channels)
+    ctx.convs[f"{node.name}:0"] = (x, weight, attrs, channels, oihw)
 
 
 @register("SpaceToBatchND", maps_to="(dilation of the next Conv)",
@@ -138,9 +147,8 @@ def depthwise_conv2d(node: TFNode, ctx: TFContext) -> None:
     h, k, cin, mult = (int(d) for d in w.shape)
     strides = _hw(node.attrs.get("strides"), "strides")
     dilations = _hw(node.attrs.get("dilations", [1, 1, 1, 1]), "dilations")
-    weight = ctx.builder.const(np.ascontiguousarray(w.transpose(2, 3, 0, 1).reshape(cin * mult, 1, h, k)),
-                               name=f"{node.name}/weight")
-    _emit_conv(node, ctx, weight, [h, k], strides, dilations, cin, cin * mult)
+    oihw = np.ascontiguousarray(w.transpose(2, 3, 0, 1).reshape(cin * mult, 1, h, k))
+    _emit_conv(node, ctx, oihw, [h, k], strides, dilations, cin, cin * mult)
 
 
 @register("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", maps_to="BatchNormalization",

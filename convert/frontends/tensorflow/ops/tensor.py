@@ -45,9 +45,13 @@ def pad(node: TFNode, ctx: TFContext) -> None:
     pads = np.concatenate([paddings[:, 0], paddings[:, 1]]).astype(np.int64)
     inputs = [ctx.get(x_name, layout), ctx.builder.const(pads)]
     attrs: dict[str, object] = {}
+    zero = node.op == "Pad"
     if node.op == "PadV2":
         value = ctx.need_const(node.inputs[2], "the pad value")
         inputs.append(ctx.builder.const(np.asarray(value).reshape(())))
+        zero = np.asarray(value).size == 1 and float(np.asarray(value).reshape(())) == 0.0
+    if zero and layout == NCHW and not paddings[:2].any() and (paddings >= 0).all():
+        ctx.zero_pads[f"{node.name}:0"] = (x_name, [int(v) for v in (*paddings[2:, 0], *paddings[2:, 1])])
     elif node.op == "MirrorPad":
         mode = str(node.attrs.get("mode", "REFLECT"))
         if mode != "REFLECT":
