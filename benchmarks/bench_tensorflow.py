@@ -1,4 +1,4 @@
-"""Benchmark tensorflow->onnx: ours against tf2onnx, on the same SavedModels in the same run.
+"""Benchmark tensorflow->onnx and tflite->onnx: ours against tf2onnx, same models, same run.
 
 Each model is a keras.applications net with seeded random weights (``weights=None``) and its
 batch-norm (and layer-norm) parameters recalibrated as the tests do
@@ -10,15 +10,23 @@ in a fresh process:
     python -m convert tensorflow:onnx DIR -o F --no-check
     TF2ONNX_PYTHON -m tf2onnx.convert --saved-model DIR --output F --opset 17
 
+and, for the same net written as a float ``.tflite`` by ``tf.lite.TFLiteConverter`` (rows
+``NAME.tflite``, reference: TFLite's interpreter on the same input):
+
+    python -m convert tflite:onnx F.tflite -o F --no-check
+    TF2ONNX_PYTHON -m tf2onnx.convert --tflite F.tflite --output F --opset 17
+
 and the table gives per converter: the process's wall time, its peak RSS (``ru_maxrss`` of
 that child, from ``os.wait4``), the ONNX node count and Transpose count, ONNX Runtime's
 median CPU latency (one thread, N runs, the two files' runs interleaved), and the max error
 relative to the output's scale against TensorFlow (max |onnx - TF| / max |TF|). Both read the
-SavedModel with TensorFlow, so both times include importing it. Ours takes NCHW input by
+SavedModel with TensorFlow, so both times include importing it; ours reads a ``.tflite``
+without TensorFlow (tf2onnx imports it either way). Ours takes NCHW input by
 default (one less Transpose); tf2onnx keeps TensorFlow's NHWC; each is fed its own layout.
 
     python benchmarks/bench_tensorflow.py --tf2onnx-python /tmp/tf2onnx-venv/bin/python
-        [--models resnet50,convnext_tiny] [--size 224] [--runs 20] [--work DIR] [--json F]
+        [--models resnet50,convnext_tiny] [--sources savedmodel,tflite] [--size 224] [--runs 20]
+        [--work DIR] [--json F]
 
 tf2onnx lives in its own environment (its dependencies may clash with ours), made with:
 
@@ -55,6 +63,7 @@ MODELS = {
     "nasnet_mobile": "NASNetMobile",
 }
 TOOLS = ("ours", "tf2onnx")
+SOURCES = ("savedmodel", "tflite")
 
 
 def build(name: str, folder: Path, size: int) -> None:
@@ -75,7 +84,14 @@ def build(name: str, folder: Path, size: int) -> None:
     fn = tf.saved_model.load(str(folder / "savedmodel")).signatures["serving_default"]
     (arg,) = fn.structured_input_signature[1]
     (ref,) = fn(**{arg: tf.constant(x)}).values()
-    np.savez(folder / "io.npz", x_nhwc=x, ref=ref.numpy())
+    tflite = tf.lite.TFLiteConverter.from_saved_model(str(folder / "savedmodel")).convert()
+    (folder / "model.tflite").write_bytes(tflite)
+    interpreter = tf.lite.Interpreter(model_content=tflite)
+    interpreter.allocate_tensors()
+    interpreter.set_tensor(interpreter.get_input_details()[0]["index"], x)
+    interpreter.invoke()
+    ref_tflite = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    np.savez(folder / "io.npz", x_nhwc=x, ref=ref.numpy(), ref_tflite=ref_tflite)
 
 
 def _run(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, object]:
@@ -132,7 +148,7 @@ def _latencies(paths: dict[str, Path], x_nhwc: object, runs: int) -> dict[str, f
 
 
 def _inspect(path: Path, x_nhwc: object, ref: object) -> dict[str, object]:
-    """Node count, Transpose count and max error relative to scale against TensorFlow."""
+    """Node count, Transpose count and max error relative to scale against the reference."""
     import numpy as np
     import onnx
 
@@ -148,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     """Build the models, convert each with both tools, print the table (and JSON with --json)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, from: " + ", ".join(MODELS))
+    parser.add_argument("--sources", default=",".join(SOURCES),
+                        help="comma-separated, from: savedmodel, tflite (the same net as a float .tflite)")
     parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
     parser.add_argument("--tf2onnx-python", default=None, help="python of an environment with tf2onnx")
     parser.add_argument("--runs", type=int, default=20, help="ONNX Runtime runs per file (median)")
@@ -162,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    sources = args.sources.split(",")
+    if any(s not in SOURCES for s in sources):
+        parser.error(f"--sources takes {', '.join(SOURCES)}")
 
     import numpy as np
     import onnxruntime
@@ -169,38 +190,43 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="bench_tensorflow_"))
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
                TF_CPP_MIN_LOG_LEVEL="3")
-    commands = {"ours": lambda src, out: [sys.executable, "-m", "convert", "tensorflow:onnx", str(src),
-                                          "-o", str(out), "--no-check"]}
+    route = {"savedmodel": "tensorflow:onnx", "tflite": "tflite:onnx"}
+    flag = {"savedmodel": "--saved-model", "tflite": "--tflite"}
+    commands = {"ours": lambda kind, src, out: [sys.executable, "-m", "convert", route[kind], str(src),
+                                                "-o", str(out), "--no-check"]}
     if args.tf2onnx_python:
-        commands["tf2onnx"] = lambda src, out: [args.tf2onnx_python, "-m", "tf2onnx.convert", "--saved-model",
-                                                str(src), "--output", str(out), "--opset", "17"]
+        commands["tf2onnx"] = lambda kind, src, out: [args.tf2onnx_python, "-m", "tf2onnx.convert", flag[kind],
+                                                      str(src), "--output", str(out), "--opset", "17"]
     print(f"{os.cpu_count()} CPUs; input {args.size}x{args.size}; ONNX Runtime {onnxruntime.__version__} "
           f"CPU, 1 thread, median of {args.runs}", flush=True)
     results = []
     for name in names:
         folder = work / name
         folder.mkdir(parents=True, exist_ok=True)
-        if not (folder / "io.npz").is_file():
+        if not (folder / "io.npz").is_file() or "ref_tflite" not in np.load(folder / "io.npz").files:
             subprocess.run([sys.executable, __file__, "--size", str(args.size), "--build", name, str(folder)],
                            check=True, env=env, cwd=ROOT)
         io = np.load(folder / "io.npz")
-        row: dict[str, object] = {"model": name}
-        done: dict[str, Path] = {}
-        for tool, command in commands.items():
-            out = folder / f"{tool}.onnx"
-            out.unlink(missing_ok=True)
-            info = _run(command(folder / "savedmodel", out), env=env)
-            if "error" not in info:
-                try:
-                    info.update(_inspect(out, io["x_nhwc"], io["ref"]))
-                    done[tool] = out
-                except Exception as exc:  # a file ONNX Runtime cannot run: reported in the table
-                    info["error"] = f"ONNX Runtime: {str(exc).strip().splitlines()[0][:160]}"
-            row[tool] = info
-        for tool, ms in _latencies(done, io["x_nhwc"], args.runs).items():
-            row[tool]["ort_ms"] = ms  # type: ignore[index]
-        results.append(row)
-        _print_row(row)
+        for kind in sources:
+            src, ref = ((folder / "savedmodel", io["ref"]) if kind == "savedmodel"
+                        else (folder / "model.tflite", io["ref_tflite"]))
+            row: dict[str, object] = {"model": name if kind == "savedmodel" else f"{name}.tflite"}
+            done: dict[str, Path] = {}
+            for tool, command in commands.items():
+                out = folder / f"{tool}.{kind}.onnx"
+                out.unlink(missing_ok=True)
+                info = _run(command(kind, src, out), env=env)
+                if "error" not in info:
+                    try:
+                        info.update(_inspect(out, io["x_nhwc"], ref))
+                        done[tool] = out
+                    except Exception as exc:  # a file ONNX Runtime cannot run: reported in the table
+                        info["error"] = f"ONNX Runtime: {str(exc).strip().splitlines()[0][:160]}"
+                row[tool] = info
+            for tool, ms in _latencies(done, io["x_nhwc"], args.runs).items():
+                row[tool]["ort_ms"] = ms  # type: ignore[index]
+            results.append(row)
+            _print_row(row)
     print()
     _print_markdown(results)
     if args.json:
@@ -222,7 +248,7 @@ def _print_row(row: dict[str, object]) -> None:
 
 
 def _print_markdown(results: list[dict[str, object]]) -> None:
-    print("| model | converter | convert time | peak RSS | nodes | Transposes | ORT latency | max rel err vs TF |")
+    print("| model | converter | convert time | peak RSS | nodes | Transposes | ORT latency | max rel err vs ref |")
     print("|---|---|---|---|---|---|---|---|")
     for row in results:
         for i, tool in enumerate(TOOLS):
