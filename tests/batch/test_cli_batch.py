@@ -6,6 +6,7 @@ References are the real runtimes (ONNX Runtime, PyTorch eager, real Caffe or Ope
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -69,7 +70,10 @@ def test_junit(full_run: tuple[Path, object]) -> None:
     assert failure is not None and failure.get("type") == "parity"
     message = failure.get("message", "")
     assert "err/scale" in message and "(tol 1e-12)" in message and "worst element [0," in message
-    assert "first bad layer: simple.onnx [Conv] 'c'" in message  # the first layer of the model
+    # At tol 1e-12 the first layer whose error is above it is named: the Conv 'c' where real Caffe's
+    # convolution rounds differently from ONNX Runtime's on this CPU, else the Gemm 'y' after it
+    # (on some CPUs both compute the convolution bit for bit alike).
+    assert re.search(r"first bad layer: simple\.onnx \[(Conv\] 'c'|Gemm\] 'y')", message), message
     assert "locate: compared" in (failure.text or "")
     error = cases["missing [onnx:onnx]"].find("error")
     assert error is not None and "no-such-model.onnx: no such file" in error.get("message", "")
@@ -93,7 +97,7 @@ def test_json_report(full_run: tuple[Path, object]) -> None:
     out = tight["outputs"][0]
     assert models["tight"]["worst_error"] == out["rel_to_scale"] and out["verdict"] == "FAIL"
     assert out["max_abs"] == pytest.approx(abs(out["worst_ref"] - out["worst_got"]), rel=1e-6)
-    assert tight["location"]["first_bad"]["layer"] == "c"
+    assert tight["location"]["first_bad"]["layer"] in ("c", "y")  # see test_junit
     assert models["missing"]["parity"] is None and "no such file" in models["missing"]["error"]
     assert models["simple-caffe"]["outputs"][0].endswith("out/simple-caffe/simple.prototxt")
     cnn = models["cnn"]["parity"]  # parity inputs from the manifest's .npz, not seeded
