@@ -39,9 +39,7 @@ TRANSPOSES = {"small_cnn": 1}
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path]]:
     """Build every net once (in this process: TensorFlow is imported once)."""
     root = tmp_path_factory.mktemp("tf_nets")
-    nets = {net: tf_models.build(net, root / net) for net in NETS}
-    nets.update({net: tf_models.build(net, root / net, savedmodel=False) for net in tf_models.ZOO})
-    return nets
+    return {net: tf_models.build(net, root / net) for net in [*NETS, *tf_models.ZOO]}
 
 
 def _rel(ours: np.ndarray, ref: np.ndarray) -> float:
@@ -67,7 +65,7 @@ def _convert(path: Path, out: Path, options: Options) -> object:
     return open_ort([out], Options(extra={"device": "cpu"}))
 
 
-CASES = [(net, fmt) for net in NETS for fmt in FORMATS] + [(net, "keras") for net in tf_models.ZOO]
+CASES = [(net, fmt) for net in [*NETS, *tf_models.ZOO] for fmt in FORMATS]
 
 
 @pytest.mark.parametrize(("net", "fmt"), CASES, ids=[f"{n}-{f}" for n, f in CASES])

@@ -72,7 +72,7 @@ NETS: dict[str, Callable[[], object]] = {
     "convnext_tiny": _app("ConvNeXtTiny", 32, classes=10),
     "nasnet_mobile": _app("NASNetMobile", 32, classes=10),
 }
-# More keras.applications families at their smallest inputs (tested as .keras only).
+# More keras.applications families at their smallest inputs.
 ZOO: dict[str, Callable[[], object]] = {
     "mobilenet_v3_small": _app("MobileNetV3Small", 96),
     "efficientnet_b0": _app("EfficientNetB0", 64, classes=10),
