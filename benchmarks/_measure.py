@@ -64,3 +64,43 @@ def gib(n: float) -> str:
 
 def mib(n: float) -> str:
     return f"{n / 1024**2:.1f} MiB"
+
+
+# A child's ``ru_maxrss`` (from ``wait4``) is at least the peak RSS its parent had when it forked:
+# Linux carries the pre-exec high-water mark into the exec'd program's accounting. A benchmark
+# that has run ONNX Runtime sessions on big models would thus report its own peak for every later
+# child. Children are therefore started by this small launcher, itself started before the
+# benchmark grows, and each reports its own peak.
+_LAUNCHER = """
+import json, os, subprocess, sys, time
+for line in sys.stdin:
+    job = json.loads(line)
+    with open(job["stderr"], "wb") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(job["cmd"], stdout=subprocess.DEVNULL, stderr=err, env=job["env"], cwd=job["cwd"])
+        _, status, usage = os.wait4(proc.pid, 0)
+    print(json.dumps({"seconds": time.perf_counter() - t0, "exit": os.waitstatus_to_exitcode(status),
+                      "peak_rss_mib": usage.ru_maxrss / 1024}), flush=True)
+"""
+
+
+class Launcher:
+    """Run commands from a small helper process and return each one's wall time, exit and peak RSS."""
+
+    def __init__(self) -> None:
+        self._proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True)
+
+    def run(self, cmd: list[str], *, env: dict[str, str] | None, cwd: Path, stderr: Path) -> dict[str, float]:
+        """Run ``cmd`` to completion; its stderr goes to ``stderr``."""
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        job = {"cmd": cmd, "env": env, "cwd": str(cwd), "stderr": str(stderr)}
+        self._proc.stdin.write(json.dumps(job) + "\n")
+        self._proc.stdin.flush()
+        return json.loads(self._proc.stdout.readline())
+
+    def close(self) -> None:
+        """Stop the helper process."""
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        self._proc.wait()

@@ -17,7 +17,8 @@ and, for the same net written as a float ``.tflite`` by ``tf.lite.TFLiteConverte
     TF2ONNX_PYTHON -m tf2onnx.convert --tflite F.tflite --output F --opset 17
 
 and the table gives per converter: the process's wall time, its peak RSS (``ru_maxrss`` of
-that child, from ``os.wait4``), the ONNX node count and Transpose count, ONNX Runtime's
+that child, from ``os.wait4`` in a small launcher process: see ``_measure.Launcher``), the ONNX
+node count and Transpose count, ONNX Runtime's
 median CPU latency (one thread, N runs, the two files' runs interleaved), and the max error
 relative to the output's scale against TensorFlow (max |onnx - TF| / max |TF|). Both read the
 SavedModel with TensorFlow, so both times include importing it; ours reads a ``.tflite``
@@ -48,7 +49,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from _measure import ROOT, Launcher
+
 # name -> keras.applications constructor; every one is built at --size with 1000 classes.
 MODELS = {
     "resnet50": "ResNet50",
@@ -94,19 +96,15 @@ def build(name: str, folder: Path, size: int) -> None:
     np.savez(folder / "io.npz", x_nhwc=x, ref=ref.numpy(), ref_tflite=ref_tflite)
 
 
-def _run(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, object]:
+def _run(launcher: Launcher, cmd: list[str], env: dict[str, str] | None = None) -> dict[str, object]:
     """Run ``cmd``; return its wall time, peak RSS (``ru_maxrss`` of that child) and any error."""
-    with tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=ROOT)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        result: dict[str, object] = {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024}
-        if proc.returncode != 0:
-            err.seek(0)
-            lines = [ln for ln in err.read().decode(errors="replace").splitlines() if ln.strip()]
-            result["error"] = f"exit {proc.returncode}: {(lines or ['no output'])[-1][:160]}"
+    with tempfile.TemporaryDirectory() as tmp:
+        err = Path(tmp) / "stderr"
+        done = launcher.run(cmd, env=env, cwd=ROOT, stderr=err)
+        result: dict[str, object] = {"seconds": done["seconds"], "peak_rss_mib": done["peak_rss_mib"]}
+        if done["exit"] != 0:
+            lines = [ln for ln in err.read_text(errors="replace").splitlines() if ln.strip()]
+            result["error"] = f"exit {int(done['exit'])}: {(lines or ['no output'])[-1][:160]}"
     return result
 
 
@@ -184,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(s not in SOURCES for s in sources):
         parser.error(f"--sources takes {', '.join(SOURCES)}")
 
+    launcher = Launcher()  # started while this process is small: see benchmarks/_measure.py
     import numpy as np
     import onnxruntime
 
@@ -215,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             for tool, command in commands.items():
                 out = folder / f"{tool}.{kind}.onnx"
                 out.unlink(missing_ok=True)
-                info = _run(command(kind, src, out), env=env)
+                info = _run(launcher, command(kind, src, out), env=env)
                 if "error" not in info:
                     try:
                         info.update(_inspect(out, io["x_nhwc"], ref))
@@ -227,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                 row[tool]["ort_ms"] = ms  # type: ignore[index]
             results.append(row)
             _print_row(row)
+    launcher.close()
     print()
     _print_markdown(results)
     if args.json:
