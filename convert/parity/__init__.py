@@ -210,7 +210,9 @@ def run_parity(
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     steps = getattr(src, "output_steps", {})  # quantized references: the step of each output
-    report.outputs = [compare_one(r, ref[r], g, got[g], atol, rtol, tol, step=float(steps.get(r, 0.0)))
+    spreads = getattr(src, "output_spread", {})  # ... and how far its own two kernel paths are apart
+    report.outputs = [compare_one(r, ref[r], g, got[g], atol, rtol, tol, step=float(steps.get(r, 0.0)),
+                                  spread=float(spreads.get(r, 0.0)))
                       for r, g in pairs]
     if locate or (locate is None and not report.passed):
         report.location = _locate(source_format, source_paths, dest_format, dest_paths, src, feeds, dst_feeds,

@@ -129,3 +129,26 @@ def test_degenerate_reference_with_a_clear_difference_fails(tmp_path: Path) -> N
     code, data, text = _check(tmp_path / "a.onnx", tmp_path / "b.onnx", tmp_path)
     assert code == 1, text
     assert data["outputs"][0]["verdict"] == "FAIL"
+
+
+def test_quantized_output_verdict_by_steps_and_by_the_references_own_spread() -> None:
+    """A quantized output: within 2 steps passes; farther is FAIL unless the reference's own two
+    kernel paths are farther apart than the allowance and ours is within twice their gap (NOT
+    VERIFIED: rounding decides it). Expected verdicts written out by hand."""
+    from convert.parity.compare import compare_one
+
+    step = 0.1
+    ref = np.arange(-50, 50, dtype=np.float64).astype(np.float32) * step  # spans 100 steps
+    cases = [  # (offset in steps, the reference's own spread in steps, verdict)
+        (1.0, 0.0, "PASS"), (2.0, 0.0, "PASS"), (3.0, 0.0, "FAIL"),
+        (5.0, 1.0, "FAIL"),          # the reference is stable: 5 steps is a real difference
+        (5.0, 4.0, "NOT VERIFIED"),  # its kernels differ by 4 steps; ours by 5 (<= 8)
+        (9.0, 4.0, "FAIL"),          # farther than twice the reference's own gap
+        (1.0, 30.0, "PASS"),         # within the allowance: the spread does not matter
+    ]
+    for offset, spread, verdict in cases:
+        got = ref.copy()
+        got[7] += offset * step
+        result = compare_one("y", ref, "y", got, 1e-4, 1e-3, step=step, spread=spread * step)
+        assert result.verdict == verdict, (offset, spread, result.verdict, result.note)
+        assert result.passed == (verdict == "PASS")

@@ -3,6 +3,14 @@
 LiteRT (``ai_edge_litert``) when installed, else TensorFlow's ``tf.lite.Interpreter``. As for the
 TensorFlow runtime, rank-4 tensors are presented in NCHW unless ``--keep-nhwc``: feeds are
 transposed to NHWC for the interpreter and rank-4 results back. The numbers are TFLite's own.
+
+Float models run with the interpreter's defaults (XNNPACK). A model with quantized outputs runs
+twice: TFLite's *reference kernels* (``BUILTIN_REF``: the fixed-point arithmetic that defines
+TFLite's int8 semantics) give the reference, and the default optimised kernels (XNNPACK, whose
+requantization is in float and differs per CPU) give a second opinion. How far the two are apart
+on each output (``output_spread``) tells the verdict whether int8 rounding decides that output: in
+a deep net with random weights one rounding step early on can move the logits by a third of their
+range, in TFLite's own two paths as in any conversion (see ``compare_one``).
 """
 
 from __future__ import annotations
@@ -21,12 +29,14 @@ _TO_NCHW = (0, 3, 1, 2)
 _TO_NHWC = (0, 2, 3, 1)
 
 
-def _interpreter_class() -> tuple[type, str]:
+def _interpreter_class() -> tuple[type, object, str]:
+    """Return the Interpreter class, its OpResolverType enum (None when unknown) and a name."""
     try:
         import ai_edge_litert  # type: ignore[import-not-found]
-        from ai_edge_litert.interpreter import Interpreter  # type: ignore[import-not-found]
+        from ai_edge_litert import interpreter as litert  # type: ignore[import-not-found]
 
-        return Interpreter, f"LiteRT {getattr(ai_edge_litert, '__version__', '')}".strip()
+        return (litert.Interpreter, getattr(litert, "OpResolverType", None),
+                f"LiteRT {getattr(ai_edge_litert, '__version__', '')}".strip())
     except ImportError:
         pass
     from convert.frontends.tensorflow.graph import tf_module
@@ -36,20 +46,23 @@ def _interpreter_class() -> tuple[type, str]:
     except UsageError as exc:
         raise UsageError("the TFLite parity reference needs LiteRT or TensorFlow: pip install ai-edge-litert "
                          "(or 'convert-toolkit[tensorflow]'), or pass --no-check") from exc
-    return tf.lite.Interpreter, f"TFLite interpreter (TensorFlow {tf.__version__})"  # type: ignore[attr-defined]
+    return (tf.lite.Interpreter, getattr(tf.lite.experimental, "OpResolverType", None),  # type: ignore[attr-defined]
+            f"TFLite interpreter (TensorFlow {tf.__version__})")  # type: ignore[attr-defined]
 
 
 class TFLiteRuntime:
-    """A ``.tflite`` file run by TFLite's interpreter on the CPU (reference kernels, one thread)."""
+    """A ``.tflite`` file run by TFLite's interpreter on the CPU, one thread (quantized outputs: its
+    reference kernels, with the optimised ones as a second opinion)."""
 
     def __init__(self, path: Path, *, keep_nhwc: bool = False, signature: str = "") -> None:
         from convert.frontends.tflite.model import read_model
 
-        cls, self.name = _interpreter_class()
+        cls, resolvers, self.name = _interpreter_class()
         model = read_model(path, signature or None)  # names as the converter gives them
         self._keep = keep_nhwc
         self._interp = cls(model_path=str(path), num_threads=1)
         self._interp.allocate_tensors()
+        self._second: object | None = None
         by_index = {d["index"]: d for d in self._interp.get_input_details()}
         self._inputs = [(name, by_index[i]) for name, i in model.inputs.items() if i in by_index]
         if len(self._inputs) != len(model.inputs):
@@ -70,6 +83,14 @@ class TFLiteRuntime:
             elif op is not None and op.name == "DEQUANTIZE" and model.tensors[op.inputs[0]].quant is not None \
                     and model.tensors[op.inputs[0]].span is None:
                 self.output_steps[name] = float(model.tensors[op.inputs[0]].quant.scale[0])  # type: ignore[union-attr]
+        # Quantized outputs: the reference kernels are the reference, the default kernels a second opinion.
+        self.output_spread: dict[str, float] = {}
+        if self.output_steps and resolvers is not None and hasattr(resolvers, "BUILTIN_REF"):
+            self._second = self._interp
+            self._interp = cls(model_path=str(path), num_threads=1,
+                               experimental_op_resolver_type=resolvers.BUILTIN_REF)  # type: ignore[attr-defined]
+            self._interp.allocate_tensors()  # type: ignore[attr-defined]
+            self.name += ", reference kernels (optimised kernels as a second opinion)"
 
     def inputs(self) -> Sequence[TensorSpec]:
         """Return the model's inputs (rank-4 ones in NCHW unless --keep-nhwc)."""
@@ -86,8 +107,20 @@ class TFLiteRuntime:
         return list(self._outputs)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run once; rank-4 feeds and results are transposed between NCHW and NHWC unless --keep-nhwc."""
-        interp = self._interp
+        """Run once; rank-4 feeds and results are transposed between NCHW and NHWC unless --keep-nhwc.
+
+        With a second interpreter, ``output_spread`` records how far its quantized outputs are
+        from the reference's on this run.
+        """
+        out = self._invoke(self._interp, feeds)
+        if self._second is not None:
+            other = self._invoke(self._second, feeds)
+            for name in self.output_steps:
+                gap = float(np.abs(out[name].astype(np.float64) - other[name].astype(np.float64)).max())
+                self.output_spread[name] = max(self.output_spread.get(name, 0.0), gap)
+        return out
+
+    def _invoke(self, interp: object, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name, detail in self._inputs:
             if name not in feeds:
                 raise UsageError(f"no value for TFLite input '{name}'")
@@ -95,14 +128,15 @@ class TFLiteRuntime:
             if arr.ndim == 4 and not self._keep:
                 arr = arr.transpose(_TO_NHWC)
             arr = np.ascontiguousarray(arr)
-            if tuple(arr.shape) != tuple(detail["shape"]):
-                interp.resize_tensor_input(detail["index"], list(arr.shape))
-                interp.allocate_tensors()
-            interp.set_tensor(detail["index"], arr)
-        interp.invoke()
+            current = {d["index"]: d for d in interp.get_input_details()}[detail["index"]]  # type: ignore[attr-defined]
+            if tuple(arr.shape) != tuple(current["shape"]):
+                interp.resize_tensor_input(detail["index"], list(arr.shape))  # type: ignore[attr-defined]
+                interp.allocate_tensors()  # type: ignore[attr-defined]
+            interp.set_tensor(detail["index"], arr)  # type: ignore[attr-defined]
+        interp.invoke()  # type: ignore[attr-defined]
         out = {}
         for name, index in self._outputs.items():
-            arr = np.array(interp.get_tensor(index))
+            arr = np.array(interp.get_tensor(index))  # type: ignore[attr-defined]
             out[name] = np.ascontiguousarray(arr.transpose(_TO_NCHW)) if arr.ndim == 4 and not self._keep else arr
         return out
 

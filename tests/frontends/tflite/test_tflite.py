@@ -96,8 +96,9 @@ def test_small_cnn_float_and_int8_through_the_cli(tmp_path: Path) -> None:
     assert _rel(got, ref) <= 1e-5
 
 
-def test_int8_small_cnn_is_within_one_step(tmp_path: Path) -> None:
-    """int8 weights stay int8 (per-channel DequantizeLinear); the output is off by at most one step."""
+def test_int8_small_cnn_is_within_two_steps(tmp_path: Path) -> None:
+    """int8 weights stay int8 (per-channel DequantizeLinear); the output is within two steps of
+    TFLite's reference kernels (measured: 0 to 2 on 8 seeds; one step of XNNPACK's)."""
     import onnx
 
     out = _convert(SAMPLES / "small_cnn_int8.tflite", tmp_path / "q.onnx")
@@ -108,24 +109,82 @@ def test_int8_small_cnn_is_within_one_step(tmp_path: Path) -> None:
         ref, got, step = _run_both(SAMPLES / "small_cnn_int8.tflite", out, seed)
         assert step > 0
         assert np.abs(ref).max() > 20 * step, "the output spans many steps"
-        assert np.abs(got - ref).max() <= 1.0001 * step, (seed, np.abs(got - ref).max() / step)
+        assert np.abs(got - ref).max() <= 2.0001 * step, (seed, np.abs(got - ref).max() / step)
 
 
-def test_int8_mobilenet_v2_agrees_up_to_rounding_ties(built: dict[str, dict[str, Path]], tmp_path: Path) -> None:
-    """TFLite rounds requantization ties away from zero, ONNX's QuantizeLinear to even: a tie moves a
-    value by one step and later layers can carry it. Measured on 4 seeds: 3 bit-exact, one 5 steps off
-    (of an output spanning about 100 steps); asserted: at most 6 steps, cosine >= 0.99, and at least
-    half of the seeds bit-exact."""
-    out = _convert(built["mobilenet_v2"]["int8"], tmp_path / "q.onnx")
-    exact = 0
-    for seed in range(4):
-        ref, got, step = _run_both(built["mobilenet_v2"]["int8"], out, seed)
+def _quantized_tensors(tflite: Path, onnx_path: Path, x: np.ndarray) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Each quantized op output as (TFLite tensor name, TFLite's reference kernels' int8 values, ours).
+
+    Our ONNX graph's QuantizeLinear nodes carry the TFLite tensor they quantize as their
+    ``convert:source_layer``; those are exposed as outputs and run in ONNX Runtime (basic
+    optimisations, as the parity check runs QDQ models). TFLite's interpreter keeps every tensor.
+    """
+    import onnx
+    import onnxruntime as ort
+    import tensorflow as tf
+
+    model = onnx.load(str(onnx_path))
+    layers = {}
+    for node in model.graph.node:
+        meta = {p.key: p.value for p in node.metadata_props}
+        if node.op_type == "QuantizeLinear" and "convert:source_layer" in meta:
+            layers[node.output[0]] = meta["convert:source_layer"]
+            model.graph.output.append(onnx.helper.make_tensor_value_info(node.output[0], onnx.TensorProto.INT8, None))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    ours = dict(zip([o.name for o in session.get_outputs()],
+                    session.run(None, {session.get_inputs()[0].name: x}), strict=True))
+    interp = tf.lite.Interpreter(model_path=str(tflite), num_threads=1, experimental_preserve_all_tensors=True,
+                                 experimental_op_resolver_type=tf.lite.experimental.OpResolverType.BUILTIN_REF)
+    interp.allocate_tensors()
+    interp.set_tensor(interp.get_input_details()[0]["index"], x.transpose(0, 2, 3, 1))
+    interp.invoke()
+    index = {d["name"]: d["index"] for d in interp.get_tensor_details()}
+    found = []
+    for value, layer in layers.items():
+        if layer in index:
+            got = ours[value].astype(np.int32)
+            found.append((layer, interp.get_tensor(index[layer]).astype(np.int32),
+                          got.transpose(0, 2, 3, 1) if got.ndim == 4 else got))
+    return found
+
+
+def test_int8_mobilenet_v2_layers_match_tflites_reference_kernels(built: dict[str, dict[str, Path]],
+                                                                    tmp_path: Path) -> None:
+    """Op by op, our int8 tensors are TFLite's reference kernels' up to rounding; the output is as
+    close to them as TFLite's own optimised kernels are, and the check says NOT VERIFIED, not FAIL.
+
+    With random weights this net amplifies rounding: one step changed in an early layer moves the
+    logits by up to a third of their range. TFLite's optimised kernels (XNNPACK: float
+    requantization) and its reference kernels (fixed point) then disagree by ~30 steps of an output
+    spanning ~100, and so do we: a comparison of the output alone cannot judge this conversion, which
+    is why the first layers are compared one by one (there the rounding has not been amplified yet).
+    """
+    from convert.parity.compare import compare_one
+    from convert.parity.runtimes.onnxruntime import OnnxRuntime
+    from convert.parity.runtimes.tflite import TFLiteRuntime
+
+    path = built["mobilenet_v2"]["int8"]
+    out = _convert(path, tmp_path / "q.onnx")
+    x = np.random.default_rng(0).standard_normal((1, 3, 96, 96)).astype(np.float32)
+    tensors = _quantized_tensors(path, out, x)
+    assert len(tensors) >= 60, len(tensors)  # every quantized op output was found
+    for layer, ref, got in tensors[:4]:  # QUANTIZE, then conv, depthwise, conv: rounding only
+        diff = np.abs(got - ref)
+        assert diff.max() <= 2 and (diff > 0).mean() <= 0.03, (layer, diff.max(), (diff > 0).mean())
+    ref_rt, ours_rt = TFLiteRuntime(path), OnnxRuntime(out)
+    assert "reference kernels" in ref_rt.name
+    for seed in range(3):
+        feed = np.random.default_rng(seed).standard_normal((1, 3, 96, 96)).astype(np.float32)
+        ref_rt.output_spread.clear()
+        (name, ref), = ref_rt.run({ref_rt.inputs()[0].name: feed}).items()
+        got = next(iter(ours_rt.run({ours_rt.inputs()[0].name: feed}).values()))
+        step, spread = ref_rt.output_steps[name], ref_rt.output_spread[name]
         assert np.abs(ref).max() > 50 * step
-        steps = float(np.abs(got - ref).max() / step)
-        cosine = float(np.dot(ref.ravel(), got.ravel()) / np.linalg.norm(ref) / np.linalg.norm(got))
-        assert steps <= 6.0001 and cosine >= 0.99, (seed, steps, cosine)
-        exact += steps == 0
-    assert exact >= 2, exact
+        result = compare_one(name, ref, name, got, 1e-4, 1e-3, step=step, spread=spread)
+        assert result.verdict in ("PASS", "NOT VERIFIED"), (seed, result.note)
+        assert np.abs(got - ref).max() <= 2 * spread + 2 * step, (seed, np.abs(got - ref).max() / step, spread / step)
 
 
 def test_reading_and_converting_need_no_tensorflow(tmp_path: Path) -> None:
