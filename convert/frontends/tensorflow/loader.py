@@ -20,6 +20,7 @@ from convert.ir import (
     UsageError,
     convert_all,
 )
+from convert.ir.passes import EliminateCommonSubexpressions
 
 from .context import NCHW, TF, TO_NCHW, TFContext
 from .graph import DEFAULT_SIGNATURE, TFGraph, TFNode, read_graph
@@ -157,4 +158,9 @@ def convert_graph(graph: TFGraph, options: Options, *, name: str = "tensorflow")
         builder.output(ctx.get(tensor, layout), user_name)
     layout_note = "NHWC as in TensorFlow" if keep_nhwc else "NCHW (rank-4 inputs and outputs transposed)"
     options.diagnostics.note(f"tensorflow: image tensors are {layout_note}")
-    return builder.build(doc=f"converted from TensorFlow {graph.source}")
+    model = builder.build(doc=f"converted from TensorFlow {graph.source}")
+    # Keras graphs repeat work: NASNet applies a separate ReLU (and pooling) layer to the same
+    # tensor in each branch, and freezing keeps every copy (192 Relu where 132 are distinct).
+    # Nodes with the same op, inputs and attributes are merged.
+    EliminateCommonSubexpressions()(model)
+    return model

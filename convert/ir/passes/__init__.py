@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .base import Pass, PassManager, PassResult
+from .cse import EliminateCommonSubexpressions
 from .dce import EliminateDeadCode
 from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
@@ -12,6 +13,7 @@ from .toposort import TopologicalSort
 from .validate import GraphInvariantError, ValidateGraph
 
 __all__ = [
+    "EliminateCommonSubexpressions",
     "EliminateDeadCode",
     "FoldBatchNorm",
     "FoldConstants",

@@ -207,6 +207,21 @@ def test_tensordot_over_other_axes_is_left_alone(tmp_path: Path) -> None:
 BY_MODEL_TESTS = {"Placeholder", "Const", "SpaceToBatchND", "BatchToSpaceND", "Shape", "GatherV2", "Pack"}
 
 
+def test_the_same_op_on_the_same_input_is_computed_once(tmp_path: Path) -> None:
+    """Keras repeats work (NASNet: a separate ReLU layer per branch on the same tensor); it is merged."""
+    w1, w2 = _w(1, 1, 3, 4), _w(1, 1, 3, 4)
+
+    def fn(x: tf.Tensor) -> tf.Tensor:
+        a = tf.nn.conv2d(tf.nn.relu(x), w1, 1, "VALID")
+        b = tf.nn.conv2d(tf.nn.relu(x), w2, 1, "VALID")
+        return tf.nn.avg_pool2d(a, 2, 2, "VALID") + tf.nn.avg_pool2d(a, 2, 2, "VALID") * b[:, ::2, ::2, :]
+
+    err = _run_case(fn, [(1, 6, 6, 3)], tmp_path)
+    assert err <= RTOL, err
+    ops = _onnx_ops(tmp_path)
+    assert ops.count("Relu") == 1 and ops.count("AveragePool") == 1 and ops.count("Conv") == 2, ops
+
+
 def test_every_registered_op_is_exercised(tmp_path: Path) -> None:
     from convert.frontends.tensorflow.graph import graph_from_function
     from convert.frontends.tensorflow.loader import live_nodes
