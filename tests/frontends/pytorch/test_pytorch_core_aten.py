@@ -170,8 +170,8 @@ def test_refusal_without_decomposition_keeps_the_users_op() -> None:
     from convert.frontends.pytorch import load_module
     from convert.ir import ConversionError
 
-    pool = torch.nn.AdaptiveAvgPool2d(3)
-    with pytest.raises(ConversionError, match=r"aten\.adaptive_avg_pool2d .*not divisible"):
+    pool = torch.nn.AdaptiveMaxPool2d(3)
+    with pytest.raises(ConversionError, match=r"aten\.adaptive_max_pool2d .*not divisible"):
         load_module(pool, (torch.rand(1, 3, 7, 7),))
 
 

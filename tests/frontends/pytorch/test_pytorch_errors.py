@@ -153,14 +153,14 @@ def test_unsupported_ops_listed_at_once_with_module_paths() -> None:
 class _Adaptive(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.pool = nn.AdaptiveAvgPool2d(3)
+        self.pool = nn.AdaptiveMaxPool2d(3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.pool(x)
 
 
 def test_conversion_error_names_op_and_module() -> None:
-    with pytest.raises(ConversionError, match=r"aten\.adaptive_avg_pool2d in 'pool'.*not divisible"):
+    with pytest.raises(ConversionError, match=r"aten\.adaptive_max_pool2d in 'pool'.*not divisible"):
         load_module(_Adaptive(), (torch.rand(1, 3, 7, 7),))
 
 

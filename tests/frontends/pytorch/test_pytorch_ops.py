@@ -88,7 +88,10 @@ CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
                                               F.max_pool1d(x[0], 2), F.avg_pool1d(x[0], 2),
                                               F.max_pool2d(x, 2, return_indices=True)[0])), S4),
     "adaptive_pool": (lambda: Fn(lambda m, x: (F.adaptive_avg_pool2d(x, 1), F.adaptive_avg_pool2d(x, 4),
-                                               F.adaptive_max_pool2d(x, 1), F.adaptive_avg_pool1d(x[0], 2))),
+                                               F.adaptive_max_pool2d(x, 1), F.adaptive_avg_pool1d(x[0], 2),
+                                               # windows of different sizes (VGG's 7x7 on a smaller map)
+                                               F.adaptive_avg_pool2d(x, (3, 5)), F.adaptive_avg_pool2d(x, 11),
+                                               F.adaptive_avg_pool1d(x[0], 3))),
                       S4),
     "pool3d": (lambda: Fn(lambda m, x: (F.max_pool3d(x, 2), F.avg_pool3d(x, 2),
                                         F.adaptive_avg_pool3d(x, 1))), [(1, 2, 4, 4, 4)]),

@@ -80,15 +80,34 @@ def _adaptive(call: OpCall, ctx: LowerContext, kind: str) -> Value:
     if all(o > 0 and s % o == 0 for s, o in zip(spatial, out, strict=True)):
         kernel = [s // o for s, o in zip(spatial, out, strict=True)]
         return ctx.op(f"{kind}Pool", [x], {"kernel_shape": kernel, "strides": kernel})
-    raise call.unsupported(f"adaptive pooling from {tuple(spatial)} to {tuple(out)} (sizes not divisible)",
-                           "use an input size that is a multiple of the output size")
+    if kind == "Average" and len(spatial) <= 2 and all(s > 0 and o > 0 for s, o in zip(spatial, out, strict=True)):
+        # Windows of different sizes (VGG's 7x7 pool on a 2x2 map, AlexNet's 6x6 on a 1x1 one): an
+        # averaging matrix per axis, x @ A_w^T, then A_h @ (...) (MatMul broadcasts over N, C).
+        dtype = meta.dtype.numpy()
+        y = ctx.op("MatMul", [x, ctx.const(_averaging(spatial[-1], out[-1]).T, dtype, name="adaptive_w")])
+        if len(spatial) == 2:
+            y = ctx.op("MatMul", [ctx.const(_averaging(spatial[0], out[0]), dtype, name="adaptive_h"), y])
+        return y
+    raise call.unsupported(f"adaptive {kind.lower()} pooling from {tuple(spatial)} to {tuple(out)} (sizes not "
+                           "divisible)", "use an input size that is a multiple of the output size")
+
+
+def _averaging(size: int, out: int) -> np.ndarray:
+    """The [out, size] matrix of adaptive average pooling along one axis: row i averages the inputs
+    floor(i * size / out) .. ceil((i + 1) * size / out) - 1 (PyTorch's windows)."""
+    matrix = np.zeros((out, size), dtype=np.float64)
+    for i in range(out):
+        start, end = (i * size) // out, -((-(i + 1) * size) // out)
+        matrix[i, start:end] = 1.0 / (end - start)
+    return matrix
 
 
 @lowers("aten.adaptive_avg_pool1d", "aten.adaptive_avg_pool2d", "aten._adaptive_avg_pool2d",
-        "aten.adaptive_avg_pool3d", "aten._adaptive_avg_pool3d", to="GlobalAveragePool / AveragePool",
-        notes="output size 1, or input size divisible by output size")
+        "aten.adaptive_avg_pool3d", "aten._adaptive_avg_pool3d", to="GlobalAveragePool / AveragePool / MatMul",
+        notes="3-D: output size 1 or input size divisible by output size")
 def adaptive_avg_pool(call: OpCall, ctx: LowerContext) -> Value:
-    """Lower adaptive average pooling to GlobalAveragePool or an equivalent AveragePool."""
+    """Lower adaptive average pooling to GlobalAveragePool, an equivalent AveragePool, or (windows
+    of different sizes, 1-D and 2-D) averaging matrices."""
     return _adaptive(call, ctx, "Average")
 
 
