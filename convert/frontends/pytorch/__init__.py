@@ -99,6 +99,7 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
         check_pt2_payloads,
         classify,
         load_checkpoint,
+        load_torchscript,
         traced_input_dtypes,
         traced_input_shapes,
     )
@@ -125,7 +126,7 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
         check_archive(path)
         try:
             script = _load_needing_torchvision(
-                lambda: torch.jit.load(path, map_location="cpu"), source)  # type: ignore[no-untyped-call]
+                lambda: load_torchscript(path), source)
         except (RuntimeError, IndexError, UnicodeDecodeError, ValueError, EOFError, zipfile.BadZipFile) as exc:
             message = (str(exc).strip().splitlines() or [""])[0]
             raise ModelFormatError(f"{source}: not a readable TorchScript file ({message})") from exc

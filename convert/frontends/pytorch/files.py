@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import pickle
+import warnings
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = ["CHECKPOINT", "EXPORTED_PROGRAM", "TORCHSCRIPT", "check_archive", "check_pt2_payloads",
-           "classify", "load_checkpoint", "load_factory",
+           "classify", "load_checkpoint", "load_factory", "load_torchscript",
            "traced_input_dtypes", "traced_input_shapes"]
 
 TORCHSCRIPT = "torchscript"
@@ -318,3 +319,14 @@ def _load(path: Path, *, weights_only: bool) -> object:
         if "mmap" not in str(exc):
             raise ModelFormatError(f"{path.name}: cannot read: {str(exc).splitlines()[0]}") from exc
         return torch.load(path, map_location="cpu", weights_only=weights_only)
+
+
+def load_torchscript(path: Path) -> object:
+    """``torch.jit.load`` on the CPU, without torch 2.14's FutureWarning that TorchScript is
+    deprecated: reading TorchScript files is what the user asked for, and the warning would be a
+    second stderr line beside a one-line error."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*torch\.jit\.load.* is deprecated", category=FutureWarning)
+        return torch.jit.load(path, map_location="cpu")  # type: ignore[no-untyped-call]

@@ -81,6 +81,7 @@ def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
         TORCHSCRIPT,
         classify,
         load_checkpoint,
+        load_torchscript,
         traced_input_dtypes,
         traced_input_shapes,
     )
@@ -96,7 +97,7 @@ def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
                  for n in users]
         return TorchRuntime(program.module(), specs)
     if kind == TORCHSCRIPT:
-        module: object = torch.jit.load(path, map_location="cpu")  # type: ignore[no-untyped-call]
+        module: object = load_torchscript(path)
         names = script_input_names(module)  # type: ignore[arg-type]
         traced = traced_input_shapes(path)
         if not options.input_shapes and traced is not None and len(traced) == len(names):
