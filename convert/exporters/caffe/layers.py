@@ -335,7 +335,8 @@ def _global(method: int) -> Emitter:
 
 EMITTERS.register("GlobalMaxPool")(_global(0))
 EMITTERS.register("GlobalAveragePool")(_global(1))
-_note("MaxPool", "Pooling MAX", "ceil via pads; else round_mode FLOOR (bvlc) / ceil_mode false (ssd)")
+_note("MaxPool", "Pooling MAX [+ Crop]",
+      "ceil via pads; else round_mode FLOOR (bvlc) / ceil_mode false (ssd); else wider pad + Crop")
 _note("AveragePool", "Pooling AVE", "when Caffe's divisor equals count_include_pad's")
 _note("GlobalMaxPool", "Pooling MAX global_pooling")
 _note("GlobalAveragePool", "Pooling AVE global_pooling")

@@ -63,6 +63,9 @@ CASES: dict[str, tuple[str, tuple[int, int], dict[str, object], tuple[int, ...] 
                                                 "pads": _same(15, 16, 3, 2)}, None),
     "maxpool2x2_s2_odd": ("MaxPool", (15, 15), {"kernel_shape": [2, 2], "strides": [2, 2],
                                                 "pads": _same(15, 15, 2, 2)}, None),
+    # yolov3-tiny's 2x2 stride-1 pool padded bottom/right: pad 1 both sides, then a Crop
+    "maxpool2x2_s1_same": ("MaxPool", (13, 12), {"kernel_shape": [2, 2], "pads": _same(13, 12, 2, 1)}, None),
+    "maxpool4x4_s1_same": ("MaxPool", (9, 9), {"kernel_shape": [4, 4], "pads": _same(9, 9, 4, 1)}, None),
     "avgpool3x3_s2_even": ("AveragePool", (16, 16), {"kernel_shape": [3, 3], "strides": [2, 2],
                                                      "pads": _same(16, 16, 3, 2)}, None),
     "avgpool3x3_s2_odd": ("AveragePool", (15, 15), {"kernel_shape": [3, 3], "strides": [2, 2],
@@ -139,10 +142,10 @@ def test_asymmetric_pads_match_in_real_caffe_and_opencv(case: str, flavor: str, 
     weights = next(p for p in paths if str(p).endswith(".caffemodel"))
     real = RealCaffeRuntime(proto, weights, caffe_dir).run(feeds)["y"]
     assert _rel(real, ref) <= RTOL, f"real Caffe: {_rel(real, ref):.2e}"
-    if flavor != "bvlc":  # OpenCV cannot parse BVLC's round_mode (the parity check translates; see flavor.py)
+    text = proto.read_text()
+    if "round_mode" not in text:  # OpenCV cannot parse BVLC's round_mode (the parity check translates; see flavor.py)
         cv = open_cv(paths, Options()).run(feeds)["y"]
         assert _rel(cv, ref) <= RTOL, f"OpenCV: {_rel(cv, ref):.2e}"
-    text = proto.read_text()
     if CASES[case][0] in ("Conv", "ConvTranspose", "Pad"):  # one layer: zero taps, no extra layers
         assert text.count("layer {") == (1 if flavor == "pspnet" else 2), text  # (+ Input layer)
 
@@ -182,8 +185,13 @@ def test_pads_a_dilation_cannot_shift_are_refused_in_one_line(tmp_path: Path) ->
     assert "pads (0, 1) differ by 1, not a multiple of its dilation 2" in msg
 
 
-def test_max_pool_stride_1_even_kernel_same_is_refused(tmp_path: Path) -> None:
-    """TF SAME 2x2 stride 1: Caffe pads (0, 0) give one window fewer; no rounding adds it."""
-    msg = _refused("maxpool3x3_s2_even", {"kernel_shape": [2, 2], "strides": [1, 1], "pads": [0, 0, 1, 1]},
+def test_max_pool_stride_1_same_is_a_wider_pad_and_a_crop(tmp_path: Path) -> None:
+    text = _export(_model("maxpool2x2_s1_same"), tmp_path / "m", "ssd")[0].read_text()
+    assert text.count('type: "Pooling"') == 1 and text.count('type: "Crop"') == 1 and "pad: 1" in text
+
+
+def test_pool_no_caffe_rounding_reproduces_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A 2x2 stride-1 average pool padded bottom/right: Caffe gives one window fewer (its pads count)."""
+    msg = _refused("avgpool3x3_s2_odd", {"kernel_shape": [2, 2], "strides": [1, 1], "pads": [0, 0, 1, 1]},
                    tmp_path)
-    assert "no Caffe rounding reproduces it" in msg
+    assert "no Caffe rounding reproduces it" in msg and "\n" not in msg
