@@ -126,8 +126,12 @@ def conv(node: Node, ctx: EmitContext) -> Emitted:
     sh, sw = _ints(node, "strides", [1, 1])
     if dh != dw:
         raise NotExpressible("unequal dilations are not expressible in Caffe")
+    if min(sh, sw, dh) < 1:
+        raise NotExpressible(f"strides {[sh, sw]} / dilation {dh} must be positive")
     k_eff = (dh * (kh - 1) + 1, dw * (kw - 1) + 1)
     pads = _explicit_pads(node, (x[2], x[3]), k_eff, (sh, sw))
+    if len(pads) != 4 or min(pads) < 0:
+        raise NotExpressible(f"pads {pads} are not four non-negative H/W pads")
     caffe_pads, taps = [], []
     for i, (size, k, s, d, axis) in enumerate(zip((x[2], x[3]), k_eff, (sh, sw), (dh, dw), ("H", "W"), strict=True)):
         pb, pe = pads[i], pads[i + 2]
@@ -181,6 +185,8 @@ def conv_transpose(node: Node, ctx: EmitContext) -> Emitted:
         pads = [0, 0, 0, 0]
     extra = _ints(node, "output_padding", [0, 0])
     d = _ints(node, "dilations", [1, 1])
+    if len(pads) != 4 or min(pads) < 0 or len(extra) != 2 or min(extra) < 0 or len(d) != 2:
+        raise NotExpressible(f"pads {pads} / output_padding {extra} / dilations {d} are not 2-D and non-negative")
     if d[0] != d[1]:
         raise NotExpressible("unequal dilations are not expressible in Caffe")
     caffe_pads, taps = [], []

@@ -476,10 +476,14 @@ def pad(node: Node, ctx: EmitContext) -> Emitted:
     pads = [int(v) for v in ctx.small(node.inputs[1] if len(node.inputs) > 1 else None, "pads").reshape(-1)]
     if len(node.inputs) > 3 and node.inputs[3] is not None:
         axes = [int(a) % 4 for a in ctx.small(node.inputs[3], "axes").reshape(-1)]
+        if len(pads) != 2 * len(axes):
+            raise NotExpressible(f"{len(pads)} pads for {len(axes)} axes")
         full = [0] * 8
         for i, a in enumerate(axes):
             full[a], full[a + 4] = pads[i], pads[i + len(axes)]
         pads = full
+    if len(pads) != 8:
+        raise NotExpressible(f"{len(pads)} pads for a rank-4 input (8 expected)")
     value = ctx.small(node.inputs[2], "value") if len(node.inputs) > 2 and node.inputs[2] is not None else None
     if value is not None and np.any(value != 0):
         raise NotExpressible("only zero padding is expressible in Caffe (as a Deconvolution)")

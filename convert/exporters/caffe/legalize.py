@@ -257,6 +257,8 @@ class LegalizeForCaffe(Pass):
         pads = _ints_attr(node, "pads") or [0, 0, 0, 0]
         kernel = _ints_attr(node, "kernel_shape")
         strides = _ints_attr(node, "strides") or [1, 1]
+        if len(pads) != 4 or len(kernel) != 2 or len(strides) != 2 or min(pads) < 0 or min(strides) < 1:
+            return False  # malformed: the emitter reports it
         any_pad = bool(pads[0] or pads[1])
         if any(all(caffe_pool_size(xs[2 + i], kernel[i], strides[i], pads[i], ceil, any_pad) == ys[2 + i]
                    for i in range(2)) for ceil in (True, False)):
@@ -305,10 +307,12 @@ class LegalizeForCaffe(Pass):
                 d != 1 for d in _ints_attr(node, "dilations")):
             return False
         pads = _ints_attr(node, "pads") or [0, 0, 0, 0]
-        if not (pads[0] or pads[1]):
-            return False  # no begin pads: Caffe's divisor already counts input pixels only
         kernel = _ints_attr(node, "kernel_shape")
         strides = _ints_attr(node, "strides") or [1, 1]
+        if len(pads) != 4 or len(kernel) != 2 or len(strides) != 2 or min(pads) < 0 or min(strides) < 1:
+            return False  # malformed: the emitter reports it
+        if not (pads[0] or pads[1]):
+            return False  # no begin pads: Caffe's divisor already counts input pixels only
         ratios = []
         for i in range(2):
             start = np.arange(ys[2 + i]) * strides[i] - pads[i]
