@@ -68,28 +68,55 @@ def _weight(ctx: EmitContext, node: Node, index: int, what: str) -> TensorProtoc
     return t
 
 
-def _sym_pads(node: Node, size: tuple[int, int], k_eff: tuple[int, int], s: tuple[int, int]) -> tuple[int, int]:
-    """Return symmetric Caffe pads equal in effect to the node's (possibly asymmetric) pads."""
+def _explicit_pads(node: Node, size: tuple[int, int], k_eff: tuple[int, int], s: tuple[int, int]) -> list[int]:
+    """Return the node's pads [h_begin, w_begin, h_end, w_end], ``auto_pad`` worked out."""
     auto = node.attributes.get_string("auto_pad", "NOTSET")
-    if auto not in ("NOTSET", "VALID"):
+    if auto == "NOTSET":
+        return _ints(node, "pads", [0, 0, 0, 0])
+    if auto == "VALID":
+        return [0, 0, 0, 0]
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
         raise NotExpressible(f"auto_pad={auto} is not supported; re-export with explicit pads")
-    pads = _ints(node, "pads", [0, 0, 0, 0]) if auto == "NOTSET" else [0, 0, 0, 0]
-    out = []
+    pads = [0, 0, 0, 0]
     for i in range(2):
-        pb, pe = pads[i], pads[i + 2]
-        if pb != pe:
-            full = (size[i] + pb + pe - k_eff[i]) // s[i]
-            sym = (size[i] + 2 * pb - k_eff[i]) // s[i]
-            if full != sym:
-                raise NotExpressible(f"asymmetric pads {pads} change the output size; Caffe pads symmetrically")
-        out.append(pb)
-    return out[0], out[1]
+        total = max((-(-size[i] // s[i]) - 1) * s[i] + k_eff[i] - size[i], 0)
+        small, large = total // 2, total - total // 2
+        pads[i], pads[i + 2] = (small, large) if auto == "SAME_UPPER" else (large, small)
+    return pads
+
+
+def _kernel_pads(begin: int, end: int, dilation: int, where: str) -> tuple[int, int, int]:
+    """Return ``(caffe_pad, zero_taps_before, zero_taps_after)`` for pads ``(begin, end)`` on one axis.
+
+    Caffe pads symmetrically. A convolution (or deconvolution) with pads (b, e), e > b, equals
+    one with pad e on both sides and ``(e - b) / dilation`` zero taps added at the start of its
+    kernel: every window starts ``e - b`` earlier, and the taps that see that extra stretch are
+    zero; the output size is the same. b > e adds the zero taps at the end. Exact, one layer.
+    """
+    if begin == end:
+        return begin, 0, 0
+    gap = abs(end - begin)
+    if gap % dilation:
+        raise NotExpressible(
+            f"its {where} pads ({begin}, {end}) differ by {gap}, not a multiple of its dilation {dilation}: "
+            "Caffe pads symmetrically and zero kernel taps cannot shift the windows by that much")
+    taps = gap // dilation
+    return max(begin, end), (taps if end > begin else 0), (taps if begin > end else 0)
+
+
+def _padded_kernel(w: TensorProtocol, taps: tuple[tuple[int, int], tuple[int, int]]) -> Blob:
+    """Return the weight ``w`` (O, I, kh, kw) with zero taps added around its spatial axes."""
+    if not any(taps[0]) and not any(taps[1]):
+        return w
+    o, i, kh, kw = _dims(w)
+    shape = (o, i, kh + sum(taps[0]), kw + sum(taps[1]))
+    return _Deferred(lambda: np.pad(np.asarray(w.numpy(), np.float32), ((0, 0), (0, 0), taps[0], taps[1])), shape)
 
 
 # ---- convolution ----------------------------------------------------------------------------------
 @EMITTERS.register("Conv")
 def conv(node: Node, ctx: EmitContext) -> Emitted:
-    """Conv(+bias) -> Convolution (group, dilation; asymmetric pads when they do not change the size)."""
+    """Conv(+bias) -> Convolution (group, dilation); asymmetric pads as zero kernel taps (see ``_kernel_pads``)."""
     w = _weight(ctx, node, 1, "weight")
     if len(_dims(w)) != 4:
         raise NotExpressible("only 2-D convolution is supported")
@@ -97,8 +124,26 @@ def conv(node: Node, ctx: EmitContext) -> Emitted:
     m, _, kh, kw = (int(d) for d in _dims(w))
     dh, dw = _ints(node, "dilations", [1, 1])
     sh, sw = _ints(node, "strides", [1, 1])
-    ph, pw = _sym_pads(node, (x[2], x[3]), (dh * (kh - 1) + 1, dw * (kw - 1) + 1), (sh, sw))
-    blobs: list[Blob] = [w]
+    if dh != dw:
+        raise NotExpressible("unequal dilations are not expressible in Caffe")
+    if min(sh, sw, dh) < 1:
+        raise NotExpressible(f"strides {[sh, sw]} / dilation {dh} must be positive")
+    k_eff = (dh * (kh - 1) + 1, dw * (kw - 1) + 1)
+    pads = _explicit_pads(node, (x[2], x[3]), k_eff, (sh, sw))
+    if len(pads) != 4 or min(pads) < 0:
+        raise NotExpressible(f"pads {pads} are not four non-negative H/W pads")
+    caffe_pads, taps = [], []
+    for i, (size, k, s, d, axis) in enumerate(zip((x[2], x[3]), k_eff, (sh, sw), (dh, dw), ("H", "W"), strict=True)):
+        pb, pe = pads[i], pads[i + 2]
+        if (size + 2 * pb - k) // s == (size + pb + pe - k) // s:
+            caffe_pads.append(pb)  # the unequal end pad is never reached: pad pb gives the same windows
+            taps.append((0, 0))
+        else:
+            pad, before, after = _kernel_pads(pb, pe, d, axis)
+            caffe_pads.append(pad)
+            taps.append((before, after))
+    kernel_taps = (taps[0], taps[1])
+    blobs: list[Blob] = [_padded_kernel(w, kernel_taps)]
     b = node.inputs[2] if len(node.inputs) > 2 else None
     if b is not None:
         blobs.append(_weight(ctx, node, 2, "bias"))
@@ -106,37 +151,52 @@ def conv(node: Node, ctx: EmitContext) -> Emitted:
     cp = e.layer.convolution_param
     cp.num_output = m
     cp.bias_term = b is not None
-    _hw(cp, "kernel", (kh, kw), repeated=True)
-    if ph or pw:
-        _hw(cp, "pad", (ph, pw), repeated=True)
+    _hw(cp, "kernel", (kh + sum(taps[0]), kw + sum(taps[1])), repeated=True)
+    if any(caffe_pads):
+        _hw(cp, "pad", (caffe_pads[0], caffe_pads[1]), repeated=True)
     if (sh, sw) != (1, 1):
         _hw(cp, "stride", (sh, sw), repeated=True)
-    if (dh, dw) != (1, 1):
-        if dh != dw:
-            raise NotExpressible("unequal dilations are not expressible in Caffe")
+    if dh != 1:
         cp.dilation.append(dh)
     if _int(node, "group", 1) != 1:
         cp.group = _int(node, "group", 1)
     return e
 
 
-_note("Conv", "Convolution", "2-D; asymmetric pads only when the output size allows")
+_note("Conv", "Convolution", "2-D; asymmetric pads (TF SAME) as zero kernel taps")
 
 
 @EMITTERS.register("ConvTranspose")
 def conv_transpose(node: Node, ctx: EmitContext) -> Emitted:
-    """ConvTranspose -> Deconvolution (symmetric pads, no output_padding)."""
+    """ConvTranspose -> Deconvolution; asymmetric pads and output_padding as zero kernel taps.
+
+    output_padding adds outputs at the end, which is a smaller end pad (e - output_padding);
+    ``_kernel_pads`` then makes the pads symmetric (the proof there holds for the transpose too).
+    """
     w = _weight(ctx, node, 1, "weight")
     if len(_dims(w)) != 4:
         raise NotExpressible("only 2-D deconvolution is supported")
-    if any(_ints(node, "output_padding", [0, 0])):
-        raise NotExpressible("output_padding is not expressible in Caffe's Deconvolution")
+    if node.attributes.get_string("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        raise NotExpressible("automatic pads are not expressible in Deconvolution; re-export with explicit pads")
+    if node.attributes.get("output_shape") is not None:
+        raise NotExpressible("output_shape is not expressible in Deconvolution; re-export with pads")
     pads = _ints(node, "pads", [0, 0, 0, 0])
-    if pads[:2] != pads[2:] or node.attributes.get_string("auto_pad", "NOTSET") != "NOTSET":
-        raise NotExpressible(f"asymmetric or automatic pads {pads} are not expressible in Deconvolution")
+    if node.attributes.get_string("auto_pad", "NOTSET") == "VALID":
+        pads = [0, 0, 0, 0]
+    extra = _ints(node, "output_padding", [0, 0])
+    d = _ints(node, "dilations", [1, 1])
+    if len(pads) != 4 or min(pads) < 0 or len(extra) != 2 or min(extra) < 0 or len(d) != 2:
+        raise NotExpressible(f"pads {pads} / output_padding {extra} / dilations {d} are not 2-D and non-negative")
+    if d[0] != d[1]:
+        raise NotExpressible("unequal dilations are not expressible in Caffe")
+    caffe_pads, taps = [], []
+    for i, axis in enumerate(("H", "W")):
+        pad, before, after = _kernel_pads(pads[i], pads[i + 2] - extra[i], d[i], axis)
+        caffe_pads.append(pad)
+        taps.append((before, after))
     g = _int(node, "group", 1)
-    _, m_g, kh, kw = (int(d) for d in _dims(w))
-    blobs: list[Blob] = [w]
+    _, m_g, kh, kw = (int(v) for v in _dims(w))
+    blobs: list[Blob] = [_padded_kernel(w, (taps[0], taps[1]))]
     b = node.inputs[2] if len(node.inputs) > 2 else None
     if b is not None:
         blobs.append(_weight(ctx, node, 2, "bias"))
@@ -144,23 +204,20 @@ def conv_transpose(node: Node, ctx: EmitContext) -> Emitted:
     cp = e.layer.convolution_param
     cp.num_output = m_g * g
     cp.bias_term = b is not None
-    _hw(cp, "kernel", (kh, kw), repeated=True)
-    if any(pads):
-        _hw(cp, "pad", (pads[0], pads[1]), repeated=True)
+    _hw(cp, "kernel", (kh + sum(taps[0]), kw + sum(taps[1])), repeated=True)
+    if any(caffe_pads):
+        _hw(cp, "pad", (caffe_pads[0], caffe_pads[1]), repeated=True)
     s = _ints(node, "strides", [1, 1])
     if s != [1, 1]:
         _hw(cp, "stride", (s[0], s[1]), repeated=True)
-    d = _ints(node, "dilations", [1, 1])
     if d != [1, 1]:
-        if d[0] != d[1]:
-            raise NotExpressible("unequal dilations are not expressible in Caffe")
         cp.dilation.append(d[0])
     if g != 1:
         cp.group = g
     return e
 
 
-_note("ConvTranspose", "Deconvolution", "2-D; symmetric pads; no output_padding")
+_note("ConvTranspose", "Deconvolution", "2-D; asymmetric pads and output_padding as zero kernel taps")
 
 
 # ---- pooling ----------------------------------------------------------------------------------------
@@ -284,7 +341,8 @@ def _global(method: int) -> Emitter:
 
 EMITTERS.register("GlobalMaxPool")(_global(0))
 EMITTERS.register("GlobalAveragePool")(_global(1))
-_note("MaxPool", "Pooling MAX", "ceil via pads; else round_mode FLOOR (bvlc) / ceil_mode false (ssd)")
+_note("MaxPool", "Pooling MAX [+ Crop]",
+      "ceil via pads; else round_mode FLOOR (bvlc) / ceil_mode false (ssd); else wider pad + Crop")
 _note("AveragePool", "Pooling AVE", "when Caffe's divisor equals count_include_pad's")
 _note("GlobalMaxPool", "Pooling MAX global_pooling")
 _note("GlobalAveragePool", "Pooling AVE global_pooling")

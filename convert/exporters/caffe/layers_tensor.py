@@ -460,4 +460,49 @@ _note(
 )
 
 
+@EMITTERS.register("Pad")
+def pad(node: Node, ctx: EmitContext) -> Emitted:
+    """Pad (constant 0, H/W only, pads >= 0) -> Deconvolution by a one-hot kernel per channel.
+
+    A stride-1 transposed convolution with a (b + e + 1)-tap kernel that is 1 at tap b shifts
+    its input by b and extends it by e: zero padding (b, e), exact (a sum of x*1 and zeros), in
+    layers every Caffe and OpenCV run. (Keras' ZeroPadding2D before a MaxPool, as in ResNet50.)
+    """
+    x = ctx.shape(node.inputs[0])
+    if node.attributes.get_string("mode", "constant") != "constant":
+        raise NotExpressible(f"mode={node.attributes.get_string('mode', 'constant')} has no Caffe layer")
+    if len(x) != 4:
+        raise NotExpressible("only (N, C, H, W) padding is expressible (as a Deconvolution)")
+    pads = [int(v) for v in ctx.small(node.inputs[1] if len(node.inputs) > 1 else None, "pads").reshape(-1)]
+    if len(node.inputs) > 3 and node.inputs[3] is not None:
+        axes = [int(a) % 4 for a in ctx.small(node.inputs[3], "axes").reshape(-1)]
+        if len(pads) != 2 * len(axes):
+            raise NotExpressible(f"{len(pads)} pads for {len(axes)} axes")
+        full = [0] * 8
+        for i, a in enumerate(axes):
+            full[a], full[a + 4] = pads[i], pads[i + len(axes)]
+        pads = full
+    if len(pads) != 8:
+        raise NotExpressible(f"{len(pads)} pads for a rank-4 input (8 expected)")
+    value = ctx.small(node.inputs[2], "value") if len(node.inputs) > 2 and node.inputs[2] is not None else None
+    if value is not None and np.any(value != 0):
+        raise NotExpressible("only zero padding is expressible in Caffe (as a Deconvolution)")
+    if pads[0] or pads[1] or pads[4] or pads[5] or min(pads) < 0:
+        raise NotExpressible(f"pads {pads} touch the batch or channel axis or crop; only zero H/W padding maps")
+    c, (hb, wb, he, we) = x[1], (pads[2], pads[3], pads[6], pads[7])
+    kernel = np.zeros((c, 1, hb + he + 1, wb + we + 1), np.float32)
+    kernel[:, :, hb, wb] = 1.0
+    e = ctx.layer(node, "Deconvolution", [node.inputs[0]], blobs=[kernel])
+    cp = e.layer.convolution_param
+    cp.num_output, cp.group, cp.bias_term = c, c, False
+    if kernel.shape[2] == kernel.shape[3]:
+        cp.kernel_size.append(kernel.shape[2])
+    else:
+        cp.kernel_h, cp.kernel_w = kernel.shape[2], kernel.shape[3]
+    return e
+
+
+_note("Pad", "Deconvolution (one-hot kernel)", "constant 0 on H/W; pads >= 0")
+
+
 from . import detection  # noqa: E402, F401  (its emitters, always registered after these ones)

@@ -5,6 +5,12 @@ Rules, in order (each preserves the graph's values exactly):
 * ``Pad(x, zeros, symmetric spatial p) -> AveragePool(count_include_pad=0, end pads only)`` ->
   ``convert.caffe::AveragePool(x)`` with pads p: Caffe's AVE divisor counts the pad but not the
   ceil overhang, which is exactly this pair (the Caffe frontend lowers such pooling to it).
+* ``AveragePool(count_include_pad=0)`` with begin pads p (TF's SAME) -> ``convert.caffe::AveragePool``
+  with pads p on both sides -> ``convert.caffe::Scale`` by a constant (OH, OW) map of Caffe's divisor
+  over the count of input pixels in each window (see ``_avg_pool_divisor``).
+* ``MaxPool`` with end pad e > begin pad b that no Caffe rounding reproduces with pad b (TF SAME
+  stride 1, even kernel) -> ``MaxPool`` with pad e on both sides -> ``Slice`` dropping the first
+  (e - b) / stride windows (written as a Crop).
 * ``ReduceMean`` / ``ReduceMax`` over the spatial axes of an (N, C, H, W) tensor ->
   ``GlobalAveragePool`` / ``GlobalMaxPool`` [``-> Reshape`` to (N, C) when ``keepdims=0``].
 * ``MatMul(x, W) -> Add(., b)`` with constant 2-D ``W`` and 1-D ``b`` -> ``Gemm(x, W, b)``.
@@ -54,7 +60,7 @@ from convert.ir import (
 )
 from convert.ir.passes import Pass, PassResult
 
-from .layers import CAFFE_DOMAIN
+from .layers import CAFFE_DOMAIN, caffe_pool_size
 
 __all__ = ["LegalizeForCaffe"]
 
@@ -122,7 +128,8 @@ class LegalizeForCaffe(Pass):
             if node.domain in ("", "ai.onnx"):
                 rule = {
                     "MatMul": self._matmul_add,
-                    "AveragePool": self._pad_avg_pool,
+                    "AveragePool": self._avg_pool,
+                    "MaxPool": self._max_pool_shift,
                     "ReduceMean": self._global_reduce,
                     "ReduceMax": self._global_reduce,
                     "BatchNormalization": self._batch_norm,
@@ -230,6 +237,102 @@ class LegalizeForCaffe(Pass):
         )
         graph.register_initializer(value)
         return value
+
+    def _max_pool_shift(self, graph: Graph, node: Node) -> bool:
+        """MaxPool whose end pad e exceeds its begin pad b by a multiple of the stride, where Caffe's
+        pad b gives too few windows (TF SAME, stride 1, even kernel: yolov3-tiny's 2x2 pool) ->
+        MaxPool with pad e on both sides -> Slice dropping the first (e - b) / stride windows.
+
+        With pad e every window starts e - b earlier; window j + (e - b) / s is ONNX's window j,
+        and padding is -inf in both, so the slice is exact. The Slice becomes a Crop against a
+        blob of the output's shape (for stride 1 SAME, the input itself).
+        """
+        x, y = node.inputs[0], node.outputs[0]
+        xs, ys = _static(x), _static(y)
+        if xs is None or ys is None or len(xs) != 4 or (len(node.outputs) > 1 and node.outputs[1] is not None):
+            return False
+        if node.attributes.get_string("auto_pad", "NOTSET") != "NOTSET" or any(
+                d != 1 for d in _ints_attr(node, "dilations")):
+            return False
+        pads = _ints_attr(node, "pads") or [0, 0, 0, 0]
+        kernel = _ints_attr(node, "kernel_shape")
+        strides = _ints_attr(node, "strides") or [1, 1]
+        if len(pads) != 4 or len(kernel) != 2 or len(strides) != 2 or min(pads) < 0 or min(strides) < 1:
+            return False  # malformed: the emitter reports it
+        any_pad = bool(pads[0] or pads[1])
+        if any(all(caffe_pool_size(xs[2 + i], kernel[i], strides[i], pads[i], ceil, any_pad) == ys[2 + i]
+                   for i in range(2)) for ceil in (True, False)):
+            return False  # ceil or floor with the begin pads is enough (the emitter decides)
+        new_pads, shifts = [], []
+        for i in range(2):
+            b, e, s = pads[i], pads[i + 2], strides[i]
+            if caffe_pool_size(xs[2 + i], kernel[i], s, b, True, any_pad) == ys[2 + i]:
+                new_pads.append(b)
+                shifts.append(0)
+            elif e > b and (e - b) % s == 0:
+                new_pads.append(e)
+                shifts.append((e - b) // s)
+            else:
+                return False
+        sizes = [(xs[2 + i] + 2 * new_pads[i] - kernel[i]) // strides[i] + 1 for i in range(2)]
+        if any(sizes[i] < shifts[i] + ys[2 + i] for i in range(2)):
+            return False
+        attrs = {"kernel_shape": kernel, "strides": strides, "pads": [*new_pads, *new_pads]}
+        mid = self._edit.node_before(node, "MaxPool", [x], attrs, base=f"{y.name or 'pool'}_padded")
+        mid.shape, mid.type = Shape([*ys[:2], *sizes]), y.type
+        base = node.name or "pool"
+        starts = self._edit.const(np.asarray(shifts, np.int64), f"{base}.starts")
+        ends = self._edit.const(np.asarray([shifts[i] + ys[2 + i] for i in range(2)], np.int64), f"{base}.ends")
+        axes = self._edit.const(np.asarray([2, 3], np.int64), f"{base}.axes")
+        out = self._edit.node_before(node, "Slice", [mid, starts, ends, axes], base=y.name or "pool", like=y)
+        self._edit.replace(node, out)
+        return True
+
+    def _avg_pool(self, graph: Graph, node: Node) -> bool:
+        return self._pad_avg_pool(graph, node) or self._avg_pool_divisor(graph, node)
+
+    def _avg_pool_divisor(self, graph: Graph, node: Node) -> bool:
+        """AveragePool(count_include_pad=0) with begin pads -> convert.caffe::AveragePool -> Scale.
+
+        Caffe's AVE divides window j (start ``t = j*s - p``, pad p on both sides) by
+        ``min(t + k, H + p) - t`` per axis, counting the pads; ONNX without count_include_pad by
+        ``min(t + k, H) - max(t, 0)``, the input pixels only. Windows and sums agree (zero pads),
+        so a constant (OH, OW) map of divisor ratios corrects the average: a Caffe Scale on axes 2-3.
+        """
+        x, y = node.inputs[0], node.outputs[0]
+        xs, ys = _static(x), _static(y)
+        if xs is None or ys is None or len(xs) != 4 or node.attributes.get_int("count_include_pad", 0):
+            return False
+        if node.attributes.get_string("auto_pad", "NOTSET") != "NOTSET" or any(
+                d != 1 for d in _ints_attr(node, "dilations")):
+            return False
+        pads = _ints_attr(node, "pads") or [0, 0, 0, 0]
+        kernel = _ints_attr(node, "kernel_shape")
+        strides = _ints_attr(node, "strides") or [1, 1]
+        if len(pads) != 4 or len(kernel) != 2 or len(strides) != 2 or min(pads) < 0 or min(strides) < 1:
+            return False  # malformed: the emitter reports it
+        if not (pads[0] or pads[1]):
+            return False  # no begin pads: Caffe's divisor already counts input pixels only
+        ratios = []
+        for i in range(2):
+            start = np.arange(ys[2 + i]) * strides[i] - pads[i]
+            caffe = np.minimum(start + kernel[i], xs[2 + i] + pads[i]) - start
+            inside = np.minimum(start + kernel[i], xs[2 + i]) - np.maximum(start, 0)
+            if np.any(inside <= 0):
+                return False  # a window of padding only: no divisor to match (the emitter says so)
+            ratios.append(caffe / inside)
+        attrs = {"kernel_shape": kernel, "strides": strides, "pads": [pads[0], pads[1], pads[0], pads[1]]}
+        pool = Node(CAFFE_DOMAIN, "AveragePool", [x], convenience.convert_attributes(attrs),
+                    outputs=[Value(name=self._fresh(f"{y.name or 'pool'}_sum"))], name=self._fresh(node.name or "pool"))
+        set_provenance(pool, get_provenance(node))
+        pool.outputs[0].shape, pool.outputs[0].type = y.shape, y.type
+        graph.insert_before(node, pool)
+        factor = self._init(graph, f"{node.name or 'pool'}.divisor", np.outer(ratios[0], ratios[1]))
+        scale = Node(CAFFE_DOMAIN, "Scale", [pool.outputs[0], factor], convenience.convert_attributes({"axis": 2}),
+                     outputs=[Value(name=self._fresh(y.name or "pool"))], name=node.name)
+        set_provenance(scale, get_provenance(node))
+        self._replace(graph, node, scale, y)
+        return True
 
     def _pad_avg_pool(self, graph: Graph, node: Node) -> bool:
         pad = node.inputs[0].producer() if node.inputs[0] is not None else None

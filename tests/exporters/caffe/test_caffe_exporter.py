@@ -252,6 +252,21 @@ CASES: dict[str, tuple[str, dict[str, np.ndarray], str]] = {
         {"wt": _w(4, 3, 3, 3), "bt": _w(6, scale=0.1), "two": np.array(2.0, np.float32)},
         "bvlc",
     ),
+    # TF SAME: conv pads (0, 1) (zero kernel taps), a zero Pad (one-hot Deconvolution), a 2x2
+    # stride-1 max pool padded bottom/right (pad both sides + Crop). test_caffe_asymmetric_pads.py has more.
+    # (Not Pad -> MaxPool: ONNX Runtime's PadFusion would fold them into pads it then rejects.)
+    "asymmetric_pads": (
+        HEAD
+        + """
+    g (float[1, 3, 12, 12] x) => (float[1, 4, 7, 7] y) {
+        c = Conv <kernel_shape = [3, 3], strides = [2, 2], pads = [0, 0, 1, 1]> (x, w, b)
+        p = Pad (c, pads)
+        r = Relu (p)
+        y = MaxPool <kernel_shape = [2, 2], pads = [0, 0, 1, 1]> (r)
+    }""",
+        {"w": _w(4, 3, 3, 3), "b": _w(4, scale=0.1), "pads": np.array([0, 0, 1, 0, 0, 0, 0, 1], np.int64)},
+        "bvlc",
+    ),
 }
 
 

@@ -297,8 +297,12 @@ def test_attribute_operands_of_old_opsets(tmp_path: Path, opset: int, flavor: st
 
 
 @pytest.mark.parametrize("op", ["AveragePool", "MaxPool"])
-def test_pool_size_no_caffe_rounding_gives_is_refused(tmp_path: Path, op: str) -> None:
-    """End-only pads: ONNX gives 10 from 10 (kernel 3, stride 1, pads 0/2); Caffe's symmetric pad 0 gives 8."""
+def test_pool_size_no_caffe_rounding_gives_max_is_cropped_average_refused(tmp_path: Path, op: str) -> None:
+    """End-only pads: ONNX gives 10 from 10 (kernel 3, stride 1, pads 0/2); Caffe's symmetric pad 0 gives 8.
+
+    A MaxPool is then padded 2 on both sides and cropped (exact, -inf pads either way); an
+    AveragePool with count_include_pad=1 is refused.
+    """
     b = _Net(9)
     x = b.conv("x", 3, 4, 1)
     attrs = {"count_include_pad": 1} if op == "AveragePool" else {}
@@ -309,6 +313,11 @@ def test_pool_size_no_caffe_rounding_gives_is_refused(tmp_path: Path, op: str) -
     assert ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(
         None, {"x": np.zeros((1, 3, 10, 10), np.float32)})[0].shape == (1, 4 * 10 * 10)
     result = _convert(src, tmp_path / "p.prototxt")
+    if op == "MaxPool":
+        assert result.returncode == 0 and "PASS" in result.stdout, result.stdout + result.stderr
+        text = (tmp_path / "p.prototxt").read_text()
+        assert 'type: "Crop"' in text and "pad: 2" in text
+        return
     assert result.returncode == 2, result.stdout
     assert "Traceback" not in result.stderr
     assert f"({op})" in result.stderr and "no Caffe rounding reproduces it" in result.stderr

@@ -10,7 +10,9 @@ from darknet_helpers import ALEXEYAB_CFGS, SYSTEM_CFG, needs_opencv, sized_cfg
 import convert
 from convert.frontends.darknet.random_weights import write_random_weights
 
-CASES = [(ALEXEYAB_CFGS / "yolov4-tiny.cfg", 160), (SYSTEM_CFG / "yolov3.cfg", 96)]
+# yolov3-tiny / yolov2-tiny: a 2x2 stride-1 maxpool padded bottom/right (pad 1 both sides, then a Crop)
+CASES = [(ALEXEYAB_CFGS / "yolov4-tiny.cfg", 160), (SYSTEM_CFG / "yolov3.cfg", 96),
+         (SYSTEM_CFG / "yolov3-tiny.cfg", 96), (SYSTEM_CFG / "yolov2-tiny.cfg", 96)]
 
 
 @needs_opencv

@@ -148,18 +148,19 @@ def test_keep_nhwc_keeps_the_input_layout(built: dict[str, dict[str, Path]], tmp
 
 
 def _caffe_net(path: Path) -> Path:
-    """A CNN Caffe can express: symmetric padding only (TF's SAME is asymmetric for even sizes/strides)."""
+    """A small CNN with TF's SAME padding, asymmetric on its stride-2 layers (even sizes)."""
     import keras
     from keras import layers
 
     keras.utils.set_random_seed(1)
     inp = keras.Input((32, 32, 3), name="image")
-    x = layers.Conv2D(8, 3, padding="same")(inp)
+    x = layers.Conv2D(8, 3, strides=2, padding="same")(inp)
     x = layers.BatchNormalization()(x)
     x = layers.ReLU(max_value=6.0)(x)
     y = layers.DepthwiseConv2D(3, padding="same", activation="relu")(x)
     x = layers.Add()([x, layers.Conv2D(8, 1)(y)])
-    x = layers.MaxPooling2D(2)(x)
+    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
+    x = layers.AveragePooling2D(3, strides=1, padding="same")(x)
     x = layers.Conv2D(16, 3, padding="same", activation="sigmoid")(x)
     x = layers.GlobalAveragePooling2D()(x)
     model = keras.Model(inp, layers.Dense(4)(x))
@@ -189,6 +190,52 @@ def test_tensorflow_to_caffe_matches_tensorflow(tmp_path: Path) -> None:
     err = _rel(got[0].reshape(want.shape), want)
     print(f"PARITY-TF-CAFFE cnn {err:.1e}")
     assert err <= RTOL, f"tensorflow->caffe: max rel error {err:.2e}"
+
+
+# keras.applications to Caffe: TF's SAME pads are asymmetric on every stride-2 layer (zero kernel
+# taps in Caffe's Convolution); ResNet50's ZeroPadding2D before its max pool is a Deconvolution.
+CAFFE_NETS = ["mobilenet_v2", "resnet50", "efficientnet_b0"]
+
+
+@pytest.mark.opencv
+@pytest.mark.parametrize("net", CAFFE_NETS, ids=CAFFE_NETS)
+def test_keras_applications_to_caffe_match_tensorflow(net: str, tmp_path: Path) -> None:
+    """Run in real Caffe and OpenCV DNN; deep nets are judged against float64 as in the ONNX test."""
+    pytest.importorskip("cv2")
+    import convert.exporters.caffe as caffe
+    from convert.frontends.tensorflow import FRONTEND
+    from convert.parity.runtimes.caffe_runtime import RealCaffeRuntime, find_caffe
+    from convert.parity.runtimes.opencv_caffe import open_runtime as open_cv
+    from convert.parity.runtimes.tensorflow import open_runtime as open_tf
+
+    caffe_dir = find_caffe()
+    if caffe_dir is None:
+        pytest.skip("real Caffe is not built here: run scripts/build_caffe")
+    path = tf_models.build(net, tmp_path / net, savedmodel=False)["keras"]
+    ref = open_tf([path], Options())
+    spec = ref.inputs()[0]  # presented NCHW; --input-shape takes TensorFlow's NHWC
+    n, c, h, w = (1 if d is None else d for d in spec.shape)
+    model = FRONTEND.load([path], Options(input_shapes={spec.name: (n, h, w, c)}))
+    passes.standard_pipeline(validate=True)(model)
+    files = [Path(p) for p in caffe.EXPORTER.save(model, tmp_path / "m.prototxt", Options())]
+    x = np.random.default_rng(0).standard_normal((n, c, h, w)).astype(np.float32)
+    want = next(iter(ref.run({spec.name: x}).values()))
+    assert want.std() > 1e-3 * np.abs(want).max()
+    cv = open_cv(files, Options())
+    real = RealCaffeRuntime(files[0], files[1], caffe_dir)
+    r64 = None
+    for runtime, name in ((real, "real Caffe"), (cv, "OpenCV")):
+        got = next(iter(runtime.run({runtime.inputs()[0].name: x}).values())).reshape(want.shape)
+        err = _rel(got, want)
+        print(f"PARITY-TF-CAFFE {net} {name} {err:.1e}")
+        if err > RTOL:
+            if r64 is None:
+                r32, r64 = tf_models.float64_run(net, path, x.transpose(0, 2, 3, 1))
+                tf_err = _rel(r32, r64)
+            our_err = _rel(got, r64)
+            print(f"PARITY-TF-CAFFE-F64 {net} {name} tf32 {tf_err:.1e} ours {our_err:.1e}")
+            assert err <= RTOL_FLOOR and our_err <= max(RTOL, FLOAT64_MARGIN * tf_err), (
+                f"{net} -> caffe in {name}: max rel error {err:.2e}; vs float64: ours {our_err:.2e}, TF {tf_err:.2e}")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

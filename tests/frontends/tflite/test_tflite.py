@@ -242,8 +242,8 @@ def test_every_unsupported_op_is_listed_at_once(tmp_path: Path) -> None:
 
 @pytest.mark.opencv
 def test_float_tflite_to_caffe_matches_the_interpreter(tmp_path: Path) -> None:
-    """A CNN Caffe can express (symmetric padding) through the Caffe exporter, checked by the
-    project's parity check against the TFLite interpreter (real Caffe when built, else OpenCV)."""
+    """A CNN with TF's SAME padding (asymmetric on its stride-2 layers) through the Caffe exporter,
+    checked by the project's parity check against the TFLite interpreter (real Caffe when built, else OpenCV)."""
     pytest.importorskip("tensorflow")
     import keras
     import tensorflow as tf
@@ -254,12 +254,12 @@ def test_float_tflite_to_caffe_matches_the_interpreter(tmp_path: Path) -> None:
 
     keras.utils.set_random_seed(1)
     inp = keras.Input((32, 32, 3), name="image")
-    x = layers.Conv2D(8, 3, padding="same")(inp)
+    x = layers.Conv2D(8, 3, strides=2, padding="same")(inp)
     x = layers.BatchNormalization()(x)
     x = layers.ReLU(max_value=6.0)(x)
     y = layers.DepthwiseConv2D(3, padding="same", activation="relu")(x)
     x = layers.Add()([x, layers.Conv2D(8, 1)(y)])
-    x = layers.MaxPooling2D(2)(x)
+    x = layers.MaxPooling2D(3, strides=2, padding="same")(x)
     x = layers.Conv2D(16, 3, padding="same", activation="sigmoid")(x)
     x = layers.GlobalAveragePooling2D()(x)
     model = keras.Model(inp, layers.Dense(4)(x))
@@ -271,6 +271,39 @@ def test_float_tflite_to_caffe_matches_the_interpreter(tmp_path: Path) -> None:
     assert result.report is not None and result.report.passed, result.report.table() if result.report else result
     assert result.report.dest == "caffe"
     assert max(o.rel_to_scale for o in result.report.outputs) <= 1e-5
+
+
+@pytest.mark.opencv
+@pytest.mark.parametrize("net", ["small_cnn", "mobilenet_v2"])
+def test_float_tflite_with_same_padding_to_caffe(net: str, tmp_path: Path) -> None:
+    """The committed sample (SAME depthwise/avg pool stride 2, asymmetric ZeroPadding2D) and a float
+    MobileNetV2 .tflite to Caffe, checked by the parity check against the TFLite interpreter."""
+    import convert
+
+    if net == "small_cnn":
+        path = SAMPLES / "small_cnn.tflite"
+    else:
+        pytest.importorskip("tensorflow")
+        import tensorflow as tf
+        import tf_models
+
+        keras_file = tf_models.build(net, tmp_path / net, savedmodel=False)["keras"]
+        import keras
+
+        model = keras.saving.load_model(str(keras_file), compile=False)
+        path = tmp_path / f"{net}.tflite"
+        path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    size = 32 if net == "small_cnn" else 96
+    if net == "small_cnn":
+        name = "image"
+    else:  # Keras numbers its input layers per process (input_layer_5 ...): read the signature's
+        name = tf.lite.Interpreter(model_path=str(path)).get_signature_list()["serving_default"]["inputs"][0]
+    result = convert.convert(str(path), format="tflite", to="caffe", out=str(tmp_path / f"{net}.prototxt"),
+                             input_shapes={name: (1, size, size, 3)})
+    assert result.report is not None and result.report.passed, result.report.table() if result.report else result
+    err = max(o.rel_to_scale for o in result.report.outputs)
+    print(f"PARITY-TFLITE-CAFFE {net} {err:.1e} ({result.report.dest_runtime})")
+    assert err <= 1e-5
 
 
 def test_input_shape_names_the_nhwc_shape_for_conversion_and_parity(tmp_path: Path) -> None:
