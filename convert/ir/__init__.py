@@ -25,7 +25,15 @@ from .errors import (
 )
 from .io import from_proto, load_file, save_inline_streamed, save_model, serialize_inline
 from .plugins import Diagnostics, ExporterSpec, ExportPlan, FrontendSpec, OpSupport, Options, OptionSpec, ProgressFn
-from .provenance import Provenance, describe, get_provenance, output_key, set_output_of, set_provenance
+from .provenance import (
+    INPUT_SHAPE_ORDER,
+    Provenance,
+    describe,
+    get_provenance,
+    output_key,
+    set_output_of,
+    set_provenance,
+)
 from .registry import Registry
 from .tensors import (
     DataType,
@@ -55,6 +63,7 @@ convenience = _ir.convenience
 
 __all__ = [
     "CANONICAL_OPSET",
+    "INPUT_SHAPE_ORDER",
     "Attr",
     "AttributeType",
     "ConversionError",

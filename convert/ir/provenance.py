@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import onnx_ir as _ir
 
-__all__ = ["Provenance", "describe", "get_provenance", "output_key", "set_output_of", "set_provenance"]
+__all__ = ["INPUT_SHAPE_ORDER", "Provenance", "describe", "get_provenance", "output_key", "set_output_of",
+           "set_provenance"]
 
 _FILE = "convert:source_file"
 _LAYER = "convert:source_layer"
@@ -20,6 +21,9 @@ _LINE = "convert:source_line"
 # A node that computes another source layer's output (a Conv with the next layer's BatchNorm
 # folded in) names that layer here; the parity check's localisation reads it.
 _OUTPUT_OF = "convert:output_of"
+# On a graph input presented in another layout than its source (TensorFlow's NHWC input held NCHW):
+# the order in which `--input-shape` lists its dims, as indices of the graph's dims ("0,2,3,1").
+INPUT_SHAPE_ORDER = "convert:input_shape_order"
 
 
 @dataclass(frozen=True, slots=True)

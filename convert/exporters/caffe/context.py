@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from convert.ir import Graph, Node, TensorProtocol, Value, get_provenance
+from convert.ir import INPUT_SHAPE_ORDER, Graph, Node, TensorProtocol, Value, get_provenance
 
 from .flavor import Flavor
 
@@ -147,6 +147,9 @@ class EmitContext:
             dims = list(v.shape) if v.shape is not None else None
             if dims is not None and all(isinstance(d, int) for d in dims):
                 continue
+            order = v.metadata_props.get(INPUT_SHAPE_ORDER)  # --input-shape in the source's order (NHWC)
+            if dims is not None and order and len(order.split(",")) == len(dims):
+                dims = [dims[int(i)] for i in order.split(",")]
             # a free leading dim is the batch: 1 (a deployed Caffe net has a fixed batch); others to fill in
             shown = ",".join(str(d) if isinstance(d, int) else ("1" if i == 0 else "?")
                              for i, d in enumerate(dims)) if dims else "1,3,224,224"

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from convert.ir import (
+    INPUT_SHAPE_ORDER,
     DataType,
     GapCollector,
     GraphBuilder,
@@ -144,6 +145,8 @@ def convert_graph(graph: TFGraph, options: Options, *, name: str = "tensorflow")
         if nchw:
             dims = [dims[p] for p in TO_NCHW]
         value = builder.input(user_name, DataType.from_numpy(node.dtypes[0]), dims)
+        if nchw:  # --input-shape takes TensorFlow's NHWC order: hints must show it so
+            value.metadata_props[INPUT_SHAPE_ORDER] = "0,2,3,1"
         ctx.values[tensor] = {NCHW if nchw else TF: value}
 
     def run(converter: Converter, node: TFNode) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 from convert.frontends.tensorflow.context import NCHW, TF, TO_NCHW, TFContext
 from convert.frontends.tensorflow.graph import TFNode
 from convert.ir import (
+    INPUT_SHAPE_ORDER,
     DataType,
     GapCollector,
     GraphBuilder,
@@ -251,6 +252,8 @@ def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") ->
         if nchw:
             dims = [dims[p] for p in TO_NCHW]
         value = builder.input(user_name, DataType.from_numpy(t.dtype), dims)
+        if nchw:  # --input-shape takes TFLite's NHWC order: hints must show it so
+            value.metadata_props[INPUT_SHAPE_ORDER] = "0,2,3,1"
         ctx.values[key] = {NCHW if nchw else TF: value}
     for t in model.tensors:
         if t.span is not None and t.index not in low.keys:

@@ -222,6 +222,26 @@ def test_the_same_op_on_the_same_input_is_computed_once(tmp_path: Path) -> None:
     assert ops.count("Relu") == 1 and ops.count("AveragePool") == 1 and ops.count("Conv") == 2, ops
 
 
+def test_caffe_hint_for_free_dims_names_tensorflows_nhwc_order() -> None:
+    """The graph input is NCHW but --input-shape takes TensorFlow's NHWC: the exporter's hint says so."""
+    import convert.exporters.caffe as caffe
+    from convert.frontends.tensorflow.graph import graph_from_function
+    from convert.frontends.tensorflow.loader import convert_graph
+    from convert.ir import UnsupportedOpsError
+
+    w = _w(3, 3, 3, 4)
+
+    def fn(x: tf.Tensor) -> dict[str, tf.Tensor]:
+        return {"y": tf.nn.relu(tf.nn.conv2d(x, w, 1, "SAME"))}
+
+    spec = tf.TensorSpec((1, None, None, 3), tf.float32, name="image")
+    model = convert_graph(graph_from_function(tf.function(fn).get_concrete_function(spec), ["image"], ["y"],
+                                              source="case"), Options())
+    passes.standard_pipeline()(model)
+    with pytest.raises(UnsupportedOpsError, match=r"--input-shape image=1,\?,\?,3"):
+        caffe.EXPORTER.save(model, Path("/nonexistent/never.prototxt"), Options())
+
+
 def test_every_registered_op_is_exercised(tmp_path: Path) -> None:
     from convert.frontends.tensorflow.graph import graph_from_function
     from convert.frontends.tensorflow.loader import live_nodes
