@@ -60,13 +60,16 @@ class FrontendContext:
 
     # -- emission -------------------------------------------------------------------------------
     def emit_multi(self, op_type: str, inputs: Sequence[_ir.Value | None], attrs: Mapping[str, object] | None = None,
-                   *, outputs: int = 1, domain: str = "") -> tuple[_ir.Value, ...]:
-        """Append one node for the current item and return its ``outputs`` outputs."""
+                   *, outputs: int = 1, domain: str = "", suffix: str = "") -> tuple[_ir.Value, ...]:
+        """Append one node for the current item and return its ``outputs`` outputs.
+
+        The node is named ``node_name(item, suffix or op_type)``.
+        """
         item = self.current()
-        return self.builder.op_multi(op_type, inputs, attrs, name=self.node_name(item, op_type), outputs=outputs,
-                                     domain=domain, prov=self.provenance(item))
+        return self.builder.op_multi(op_type, inputs, attrs, name=self.node_name(item, suffix or op_type),
+                                     outputs=outputs, domain=domain, prov=self.provenance(item))
 
     def emit(self, op_type: str, inputs: Sequence[_ir.Value | None], attrs: Mapping[str, object] | None = None,
-             *, domain: str = "") -> _ir.Value:
+             *, domain: str = "", suffix: str = "") -> _ir.Value:
         """Append a one-output node for the current item and return its output."""
-        return self.emit_multi(op_type, inputs, attrs, domain=domain)[0]
+        return self.emit_multi(op_type, inputs, attrs, domain=domain, suffix=suffix)[0]
