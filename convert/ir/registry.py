@@ -71,6 +71,10 @@ class Registry(Generic[F]):
         eligible = [v for v in versions if v <= version]
         return versions[max(eligible)] if eligible else None
 
+    def versions(self, key: Hashable) -> list[int]:
+        """Return the ``since`` versions registered for ``key``, ascending (the versions where it changed)."""
+        return sorted(self._entries.get(key, {}))
+
     def __contains__(self, key: object) -> bool:
         return key in self._entries
 

@@ -27,6 +27,7 @@ def test_register_lookup_and_missing() -> None:
     assert reg.lookup("Split", 12) is None and reg.lookup("Nope") is None
     assert reg.missing(["Conv", "A", "B", "A"]) == ["A", "B"]
     assert "Conv" in reg and len(reg) == 3
+    assert reg.versions("Split") == [13, 18] and reg.versions("Conv") == [1] and reg.versions("Nope") == []
 
 
 def test_duplicate_key_is_an_error() -> None:

@@ -31,17 +31,13 @@ import numpy as np
 
 from convert.ir import (
     DataType,
-    GraphEditor,
-    Model,
     Node,
     Shape,
     TensorType,
     Value,
     convenience,
-    get_provenance,
-    set_provenance,
 )
-from convert.ir.passes import Pass, PassResult
+from convert.ir.passes.rewrite import Match, Rewriter, RewriteRules, Rule
 
 from .flavor import Flavor
 
@@ -95,7 +91,7 @@ def interpolation_matrix(n: int, m: int, mode: str, scale: float | None = None) 
     return a
 
 
-class LowerBilinearResize(Pass):
+class LowerBilinearResize(RewriteRules):
     """Rewrite bilinear ``Resize`` as described in the module docstring.
 
     Half-pixel by integer factors: edge replication and a fixed-weight (de)convolution, any
@@ -108,103 +104,103 @@ class LowerBilinearResize(Pass):
 
     def __init__(self, flav: Flavor | None = None) -> None:
         self.flavor = flav
+        super().__init__([Rule("bilinear Resize -> (de)convolution or matrices", ("Resize",), self._check, _lower)])
 
-    def call(self, model: Model) -> PassResult:
-        """Rewrite in place; return whether anything changed."""
-        graph = model.graph
-        self._graph = graph
-        self._edit = GraphEditor(graph)
-        changed = 0
-        for node in list(graph):
-            if node.domain in ("", "ai.onnx") and node.op_type == "Resize" and self._lower(node):
-                changed += 1
-        return PassResult(model, changed > 0)
-
-    # -- helpers -------------------------------------------------------------------------------
-    def _const(self, arr: np.ndarray) -> Value:
-        return self._edit.const(arr, f"{self._anchor.name or 'resize'}_k")
-
-    def _op(self, op: str, inputs: list[Value], shapes: list[tuple[int, ...]], attrs: dict[str, object]) -> list[Value]:
-        base = self._anchor.name or "resize"
-        outs = [Value(name=self._edit.fresh(f"{base}_{op.lower()}"), shape=Shape(s), type=TensorType(DataType.FLOAT))
-                for s in shapes]
-        node = Node("", op, inputs, convenience.convert_attributes(attrs), outputs=outs, name=outs[0].name)
-        set_provenance(node, get_provenance(self._anchor))
-        self._graph.insert_before(self._anchor, node)
-        return outs
-
-    def _replicate_edges(self, x: Value, shape: tuple[int, ...], axis: int) -> tuple[Value, tuple[int, ...]]:
-        """Return ``x`` with one copy of its first and last slice added on ``axis``."""
-        n = shape[axis]
-        parts = [1, n - 2, 1] if n > 2 else [1, 1]
-        piece = [(*shape[:axis], p, *shape[axis + 1:]) for p in parts]
-        sizes = self._const(np.asarray(parts, np.int64))
-        outs = self._op("Split", [x, sizes], piece, {"axis": axis})
-        first, last = outs[0], outs[-1]
-        padded = (*shape[:axis], n + 2, *shape[axis + 1:])
-        (y,) = self._op("Concat", [first, *outs, last], [padded], {"axis": axis})
-        return y, padded
-
-    # -- the rewrite ---------------------------------------------------------------------------
-    def _lower(self, node: Node) -> bool:
+    def _check(self, node: Node) -> Match | str:
         attrs = node.attributes
         if attrs.get_string("mode", "nearest") != "linear" or attrs.get_int("antialias", 0):
-            return False
+            return "not linear, or antialiased"
         mode = attrs.get_string("coordinate_transformation_mode", "half_pixel")
         if mode not in _MODES:
-            return False
+            return f"coordinate mode {mode!r}"
         x, y = node.inputs[0], node.outputs[0]
         xs, ys = _static(x), _static(y)
         if x is None or xs is None or ys is None or len(xs) != 4 or xs[:2] != ys[:2]:
-            return False
+            return "not a static 4-D resize of H and W only"
         scales = node.inputs[2] if len(node.inputs) > 2 else None
         given: list[float] | None = None
         if scales is not None and scales.const_value is not None and scales.const_value.size == 4:
             given = [float(g) for g in np.asarray(scales.const_value.numpy(), np.float64).reshape(-1)[2:]]
         exact = given is None or all(abs(g * i - o) <= 1e-6 * o for g, i, o in zip(given, xs[2:], ys[2:], strict=True))
-        self._anchor = node
-        out = None
+        found = {"x": x, "xs": xs, "ys": ys, "mode": mode, "given": given}
         if mode in _HALF_PIXEL and exact:
             if all(o % i == 0 for i, o in zip(xs[2:], ys[2:], strict=True)):
-                out = self._upsample(x, xs, ys)
-            elif all(i % o == 0 for i, o in zip(xs[2:], ys[2:], strict=True)):
-                out = self._downsample(x, xs, ys)
-        if out is None:
-            if self.flavor is None or (mode == "align_corners" and self.flavor.interp):
-                return False  # PSPNet's Interp writes align_corners as one layer
-            out = self._matrices(x, xs, ys, mode, given)
-        if out is None:
-            return False
-        self._edit.replace(node, out)
-        return True
+                return Match(node, {**found, "how": "up"})
+            if all(i % o == 0 for i, o in zip(xs[2:], ys[2:], strict=True)):
+                return Match(node, {**found, "how": "down"})
+        flavor = self.flavor
+        if flavor is None or (mode == "align_corners" and flavor.interp):
+            return "left to the Resize emitter (PSPNet's Interp writes align_corners as one layer)"
+        h, ho, wo = xs[2], ys[2], ys[3]
+        if not flavor.permute and (h, ho) != (1, 1) and ho * wo * h * wo * 4 > MAX_KRON_BYTES:
+            return "the Kronecker weight would be too large (the emitter refuses it, with the reason)"
+        return Match(node, {**found, "how": "matrices", "permute": flavor.permute})
 
-    def _matrices(self, x: Value, xs: tuple[int, ...], ys: tuple[int, ...], mode: str,
-                  given: list[float] | None) -> Value | None:
+
+def _lower(rw: Rewriter, m: Match) -> None:
+    b = _Builder(rw, m.node)
+    x, xs, ys = m["x"], m["xs"], m["ys"]
+    if m["how"] == "up":
+        out = b.upsample(x, xs, ys)
+    elif m["how"] == "down":
+        out = b.downsample(x, xs, ys)
+    else:
+        out = b.matrices(x, xs, ys, m["mode"], m["given"], m["permute"])
+    rw.replace(m.node, out)
+
+
+class _Builder:
+    """Nodes before the ``Resize`` being lowered, with its provenance and names after it."""
+
+    def __init__(self, rw: Rewriter, anchor: Node) -> None:
+        self.rw, self.anchor = rw, anchor
+
+    def const(self, arr: np.ndarray) -> Value:
+        return self.rw.const(arr, f"{self.anchor.name or 'resize'}_k")
+
+    def op(self, op: str, inputs: list[Value], shapes: list[tuple[int, ...]], attrs: dict[str, object]) -> list[Value]:
+        base = self.anchor.name or "resize"
+        outs = [Value(name=self.rw.fresh(f"{base}_{op.lower()}"), shape=Shape(s), type=TensorType(DataType.FLOAT))
+                for s in shapes]
+        self.rw.insert(self.anchor, Node("", op, inputs, convenience.convert_attributes(attrs), outputs=outs,
+                                         name=outs[0].name))
+        return outs
+
+    def replicate_edges(self, x: Value, shape: tuple[int, ...], axis: int) -> tuple[Value, tuple[int, ...]]:
+        """Return ``x`` with one copy of its first and last slice added on ``axis``."""
+        n = shape[axis]
+        parts = [1, n - 2, 1] if n > 2 else [1, 1]
+        piece = [(*shape[:axis], p, *shape[axis + 1:]) for p in parts]
+        sizes = self.const(np.asarray(parts, np.int64))
+        outs = self.op("Split", [x, sizes], piece, {"axis": axis})
+        first, last = outs[0], outs[-1]
+        padded = (*shape[:axis], n + 2, *shape[axis + 1:])
+        (y,) = self.op("Concat", [first, *outs, last], [padded], {"axis": axis})
+        return y, padded
+
+    def matrices(self, x: Value, xs: tuple[int, ...], ys: tuple[int, ...], mode: str,
+                 given: list[float] | None, permute: bool) -> Value:
         n, c, h, w = xs
         ho, wo = ys[2], ys[3]
         a_h = interpolation_matrix(h, ho, mode, given[0] if given else None)
         a_w = interpolation_matrix(w, wo, mode, given[1] if given else None)
-        flavor = self.flavor
-        assert flavor is not None
-        if not flavor.permute and (h, ho) != (1, 1) and ho * wo * h * wo * 4 > MAX_KRON_BYTES:
-            return None  # the emitter refuses it, with the reason
         y = x
         if (w, wo) != (1, 1) or not np.array_equal(a_w, np.eye(w)):
-            (y,) = self._op("MatMul", [y, self._const(a_w.T.astype(np.float32).copy())], [(n, c, h, wo)], {})
+            (y,) = self.op("MatMul", [y, self.const(a_w.T.astype(np.float32).copy())], [(n, c, h, wo)], {})
         if np.array_equal(a_h, np.eye(h)):
             return y
-        if flavor.permute:
-            (t,) = self._op("Transpose", [y], [(n, c, wo, h)], {"perm": [0, 1, 3, 2]})
-            (t,) = self._op("MatMul", [t, self._const(a_h.T.astype(np.float32).copy())], [(n, c, wo, ho)], {})
-            (out,) = self._op("Transpose", [t], [(n, c, ho, wo)], {"perm": [0, 1, 3, 2]})
+        if permute:
+            (t,) = self.op("Transpose", [y], [(n, c, wo, h)], {"perm": [0, 1, 3, 2]})
+            (t,) = self.op("MatMul", [t, self.const(a_h.T.astype(np.float32).copy())], [(n, c, wo, ho)], {})
+            (out,) = self.op("Transpose", [t], [(n, c, ho, wo)], {"perm": [0, 1, 3, 2]})
             return out
-        (t,) = self._op("Reshape", [y, self._const(np.asarray([n, c, h * wo], np.int64))], [(n, c, h * wo)], {})
+        (t,) = self.op("Reshape", [y, self.const(np.asarray([n, c, h * wo], np.int64))], [(n, c, h * wo)], {})
         kron = np.kron(a_h, np.eye(wo)).T.astype(np.float32)
-        (t,) = self._op("MatMul", [t, self._const(np.ascontiguousarray(kron))], [(n, c, ho * wo)], {})
-        (out,) = self._op("Reshape", [t, self._const(np.asarray(ys, np.int64))], [ys], {})
+        (t,) = self.op("MatMul", [t, self.const(np.ascontiguousarray(kron))], [(n, c, ho * wo)], {})
+        (out,) = self.op("Reshape", [t, self.const(np.asarray(ys, np.int64))], [ys], {})
         return out
 
-    def _upsample(self, x: Value, xs: tuple[int, ...], ys: tuple[int, ...]) -> Value:
+    def upsample(self, x: Value, xs: tuple[int, ...], ys: tuple[int, ...]) -> Value:
         kernels, strides, pads = [], [], []
         src, shape = x, xs
         for axis in (2, 3):
@@ -219,19 +215,19 @@ class LowerBilinearResize(Pass):
                 strides.append(1)
                 pads.append(0)
             else:
-                src, shape = self._replicate_edges(src, shape, axis)
+                src, shape = self.replicate_edges(src, shape, axis)
                 taps, u_min = half_pixel_kernel(f)
                 kernels.append(taps)
                 strides.append(f)
                 pads.append(f - u_min)
         c = xs[1]
         w = np.outer(kernels[0], kernels[1]).astype(np.float32)
-        weight = self._const(np.ascontiguousarray(np.broadcast_to(w, (c, 1, *w.shape))))
-        (out,) = self._op("ConvTranspose", [src, weight], [ys], {
+        weight = self.const(np.ascontiguousarray(np.broadcast_to(w, (c, 1, *w.shape))))
+        (out,) = self.op("ConvTranspose", [src, weight], [ys], {
             "group": c, "kernel_shape": list(w.shape), "strides": strides, "pads": [*pads, *pads]})
         return out
 
-    def _downsample(self, x: Value, xs: tuple[int, ...], ys: tuple[int, ...]) -> Value:
+    def downsample(self, x: Value, xs: tuple[int, ...], ys: tuple[int, ...]) -> Value:
         kernels = []
         for axis in (2, 3):
             n = xs[axis] // ys[axis]
@@ -243,7 +239,7 @@ class LowerBilinearResize(Pass):
             kernels.append(k)
         c = xs[1]
         w = np.outer(kernels[0], kernels[1]).astype(np.float32)
-        weight = self._const(np.ascontiguousarray(np.broadcast_to(w, (c, 1, *w.shape))))
+        weight = self.const(np.ascontiguousarray(np.broadcast_to(w, (c, 1, *w.shape))))
         strides = [xs[2] // ys[2], xs[3] // ys[3]]
-        (out,) = self._op("Conv", [x, weight], [ys], {"group": c, "kernel_shape": list(w.shape), "strides": strides})
+        (out,) = self.op("Conv", [x, weight], [ys], {"group": c, "kernel_shape": list(w.shape), "strides": strides})
         return out

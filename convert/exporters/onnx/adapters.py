@@ -4,6 +4,11 @@ An op needs an adapter only when its *signature* changed (an attribute became an
 appeared); ops whose new versions only widened their types pass through after a generic check
 (every attribute still exists, the input count still fits). An op that cannot be expressed at the
 target opset is reported, with its provenance, together with every other such op.
+
+Adapters are registry entries keyed by the op and the opset where its signature changed
+(``ADAPTERS.register(op, since=N)``); converting from opset ``s`` to ``t`` runs every change that
+lies between them (``s < N <= t`` upwards, in ascending order; ``t < N <= s`` downwards, in
+descending order), with ``ctx.up`` telling the direction.
 """
 
 from __future__ import annotations
@@ -15,10 +20,10 @@ import onnx
 
 from convert import ir
 
-__all__ = ["ADAPTERS", "adapt_opset"]
+__all__ = ["ADAPTERS", "Ctx", "adapt_node", "adapt_opset"]
 
-# adapter(node, graph_builder_like, source_opset, target_opset) -> None; rewrites in place.
-Adapter = Callable[["_Ctx", ir.Node], None]
+# adapter(ctx, node) -> None; rewrites in place the change at its ``since`` opset, in direction ctx.up.
+Adapter = Callable[["Ctx", ir.Node], None]
 ADAPTERS: ir.Registry[Adapter] = ir.Registry("onnx opset adapters")
 
 # Ops whose 'axes' moved from an attribute to an optional second input, and the opset of that change.
@@ -29,21 +34,18 @@ _AXES_INPUT_SINCE = {
 }
 
 
-class _Ctx(ir.GraphEditor):
+class Ctx(ir.GraphEditor):
     """What an adapter needs: the graph editor and the two opsets."""
 
     def __init__(self, graph: ir.Graph, source: int, target: int) -> None:
         super().__init__(graph)
         self.source = source
         self.target = target
+        self.up = target > source
 
 
-def _axes_adapter(ctx: _Ctx, node: ir.Node) -> None:
-    since = _AXES_INPUT_SINCE[node.op_type]
-    src_input, tgt_input = ctx.source >= since, ctx.target >= since
-    if src_input == tgt_input:
-        return
-    if tgt_input:  # attribute -> input
+def _axes_adapter(ctx: Ctx, node: ir.Node) -> None:
+    if ctx.up:  # attribute -> input
         axes = node.attributes.pop("axes", None)
         if axes is not None:
             value = ctx.const(np.asarray(axes.as_ints(), dtype=np.int64), f"{node.name}_axes")
@@ -63,30 +65,14 @@ def _axes_adapter(ctx: _Ctx, node: ir.Node) -> None:
     node.resize_inputs(1)
 
 
-for _op in _AXES_INPUT_SINCE:
-    ADAPTERS.register(_op)(_axes_adapter)
+for _op, _since in _AXES_INPUT_SINCE.items():
+    ADAPTERS.register(_op, since=_since)(_axes_adapter)
 
 
-@ADAPTERS.register("Split")
-def _split(ctx: _Ctx, node: ir.Node) -> None:
-    """Split: 'split' attribute <13, input >=13; 'num_outputs' attribute >=18."""
-    if ctx.target < 18 and "num_outputs" in node.attributes:
-        node.attributes.pop("num_outputs")
-        x = node.inputs[0]
-        axis = node.attributes.get_int("axis", 0)
-        if x is None or x.shape is None or not isinstance(x.shape[axis], int):
-            raise _NotExpressibleError("it uses num_outputs on an axis of unknown size")
-        size, n = int(x.shape[axis]), len(node.outputs)
-        chunk = -(-size // n)
-        sizes = [chunk] * (size // chunk) + ([size % chunk] if size % chunk else [])
-        if len(sizes) != n:
-            raise _NotExpressibleError(f"num_outputs={n} does not divide an axis of {size}")
-        node.resize_inputs(2)
-        node.replace_input_with(1, ctx.const(np.asarray(sizes, np.int64), f"{node.name}_split"))
-    src_input, tgt_input = ctx.source >= 13, ctx.target >= 13
-    if src_input == tgt_input:
-        return
-    if tgt_input:
+@ADAPTERS.register("Split", since=13)
+def _split(ctx: Ctx, node: ir.Node) -> None:
+    """Split: 'split' attribute <13, input >=13."""
+    if ctx.up:
         split = node.attributes.pop("split", None)
         if split is not None:
             node.resize_inputs(2)
@@ -100,10 +86,28 @@ def _split(ctx: _Ctx, node: ir.Node) -> None:
         node.resize_inputs(1)
 
 
-@ADAPTERS.register("LayerNormalization")
-def _layer_norm(ctx: _Ctx, node: ir.Node) -> None:
+@ADAPTERS.register("Split", since=18)
+def _split_num_outputs(ctx: Ctx, node: ir.Node) -> None:
+    """Split: 'num_outputs' attribute >=18 (down: the sizes as an input)."""
+    if not ctx.up and "num_outputs" in node.attributes:
+        node.attributes.pop("num_outputs")
+        x = node.inputs[0]
+        axis = node.attributes.get_int("axis", 0)
+        if x is None or x.shape is None or not isinstance(x.shape[axis], int):
+            raise _NotExpressibleError("it uses num_outputs on an axis of unknown size")
+        size, n = int(x.shape[axis]), len(node.outputs)
+        chunk = -(-size // n)
+        sizes = [chunk] * (size // chunk) + ([size % chunk] if size % chunk else [])
+        if len(sizes) != n:
+            raise _NotExpressibleError(f"num_outputs={n} does not divide an axis of {size}")
+        node.resize_inputs(2)
+        node.replace_input_with(1, ctx.const(np.asarray(sizes, np.int64), f"{node.name}_split"))
+
+
+@ADAPTERS.register("LayerNormalization", since=17)
+def _layer_norm(ctx: Ctx, node: ir.Node) -> None:
     """LayerNormalization (opset 17) decomposed for older opsets into Reduce/Sub/Div arithmetic."""
-    if ctx.target >= 17:
+    if ctx.up:
         return
     if len(node.outputs) > 1 and any(o.uses() or o.is_graph_output() for o in node.outputs[1:]):
         raise _NotExpressibleError("its Mean/InvStdDev outputs are used")
@@ -126,10 +130,10 @@ def _layer_norm(ctx: _Ctx, node: ir.Node) -> None:
     _replace(ctx, node, y)
 
 
-@ADAPTERS.register("Gelu")
-def _gelu(ctx: _Ctx, node: ir.Node) -> None:
+@ADAPTERS.register("Gelu", since=20)
+def _gelu(ctx: Ctx, node: ir.Node) -> None:
     """Gelu (opset 20) decomposed for older opsets: exact (Erf) or tanh approximation."""
-    if ctx.target >= 20:
+    if ctx.up:
         return
     x = node.inputs[0]
     approx = node.attributes.get_string("approximate", "none")
@@ -149,7 +153,75 @@ def _gelu(ctx: _Ctx, node: ir.Node) -> None:
     _replace(ctx, node, y)
 
 
-def _replace(ctx: _Ctx, node: ir.Node, new: ir.Value) -> None:
+# Operands that were attributes before an opset and inputs from it on: op -> (that opset,
+# [(attribute, dtype, attribute type)] in input order after the data input).
+_MOVED_TO_INPUTS: dict[str, tuple[int, list[tuple[str, type, ir.AttributeType]]]] = {
+    "Clip": (11, [("min", np.float32, ir.AttributeType.FLOAT), ("max", np.float32, ir.AttributeType.FLOAT)]),
+    "Pad": (11, [("pads", np.int64, ir.AttributeType.INTS), ("value", np.float32, ir.AttributeType.FLOAT)]),
+    "Slice": (10, [("starts", np.int64, ir.AttributeType.INTS), ("ends", np.int64, ir.AttributeType.INTS),
+                   ("axes", np.int64, ir.AttributeType.INTS)]),
+}
+
+
+def _moved_to_inputs(ctx: Ctx, node: ir.Node) -> None:
+    """Clip min/max, Pad pads/value (opset 11), Slice starts/ends/axes (10): attributes <-> constant inputs."""
+    _, moved = _MOVED_TO_INPUTS[node.op_type]
+    if ctx.up:
+        if len(node.inputs) != 1 or not any(a in node.attributes for a, _, _ in moved):
+            return  # nothing to move (or already in input form)
+        inputs: list[ir.Value | None] = []
+        for attr, dtype, _ in moved:
+            a = node.attributes.pop(attr, None)
+            inputs.append(None if a is None else
+                          _const(ctx, np.asarray(a.value, dtype=dtype), f"{node.name or node.op_type}_{attr}"))
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        node.resize_inputs(1 + len(inputs))
+        for i, v in enumerate(inputs, 1):
+            if v is not None:
+                node.replace_input_with(i, v)
+        return
+    extra = node.inputs[1 + len(moved):]
+    if any(v is not None and (v.const_value is None or np.any(v.const_value.numpy() != 1)) for v in extra):
+        raise _NotExpressibleError(f"opset {ctx.target} has no input after {moved[-1][0]!r} (steps, axes)")
+    for (attr, _, kind), v in zip(moved, node.inputs[1:], strict=False):
+        if v is None:
+            continue
+        if v.const_value is None:
+            raise _NotExpressibleError(f"its {attr} is computed at run time; opset {ctx.target} needs a constant")
+        arr = np.asarray(v.const_value.numpy()).reshape(-1)
+        value = float(arr[0]) if kind == ir.AttributeType.FLOAT else [int(x) for x in arr]
+        node.attributes[attr] = ir.Attr(attr, kind, value)
+    node.resize_inputs(1)
+
+
+def _const(ctx: Ctx, arr: np.ndarray, base: str) -> ir.Value:
+    """An initializer of ``arr`` as it is: a scalar stays 0-d (Clip's bounds must be scalars)."""
+    name = ctx.fresh(base)
+    value = ir.Value(name=name, shape=ir.Shape(arr.shape), type=ir.TensorType(ir.DataType.from_numpy(arr.dtype)),
+                     const_value=ir.from_array(arr, name=name))
+    ctx.graph.register_initializer(value)
+    return value
+
+
+for _op, (_since, _) in _MOVED_TO_INPUTS.items():
+    ADAPTERS.register(_op, since=_since)(_moved_to_inputs)
+
+
+def adapt_node(ctx: Ctx, node: ir.Node) -> bool:
+    """Run the adapters of the changes ``node``'s op went through between ``ctx.source`` and
+    ``ctx.target`` (in the order of the conversion); return whether there were any.
+    """
+    lo, hi = sorted((ctx.source, ctx.target))
+    changes = [v for v in ADAPTERS.versions(node.op_type) if lo < v <= hi]
+    for since in changes if ctx.up else reversed(changes):
+        adapter = ADAPTERS.lookup(node.op_type, since)
+        assert adapter is not None
+        adapter(ctx, node)
+    return bool(changes)
+
+
+def _replace(ctx: Ctx, node: ir.Node, new: ir.Value) -> None:
     ctx.replace(node, new)
 
 
@@ -198,7 +270,7 @@ def adapt_opset(model: ir.Model, target: int) -> int:
     gaps = ir.GapCollector(by_reason=False)
     changed = 0
     if source != target:
-        ctx = _Ctx(graph, source, target)
+        ctx = Ctx(graph, source, target)
         for node in list(graph):
             if node.domain not in ("", "ai.onnx"):
                 continue
@@ -206,15 +278,13 @@ def adapt_opset(model: ir.Model, target: int) -> int:
             tgt = _schema(node.op_type, target)
             if src is not None and tgt is not None and src.since_version == tgt.since_version:
                 continue
-            adapter = ADAPTERS.lookup(node.op_type)
             try:
-                if adapter is not None:
-                    adapter(ctx, node)
-                    changed += 1
-                else:
+                if not adapt_node(ctx, node):
                     why = _generic_check(node, target)
                     if why:
                         raise _NotExpressibleError(why)
+                else:
+                    changed += 1
             except _NotExpressibleError as exc:
                 gaps.add(node.op_type, ir.describe(node), str(exc))
     gaps.raise_if_any(f"the model (opset {source})", what=f"op at opset {target}", hint="Choose another --opset.")

@@ -7,11 +7,12 @@ constant values produced by ``full``/``fill_constant``-style ops so later ops ca
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from convert.ir import GraphBuilder, Options, Provenance, RefusedError, Value
+from convert.ir.context import FrontendContext
 
 from .program import Op, Program
 
@@ -25,17 +26,16 @@ def layer_key(op: Op) -> str:
     return ",".join(op.output_names()[:4])
 
 
-class PaddleContext:
-    """State of one conversion: builder, value table, program, options."""
+class PaddleContext(FrontendContext):
+    """State of one conversion: builder, value table, program, options; the current item is the Paddle op."""
 
     def __init__(self, builder: GraphBuilder, program: Program, options: Options) -> None:
-        self.builder = builder
+        super().__init__(builder)
         self.program = program
         self.options = options
         self.diagnostics = options.diagnostics
         self.values: dict[str, Value] = {}
         self.consts: dict[str, np.ndarray] = {}
-        self.op: Op | None = None
         self._bound: set[int] = set()
         # Makes the initializer of a parameter on first use (set by the loader).
         self.param_factory: Callable[[str], Value | None] = lambda name: None
@@ -108,24 +108,14 @@ class PaddleContext:
         return len(shape) if shape is not None else None
 
     # -- emitting -------------------------------------------------------------------------
-    def _prov(self, op: Op) -> Provenance:
-        return Provenance(layer=layer_key(op), kind=op.type)
+    def provenance(self, item: Op) -> Provenance:
+        """The Paddle op's type and its first output names."""
+        return Provenance(layer=layer_key(item), kind=item.type)
 
-    def emit(self, op_type: str, inputs: Sequence[Value | None], attrs: Mapping[str, object] | None = None,
-             *, outputs: int = 1, domain: str = "") -> tuple[Value, ...]:
-        """Append an ONNX node for the current Paddle op; returns its outputs."""
-        op = self.op
-        assert op is not None, "emit() outside a converter"
-        # Node names live beside value names: "<first output>/<OpType>" keeps the Paddle
-        # variable name free for the value that binds it.
-        base = f"{(op.output_names() or [op.type])[0]}/{op_type}"
-        return self.builder.op_multi(op_type, inputs, attrs, name=base, outputs=outputs, domain=domain,
-                                     prov=self._prov(op))
-
-    def node(self, op_type: str, inputs: Sequence[Value | None], attrs: Mapping[str, object] | None = None,
-             ) -> Value:
-        """Append a one-output ONNX node and return its output."""
-        return self.emit(op_type, inputs, attrs)[0]
+    def node_name(self, item: Op, op_type: str) -> str:
+        """Node names live beside value names: "<first output>/<OpType>" keeps the Paddle
+        variable name free for the value that binds it."""
+        return f"{(item.output_names() or [item.type])[0]}/{op_type}"
 
     def const(self, array: np.ndarray | np.generic | Sequence[int] | Sequence[float] | float | int,
               dtype: np.dtype | type | str | None = None) -> Value:

@@ -196,12 +196,12 @@ def load(paths: Sequence[Path], options: Options) -> Model:
     ctx.param_factory = make_param
 
     def run(converter: Converter, op: Op) -> None:
-        ctx.op = op
+        ctx.item = op
         converter(op, ctx)
 
     convert_all(program.ops, OPS, key=lambda op: op.type, call=run, options=options, stage="convert paddle ops",
                 where=lambda op: f"{files.program.name} {op.where()}")
-    ctx.op = None
+    ctx.item = None
     out_names = program.fetch_names or program.fetches
     for var_name, out_name in zip(program.fetches, out_names, strict=True):
         if var_name not in ctx.values and var_name not in ctx.consts:

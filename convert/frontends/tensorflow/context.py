@@ -11,11 +11,10 @@ Constants are kept as arrays until a converter reads them and are transposed in 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 import numpy as np
 
 from convert.ir import GraphBuilder, Options, Provenance, RefusedError, Value
+from convert.ir.context import FrontendContext
 
 from .graph import TFNode
 
@@ -32,18 +31,22 @@ def nchw_axis(axis: int) -> int:
     return TO_TF[axis % 4]
 
 
-class TFContext:
-    """State of one conversion: builder, the value table (per layout), constants, options."""
+class TFContext(FrontendContext):
+    """State of one conversion: builder, the value table (per layout), constants, options.
+
+    The current item is the TF node being converted (None while the loader transposes the outputs).
+    """
+
+    item: TFNode | None
 
     def __init__(self, builder: GraphBuilder, options: Options) -> None:
-        self.builder = builder
+        super().__init__(builder)
         self.options = options
         self.diagnostics = options.diagnostics
         self.values: dict[str, dict[str, Value]] = {}
         self.consts: dict[str, np.ndarray] = {}
         self.shapes: dict[str, tuple[int | None, ...] | None] = {}
         self.consumers: dict[str, list[TFNode]] = {}  # tensor name -> the converted nodes reading it
-        self.node: TFNode | None = None
         # SpaceToBatchND outputs that a convolution will read as a dilated conv: name -> (input, block, pads).
         self.space_to_batch: dict[str, tuple[str, list[int], list[list[int]]]] = {}
         # Outputs of convolutions made from such a pattern: name -> (their Conv node's output, block).
@@ -117,17 +120,21 @@ class TFContext:
         return self.get(name, TF), TF
 
     # -- emitting --------------------------------------------------------------------------
-    def emit(self, op_type: str, inputs: Sequence[Value | None], attrs: Mapping[str, object] | None = None,
-             *, outputs: int = 1, suffix: str = "") -> Value:
-        """Append an ONNX node for the current TF node and return its first output."""
-        node = self.node
-        base = f"{node.name if node else 'tf'}/{suffix or op_type}"
-        prov = Provenance(layer=node.name, kind=node.op) if node else Provenance()
-        return self.builder.op_multi(op_type, inputs, attrs, name=base, outputs=outputs, prov=prov)[0]
+    def current(self) -> TFNode | None:
+        """The TF node being converted, or None (the loader's own nodes)."""
+        return self.item
+
+    def provenance(self, item: TFNode | None) -> Provenance:
+        """The TF node's name and op."""
+        return Provenance(layer=item.name, kind=item.op) if item else Provenance()
+
+    def node_name(self, item: TFNode | None, op_type: str) -> str:
+        """``<TF node>/<OpType or suffix>`` (``tf/...`` outside a converter)."""
+        return f"{item.name if item else 'tf'}/{op_type}"
 
     def bind(self, value: Value, layout: str = TF, index: int = 0) -> None:
         """Make ``value`` output ``index`` of the current node, held in ``layout``."""
-        node = self.node
+        node = self.item
         assert node is not None, "bind() outside a converter"
         name = f"{node.name}:{index}"
         if self.rank(name) != 4:
@@ -136,13 +143,13 @@ class TFContext:
 
     def bind_const(self, array: np.ndarray, index: int = 0) -> None:
         """Record a constant output of the current node (materialised only when read)."""
-        assert self.node is not None
-        self.consts[f"{self.node.name}:{index}"] = array
+        assert self.item is not None
+        self.consts[f"{self.item.name}:{index}"] = array
 
     def alias(self, source: str, index: int = 0) -> None:
         """Make output ``index`` of the current node the same tensor as ``source`` (Identity)."""
-        assert self.node is not None
-        name = f"{self.node.name}:{index}"
+        assert self.item is not None
+        name = f"{self.item.name}:{index}"
         if source in self.consts:
             self.consts[name] = self.consts[source]
         else:

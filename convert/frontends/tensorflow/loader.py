@@ -150,12 +150,12 @@ def convert_graph(graph: TFGraph, options: Options, *, name: str = "tensorflow")
         ctx.values[tensor] = {NCHW if nchw else TF: value}
 
     def run(converter: Converter, node: TFNode) -> None:
-        ctx.node = node
+        ctx.item = node
         converter(node, ctx)
 
     convert_all(nodes, OPS, key=lambda n: n.op, where=lambda n: f"{graph.source} {n.where()}", call=run,
                 options=options, stage="convert tensorflow ops")
-    ctx.node = None
+    ctx.item = None
     for user_name, tensor in graph.outputs.items():
         layout = NCHW if ctx.rank(tensor) == 4 and not keep_nhwc else TF
         builder.output(ctx.get(tensor, layout), user_name)

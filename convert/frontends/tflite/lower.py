@@ -271,7 +271,7 @@ def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") ->
 
     def run(converter: object, item: tuple[TFNode, TFLOp]) -> None:
         node, op = item
-        ctx.node = node
+        ctx.item = node
         low.current = op
         if op.name in _PASS_THROUGH:
             converter(node, ctx)  # type: ignore[operator]
@@ -296,7 +296,7 @@ def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") ->
                 where=lambda item: f"{model.source} operator {item[1].index} {item[1].name} "
                                    f"(output '{item[0].name}')",
                 call=run, options=options, stage="convert tflite ops")
-    ctx.node = None
+    ctx.item = None
     for user_name, index in model.outputs.items():
         key = low.key(index)
         layout = NCHW if ctx.rank(key) == 4 and not keep_nhwc else TF

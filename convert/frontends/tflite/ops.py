@@ -228,7 +228,7 @@ def weight(ctx: TFContext, key: str, perm: tuple[int, ...] | None, what: str,
     constant; its channel axis follows the permutation.
     """
     raw = getattr(ctx, "quant_consts", {}).get(key)
-    node = ctx.node
+    node = ctx.item
     name = f"{node.name if node else 'tflite'}/{what}"
     if raw is None:
         arr = ctx.need_const(key, f"the {what}")

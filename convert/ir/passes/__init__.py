@@ -8,6 +8,7 @@ from .dce import EliminateDeadCode
 from .fold_batchnorm import FoldBatchNorm
 from .fold_constants import FoldConstants
 from .fold_weights import FoldWeights
+from .rewrite import Match, Rewriter, RewriteRules, Rule
 from .shape_inference import InferShapes
 from .toposort import TopologicalSort
 from .validate import GraphInvariantError, ValidateGraph
@@ -20,9 +21,13 @@ __all__ = [
     "FoldWeights",
     "GraphInvariantError",
     "InferShapes",
+    "Match",
     "Pass",
     "PassManager",
     "PassResult",
+    "RewriteRules",
+    "Rewriter",
+    "Rule",
     "TopologicalSort",
     "ValidateGraph",
     "standard_pipeline",

@@ -33,13 +33,13 @@ def _broadcast_y(op: Op, ctx: PaddleContext) -> tuple[Value, Value]:
     if ry >= rx or trailing <= 0:
         return x, y
     axes = np.arange(ry, ry + trailing, dtype=np.int64)
-    return x, ctx.node("Unsqueeze", [y, ctx.const(axes)])
+    return x, ctx.emit("Unsqueeze", [y, ctx.const(axes)])
 
 
 def _binary(onnx_op: str) -> Converter:
     def convert(op: Op, ctx: PaddleContext) -> None:
         x, y = _broadcast_y(op, ctx)
-        ctx.bind(op, "Out", ctx.node(onnx_op, [x, y]))
+        ctx.bind(op, "Out", ctx.emit(onnx_op, [x, y]))
 
     convert.__doc__ = f"-> {onnx_op} (Paddle axis broadcasting)"
     return convert
@@ -64,7 +64,7 @@ def _swap_last(ctx: PaddleContext, v: Value, rank: int | None) -> Value:
     if rank < 2:
         return v
     perm = [*list(range(rank - 2)), rank - 1, rank - 2]
-    return ctx.node("Transpose", [v], {"perm": perm})
+    return ctx.emit("Transpose", [v], {"perm": perm})
 
 
 @register("matmul_v2", "matmul", maps_to="MatMul", notes="trans_x/trans_y -> Transpose; matmul v1 alpha")
@@ -76,10 +76,10 @@ def matmul(op: Op, ctx: PaddleContext) -> None:
         x = _swap_last(ctx, x, ctx.rank(op, "X"))
     if op.bool_("trans_y", "transpose_y", "transpose_Y"):
         y = _swap_last(ctx, y, ctx.rank(op, "Y"))
-    out = ctx.node("MatMul", [x, y])
+    out = ctx.emit("MatMul", [x, y])
     alpha = op.float_("alpha", default=1.0)
     if alpha != 1.0:
-        out = ctx.node("Mul", [out, ctx.const(np.float32(alpha))])
+        out = ctx.emit("Mul", [out, ctx.const(np.float32(alpha))])
     ctx.bind(op, "Out", out)
 
 
@@ -88,12 +88,12 @@ def mul(op: Op, ctx: PaddleContext) -> None:
     """mul (legacy fc): flatten X at x_num_col_dims and Y at y_num_col_dims, then MatMul."""
     xn = op.int_("x_num_col_dims", default=1)
     yn = op.int_("y_num_col_dims", default=1)
-    x = ctx.node("Flatten", [ctx.input(op, "X")], {"axis": xn})
-    y = ctx.node("Flatten", [ctx.input(op, "Y")], {"axis": yn})
-    out = ctx.node("MatMul", [x, y])
+    x = ctx.emit("Flatten", [ctx.input(op, "X")], {"axis": xn})
+    y = ctx.emit("Flatten", [ctx.input(op, "Y")], {"axis": yn})
+    out = ctx.emit("MatMul", [x, y])
     shape = ctx.out_shape(op)
     if shape is not None and len(shape) != 2:
-        out = ctx.node("Reshape", [out, ctx.const(np.array([0 if d < 0 else d for d in shape], np.int64))])
+        out = ctx.emit("Reshape", [out, ctx.const(np.array([0 if d < 0 else d for d in shape], np.int64))])
     ctx.bind(op, "Out", out)
 
 
@@ -117,16 +117,16 @@ def scale(op: Op, ctx: PaddleContext) -> None:
     y = x
     if op.bool_("bias_after_scale", default=True):
         if s is not None:
-            y = ctx.node("Mul", [y, s])
+            y = ctx.emit("Mul", [y, s])
         if b is not None:
-            y = ctx.node("Add", [y, b])
+            y = ctx.emit("Add", [y, b])
     else:
         if b is not None:
-            y = ctx.node("Add", [y, b])
+            y = ctx.emit("Add", [y, b])
         if s is not None:
-            y = ctx.node("Mul", [y, s])
+            y = ctx.emit("Mul", [y, s])
     if y is x:
-        y = ctx.node("Identity", [x])
+        y = ctx.emit("Identity", [x])
     ctx.bind(op, "Out", y)
 
 
@@ -141,11 +141,11 @@ def _reduce(onnx_op: str, axes_as_input: bool) -> Converter:
         if op.bool_("reduce_all"):
             axes = []
         if not axes:
-            y = ctx.node(onnx_op, [x], {"keepdims": keep})
+            y = ctx.emit(onnx_op, [x], {"keepdims": keep})
         elif axes_as_input:
-            y = ctx.node(onnx_op, [x, ctx.const(np.array(axes, np.int64))], {"keepdims": keep})
+            y = ctx.emit(onnx_op, [x, ctx.const(np.array(axes, np.int64))], {"keepdims": keep})
         else:
-            y = ctx.node(onnx_op, [x], {"axes": axes, "keepdims": keep})
+            y = ctx.emit(onnx_op, [x], {"axes": axes, "keepdims": keep})
         ctx.bind(op, "Out", y)
 
     convert.__doc__ = f"-> {onnx_op}"
@@ -169,15 +169,15 @@ def clip(op: Op, ctx: PaddleContext) -> None:
     for slot, attr in (("Min", "min"), ("Max", "max")):
         static = ctx.static(op, slot)
         if ctx.has(op, slot) and static is None:
-            bounds.append(ctx.node("Reshape", [ctx.input(op, slot), ctx.const(np.array([], np.int64))]))
+            bounds.append(ctx.emit("Reshape", [ctx.input(op, slot), ctx.const(np.array([], np.int64))]))
         else:
             val = float(static.reshape(-1)[0]) if static is not None else op.float_(attr)
             bounds.append(ctx.const(np.asarray(val, dtype=dtype)))
-    ctx.bind(op, "Out", ctx.node("Clip", [x, *bounds]))
+    ctx.bind(op, "Out", ctx.emit("Clip", [x, *bounds]))
 
 
 @register("pow", "pow_", maps_to="Pow", notes="factor attribute")
 def pow_(op: Op, ctx: PaddleContext) -> None:
     """pow(factor) -> Pow(x, factor)."""
     factor = op.float_("factor", "y", default=1.0)
-    ctx.bind(op, "Out", ctx.node("Pow", [ctx.input(op, "X"), ctx.const(np.float32(factor))]))
+    ctx.bind(op, "Out", ctx.emit("Pow", [ctx.input(op, "X"), ctx.const(np.float32(factor))]))

@@ -61,7 +61,7 @@ def conv2d(op: Op, ctx: PaddleContext) -> None:
     inputs = [x, w]
     if ctx.has(op, "Bias"):
         inputs.append(ctx.input(op, "Bias"))
-    ctx.bind(op, "Output", ctx.node("Conv", inputs, attrs))
+    ctx.bind(op, "Output", ctx.emit("Conv", inputs, attrs))
 
 
 @register("conv2d_transpose", "depthwise_conv2d_transpose", maps_to="ConvTranspose",
@@ -90,7 +90,7 @@ def conv2d_transpose(op: Op, ctx: PaddleContext) -> None:
         attrs["output_shape"] = [int(v) for v in size]
         attrs.pop("pads", None)
     inputs = [ctx.input(op, "Input"), ctx.input(op, "Filter")]
-    ctx.bind(op, "Output", ctx.node("ConvTranspose", inputs, attrs))
+    ctx.bind(op, "Output", ctx.emit("ConvTranspose", inputs, attrs))
 
 
 @register("batch_norm", "batch_norm_", maps_to="BatchNormalization",
@@ -99,7 +99,7 @@ def batch_norm(op: Op, ctx: PaddleContext) -> None:
     """batch_norm -> BatchNormalization with the running mean/variance."""
     _nchw(op)
     ins = [ctx.input(op, s) for s in ("X", "Scale", "Bias", "Mean", "Variance")]
-    y = ctx.node("BatchNormalization", ins, {"epsilon": op.float_("epsilon", default=1e-5)})
+    y = ctx.emit("BatchNormalization", ins, {"epsilon": op.float_("epsilon", default=1e-5)})
     ctx.bind(op, "Y", y)
 
 
@@ -126,7 +126,7 @@ def pool2d(op: Op, ctx: PaddleContext) -> None:
     ksize = _ksize(op, ctx)
     glob = "GlobalMaxPool" if kind == "max" else "GlobalAveragePool"
     if op.bool_("global_pooling") or (op.bool_("adaptive") and ksize == [1, 1]):
-        ctx.bind(op, "Out", ctx.node(glob, [x]))
+        ctx.bind(op, "Out", ctx.emit(glob, [x]))
         return
     onnx_op = "MaxPool" if kind == "max" else "AveragePool"
     if op.bool_("adaptive"):
@@ -144,7 +144,7 @@ def pool2d(op: Op, ctx: PaddleContext) -> None:
         attrs["pads"] = _pads(op, 2)
     if kind == "avg":
         attrs["count_include_pad"] = 0 if op.bool_("exclusive", default=True) else 1
-    ctx.bind(op, "Out", ctx.node(onnx_op, [x], attrs))
+    ctx.bind(op, "Out", ctx.emit(onnx_op, [x], attrs))
 
 
 def _adaptive(op: Op, ctx: PaddleContext, x: Value, out: list[int], kind: str) -> Value:
@@ -161,7 +161,7 @@ def _adaptive(op: Op, ctx: PaddleContext, x: Value, out: list[int], kind: str) -
     if h % out[0] == 0 and w % out[1] == 0:
         k = [h // out[0], w // out[1]]
         onnx_op = "MaxPool" if kind == "max" else "AveragePool"
-        return ctx.node(onnx_op, [x], {"kernel_shape": k, "strides": k})
+        return ctx.emit(onnx_op, [x], {"kernel_shape": k, "strides": k})
     reduce = "ReduceMax" if kind == "max" else "ReduceMean"
     y = x
     for axis, n, m in ((2, h, out[0]), (3, w, out[1])):
@@ -171,10 +171,10 @@ def _adaptive(op: Op, ctx: PaddleContext, x: Value, out: list[int], kind: str) -
         axes = ctx.const(np.array([axis], np.int64))
         for i in range(m):
             start, end = (i * n) // m, -((-(i + 1) * n) // m)
-            piece = ctx.node("Slice", [y, ctx.const(np.array([start], np.int64)),
+            piece = ctx.emit("Slice", [y, ctx.const(np.array([start], np.int64)),
                                        ctx.const(np.array([end], np.int64)), axes])
-            parts.append(ctx.node(reduce, [piece], {"axes": [axis], "keepdims": 1}))
-        y = ctx.node("Concat", parts, {"axis": axis})
+            parts.append(ctx.emit(reduce, [piece], {"axes": [axis], "keepdims": 1}))
+        y = ctx.emit("Concat", parts, {"axis": axis})
     return y
 
 
@@ -186,19 +186,19 @@ def max_pool2d_with_index(op: Op, ctx: PaddleContext) -> None:
     x = ctx.input(op, "X")
     ksize = op.ints("kernel_size", "ksize")
     if op.bool_("global_pooling") or (op.bool_("adaptive") and ksize == [1, 1]):
-        ctx.bind(op, "Out", ctx.node("GlobalMaxPool", [x]))
+        ctx.bind(op, "Out", ctx.emit("GlobalMaxPool", [x]))
     elif op.bool_("adaptive"):
         ctx.bind(op, "Out", _adaptive(op, ctx, x, ksize, "max"))
     else:
         attrs = {"kernel_shape": ksize, "strides": op.ints("strides", default=[1, 1]),
                  "pads": _pads(op, 2), "ceil_mode": int(op.bool_("ceil_mode"))}
-        ctx.bind(op, "Out", ctx.node("MaxPool", [x], attrs))
+        ctx.bind(op, "Out", ctx.emit("MaxPool", [x], attrs))
 
 
 def _unary(onnx_op: str, attrs_fn: Callable[[Op], dict[str, object]] | None = None) -> Converter:
     def convert(op: Op, ctx: PaddleContext) -> None:
         attrs = attrs_fn(op) if attrs_fn else None
-        ctx.bind(op, "Out", ctx.node(onnx_op, [ctx.input(op, "X")], attrs))
+        ctx.bind(op, "Out", ctx.emit(onnx_op, [ctx.input(op, "X")], attrs))
 
     convert.__doc__ = f"-> {onnx_op}"
     return convert
@@ -219,7 +219,7 @@ register("leaky_relu", "leaky_relu_", maps_to="LeakyRelu")(
 def relu6(op: Op, ctx: PaddleContext) -> None:
     """relu6 -> Clip(0, threshold)."""
     t = op.float_("threshold", default=6.0)
-    y = ctx.node("Clip", [ctx.input(op, "X"), ctx.const(np.float32(0)), ctx.const(np.float32(t))])
+    y = ctx.emit("Clip", [ctx.input(op, "X"), ctx.const(np.float32(0)), ctx.const(np.float32(t))])
     ctx.bind(op, "Out", y)
 
 
@@ -230,11 +230,11 @@ def hard_swish(op: Op, ctx: PaddleContext) -> None:
     x = ctx.input(op, "X")
     t, s, o = (op.float_(k, default=d) for k, d in (("threshold", 6.0), ("scale", 6.0), ("offset", 3.0)))
     if (t, s, o) == (6.0, 6.0, 3.0):
-        ctx.bind(op, "Out", ctx.node("HardSwish", [x]))
+        ctx.bind(op, "Out", ctx.emit("HardSwish", [x]))
         return
-    shifted = ctx.node("Add", [x, ctx.const(np.float32(o))])
-    clipped = ctx.node("Clip", [shifted, ctx.const(np.float32(0)), ctx.const(np.float32(t))])
-    y = ctx.node("Div", [ctx.node("Mul", [x, clipped]), ctx.const(np.float32(s))])
+    shifted = ctx.emit("Add", [x, ctx.const(np.float32(o))])
+    clipped = ctx.emit("Clip", [shifted, ctx.const(np.float32(0)), ctx.const(np.float32(t))])
+    y = ctx.emit("Div", [ctx.emit("Mul", [x, clipped]), ctx.const(np.float32(s))])
     ctx.bind(op, "Out", y)
 
 
@@ -242,7 +242,7 @@ def hard_swish(op: Op, ctx: PaddleContext) -> None:
 def hard_sigmoid(op: Op, ctx: PaddleContext) -> None:
     """hard_sigmoid(slope, offset) -> HardSigmoid(alpha=slope, beta=offset)."""
     attrs = {"alpha": op.float_("slope", default=0.2), "beta": op.float_("offset", default=0.5)}
-    ctx.bind(op, "Out", ctx.node("HardSigmoid", [ctx.input(op, "X")], attrs))
+    ctx.bind(op, "Out", ctx.emit("HardSigmoid", [ctx.input(op, "X")], attrs))
 
 
 @register("swish", "silu", "swish_", "silu_", maps_to="Sigmoid+Mul", notes="beta (swish) honoured")
@@ -250,8 +250,8 @@ def swish(op: Op, ctx: PaddleContext) -> None:
     """swish / silu: x * sigmoid(beta * x)."""
     x = ctx.input(op, "X")
     beta = op.float_("beta", default=1.0)
-    z = x if beta == 1.0 else ctx.node("Mul", [x, ctx.const(np.float32(beta))])
-    ctx.bind(op, "Out", ctx.node("Mul", [x, ctx.node("Sigmoid", [z])]))
+    z = x if beta == 1.0 else ctx.emit("Mul", [x, ctx.const(np.float32(beta))])
+    ctx.bind(op, "Out", ctx.emit("Mul", [x, ctx.emit("Sigmoid", [z])]))
 
 
 @register("gelu", "gelu_", maps_to="Erf|Tanh formula", notes="approximate=True uses the tanh form")
@@ -259,25 +259,25 @@ def gelu(op: Op, ctx: PaddleContext) -> None:
     """gelu: 0.5 x (1 + erf(x / sqrt 2)), or the tanh approximation (opset 17 has no Gelu)."""
     x = ctx.input(op, "X")
     if op.bool_("approximate"):
-        cube = ctx.node("Mul", [ctx.node("Mul", [x, x]), x])
-        inner = ctx.node("Add", [x, ctx.node("Mul", [cube, ctx.const(np.float32(0.044715))])])
-        t = ctx.node("Tanh", [ctx.node("Mul", [inner, ctx.const(np.float32(math.sqrt(2 / math.pi)))])])
+        cube = ctx.emit("Mul", [ctx.emit("Mul", [x, x]), x])
+        inner = ctx.emit("Add", [x, ctx.emit("Mul", [cube, ctx.const(np.float32(0.044715))])])
+        t = ctx.emit("Tanh", [ctx.emit("Mul", [inner, ctx.const(np.float32(math.sqrt(2 / math.pi)))])])
     else:
-        t = ctx.node("Erf", [ctx.node("Mul", [x, ctx.const(np.float32(1 / math.sqrt(2)))])])
-    half = ctx.node("Mul", [x, ctx.const(np.float32(0.5))])
-    ctx.bind(op, "Out", ctx.node("Mul", [half, ctx.node("Add", [t, ctx.const(np.float32(1))])]))
+        t = ctx.emit("Erf", [ctx.emit("Mul", [x, ctx.const(np.float32(1 / math.sqrt(2)))])])
+    half = ctx.emit("Mul", [x, ctx.const(np.float32(0.5))])
+    ctx.bind(op, "Out", ctx.emit("Mul", [half, ctx.emit("Add", [t, ctx.const(np.float32(1))])]))
 
 
 @register("softmax", "softmax_", maps_to="Softmax")
 def softmax(op: Op, ctx: PaddleContext) -> None:
     """softmax(axis) -> Softmax(axis) (opset 13+ semantics: one axis, as in Paddle)."""
-    ctx.bind(op, "Out", ctx.node("Softmax", [ctx.input(op, "X")], {"axis": op.int_("axis", default=-1)}))
+    ctx.bind(op, "Out", ctx.emit("Softmax", [ctx.input(op, "X")], {"axis": op.int_("axis", default=-1)}))
 
 
 @register("log_softmax", maps_to="LogSoftmax")
 def log_softmax(op: Op, ctx: PaddleContext) -> None:
     """log_softmax(axis) -> LogSoftmax(axis)."""
-    ctx.bind(op, "Out", ctx.node("LogSoftmax", [ctx.input(op, "X")], {"axis": op.int_("axis", default=-1)}))
+    ctx.bind(op, "Out", ctx.emit("LogSoftmax", [ctx.input(op, "X")], {"axis": op.int_("axis", default=-1)}))
 
 
 @register("dropout", "dropout_", maps_to="Identity|Mul",
@@ -292,7 +292,7 @@ def dropout(op: Op, ctx: PaddleContext) -> None:
         return
     p = ctx.static(op, "P")
     prob = float(p.reshape(-1)[0]) if p is not None else op.float_("dropout_prob", "p", default=0.5)
-    ctx.bind(op, "Out", ctx.node("Mul", [x, ctx.const(np.float32(1.0 - prob))]))
+    ctx.bind(op, "Out", ctx.emit("Mul", [x, ctx.const(np.float32(1.0 - prob))]))
 
 
 def _interp_mode(op: Op) -> dict[str, object]:
@@ -321,11 +321,11 @@ def interpolate(op: Op, ctx: PaddleContext) -> None:
     attrs = _interp_mode(op)
     sizes = None
     if ctx.has(op, "SizeTensor"):
-        parts = [ctx.node("Cast", [ctx.node("Reshape", [v, ctx.const(np.array([1], np.int64))])],
+        parts = [ctx.emit("Cast", [ctx.emit("Reshape", [v, ctx.const(np.array([1], np.int64))])],
                           {"to": 7}) for v in ctx.inputs(op, "SizeTensor")]
-        sizes = parts[0] if len(parts) == 1 else ctx.node("Concat", parts, {"axis": 0})
+        sizes = parts[0] if len(parts) == 1 else ctx.emit("Concat", parts, {"axis": 0})
     elif ctx.has(op, "OutSize"):
-        sizes = ctx.node("Cast", [ctx.input(op, "OutSize")], {"to": 7})
+        sizes = ctx.emit("Cast", [ctx.input(op, "OutSize")], {"to": 7})
     scales = None
     if sizes is None:
         scale = ctx.static(op, "Scale")
@@ -342,12 +342,12 @@ def interpolate(op: Op, ctx: PaddleContext) -> None:
                                  "out_h/out_w is set")
             sizes = ctx.const(np.array([oh, ow], np.int64))
     if scales is not None:
-        y = ctx.node("Resize", [x, None, scales], attrs)
+        y = ctx.emit("Resize", [x, None, scales], attrs)
     else:
-        nc = ctx.node("Slice", [ctx.node("Shape", [x]), ctx.const(np.array([0], np.int64)),
+        nc = ctx.emit("Slice", [ctx.emit("Shape", [x]), ctx.const(np.array([0], np.int64)),
                                 ctx.const(np.array([2], np.int64))])
-        full = ctx.node("Concat", [nc, sizes], {"axis": 0})
-        y = ctx.node("Resize", [x, None, None, full], attrs)
+        full = ctx.emit("Concat", [nc, sizes], {"axis": 0})
+        y = ctx.emit("Resize", [x, None, None, full], attrs)
     ctx.bind(op, "Out", y)
 
 
@@ -367,13 +367,13 @@ def layer_norm(op: Op, ctx: PaddleContext) -> None:
             continue
         v = ctx.input(op, slot)
         if norm_shape is not None and len(norm_shape) > 1:
-            v = ctx.node("Reshape", [v, ctx.const(norm_shape)])
+            v = ctx.emit("Reshape", [v, ctx.const(norm_shape)])
         inputs.append(v)
     if inputs[1] is None:
         raise RefusedError("layer_norm without Scale is not supported")
     if inputs[2] is None:
         inputs.pop()
-    y = ctx.node("LayerNormalization", inputs, {"axis": axis, "epsilon": op.float_("epsilon", default=1e-5)})
+    y = ctx.emit("LayerNormalization", inputs, {"axis": axis, "epsilon": op.float_("epsilon", default=1e-5)})
     ctx.bind(op, "Y", y)
 
 
@@ -388,12 +388,12 @@ def prelu(op: Op, ctx: PaddleContext) -> None:
     if mode == "channel":
         if rank is None:
             raise RefusedError("channel-wise prelu needs the input rank")
-        alpha = ctx.node("Reshape", [alpha, ctx.const(np.array([-1] + [1] * (rank - 2), np.int64))])
+        alpha = ctx.emit("Reshape", [alpha, ctx.const(np.array([-1] + [1] * (rank - 2), np.int64))])
     elif mode == "all":
-        alpha = ctx.node("Reshape", [alpha, ctx.const(np.array([1], np.int64))])
+        alpha = ctx.emit("Reshape", [alpha, ctx.const(np.array([1], np.int64))])
     elif mode != "element":
         raise RefusedError(f"prelu mode '{mode}' is not supported")
-    ctx.bind(op, "Out", ctx.node("PRelu", [x, alpha]))
+    ctx.bind(op, "Out", ctx.emit("PRelu", [x, alpha]))
 
 
 _PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge"}
@@ -417,4 +417,4 @@ def pad3d(op: Op, ctx: PaddleContext) -> None:
     inputs = [ctx.input(op, "X"), ctx.const(onnx_pads)]
     if mode == "constant":
         inputs.append(ctx.const(np.asarray(op.float_("value", "pad_value"), dtype=np.float32)))
-    ctx.bind(op, "Out", ctx.node("Pad", inputs, {"mode": _PAD_MODES[mode]}))
+    ctx.bind(op, "Out", ctx.emit("Pad", inputs, {"mode": _PAD_MODES[mode]}))

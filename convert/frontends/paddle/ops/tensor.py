@@ -30,7 +30,7 @@ def _np_dtype(value: object, default: str = "float32") -> np.dtype:
 
 
 def _int64(ctx: PaddleContext, v: Value, dtype: np.dtype | None) -> Value:
-    return v if dtype == np.dtype(np.int64) else ctx.node("Cast", [v], {"to": 7})
+    return v if dtype == np.dtype(np.int64) else ctx.emit("Cast", [v], {"to": 7})
 
 
 def _int_list_input(op: Op, ctx: PaddleContext, tensor_slot: str, list_slot: str | None,
@@ -45,9 +45,9 @@ def _int_list_input(op: Op, ctx: PaddleContext, tensor_slot: str, list_slot: str
         parts = []
         for name in op.inputs[slot]:
             v = ctx.value(name)
-            v = ctx.node("Reshape", [v, ctx.const(np.array([-1], np.int64))])
+            v = ctx.emit("Reshape", [v, ctx.const(np.array([-1], np.int64))])
             parts.append(_int64(ctx, v, ctx.program.var(name).dtype))
-        return parts[0] if len(parts) == 1 else ctx.node("Concat", parts, {"axis": 0})
+        return parts[0] if len(parts) == 1 else ctx.emit("Concat", parts, {"axis": 0})
     return np.asarray(op.ints(attr), dtype=np.int64).reshape(-1)
 
 
@@ -57,7 +57,7 @@ def reshape(op: Op, ctx: PaddleContext) -> None:
     """reshape2 -> Reshape (Paddle's 0 and -1 mean what ONNX's do with allowzero=0)."""
     shape = _int_list_input(op, ctx, "Shape", "ShapeTensor", "shape")
     target = ctx.const(shape) if isinstance(shape, np.ndarray) else shape
-    ctx.bind(op, "Out", ctx.node("Reshape", [ctx.input(op, "X"), target]))
+    ctx.bind(op, "Out", ctx.emit("Reshape", [ctx.input(op, "X"), target]))
 
 
 @register("flatten_contiguous_range", "flatten", "flatten_", maps_to="Reshape|Flatten",
@@ -69,7 +69,7 @@ def flatten(op: Op, ctx: PaddleContext) -> None:
     if rank is None:
         raise RefusedError("flatten needs the input rank")
     if rank == 0:
-        ctx.bind(op, "Out", ctx.node("Reshape", [x, ctx.const(np.array([1], np.int64))]))
+        ctx.bind(op, "Out", ctx.emit("Reshape", [x, ctx.const(np.array([1], np.int64))]))
         return
     start = op.int_("start_axis", default=1) % rank
     stop = op.int_("stop_axis", default=-1) % rank
@@ -78,13 +78,13 @@ def flatten(op: Op, ctx: PaddleContext) -> None:
     if any(d < 0 for d in trailing):
         raise RefusedError("flatten with free trailing dims is not supported")
     target = [0] * start + [-1] + trailing
-    ctx.bind(op, "Out", ctx.node("Reshape", [x, ctx.const(np.array(target, np.int64))]))
+    ctx.bind(op, "Out", ctx.emit("Reshape", [x, ctx.const(np.array(target, np.int64))]))
 
 
 @register("flatten2", maps_to="Flatten", notes="axis")
 def flatten2(op: Op, ctx: PaddleContext) -> None:
     """flatten2(axis) -> Flatten(axis) (2-D result, as in Paddle)."""
-    ctx.bind(op, "Out", ctx.node("Flatten", [ctx.input(op, "X")], {"axis": op.int_("axis", default=1)}))
+    ctx.bind(op, "Out", ctx.emit("Flatten", [ctx.input(op, "X")], {"axis": op.int_("axis", default=1)}))
 
 
 def _axes(op: Op, ctx: PaddleContext) -> list[int]:
@@ -109,10 +109,10 @@ def squeeze(op: Op, ctx: PaddleContext) -> None:
         rank = len(shape)
         axes = [a % rank for a in axes if shape[a % rank] in (1, -1)]
         if not axes:
-            ctx.bind(op, "Out", ctx.node("Identity", [x]))
+            ctx.bind(op, "Out", ctx.emit("Identity", [x]))
             return
     inputs = [x, ctx.const(np.array(axes, np.int64))] if axes else [x]
-    ctx.bind(op, "Out", ctx.node("Squeeze", inputs))
+    ctx.bind(op, "Out", ctx.emit("Squeeze", inputs))
 
 
 @register("unsqueeze2", "unsqueeze", "unsqueeze_", maps_to="Unsqueeze",
@@ -120,7 +120,7 @@ def squeeze(op: Op, ctx: PaddleContext) -> None:
 def unsqueeze(op: Op, ctx: PaddleContext) -> None:
     """unsqueeze2(axes) -> Unsqueeze."""
     axes = _axes(op, ctx)
-    y = ctx.node("Unsqueeze", [ctx.input(op, "X"), ctx.const(np.array(axes, np.int64))])
+    y = ctx.emit("Unsqueeze", [ctx.input(op, "X"), ctx.const(np.array(axes, np.int64))])
     ctx.bind(op, "Out", y)
 
 
@@ -128,7 +128,7 @@ def unsqueeze(op: Op, ctx: PaddleContext) -> None:
 def transpose(op: Op, ctx: PaddleContext) -> None:
     """transpose2(axis) / transpose(perm) -> Transpose(perm)."""
     perm = op.ints("axis", "perm")
-    ctx.bind(op, "Out", ctx.node("Transpose", [ctx.input(op, "X")], {"perm": perm}))
+    ctx.bind(op, "Out", ctx.emit("Transpose", [ctx.input(op, "X")], {"perm": perm}))
 
 
 def _axis(op: Op, ctx: PaddleContext, default: int = 0) -> int:
@@ -143,7 +143,7 @@ def _axis(op: Op, ctx: PaddleContext, default: int = 0) -> int:
 @register("concat", maps_to="Concat", notes="axis attribute or constant AxisTensor")
 def concat(op: Op, ctx: PaddleContext) -> None:
     """concat(axis) -> Concat."""
-    ctx.bind(op, "Out", ctx.node("Concat", ctx.inputs(op, "X"), {"axis": _axis(op, ctx)}))
+    ctx.bind(op, "Out", ctx.emit("Concat", ctx.inputs(op, "X"), {"axis": _axis(op, ctx)}))
 
 
 @register("stack", maps_to="Unsqueeze+Concat")
@@ -151,8 +151,8 @@ def stack(op: Op, ctx: PaddleContext) -> None:
     """stack(axis) -> Unsqueeze each input, then Concat."""
     axis = op.int_("axis")
     axes = ctx.const(np.array([axis], np.int64))
-    parts = [ctx.node("Unsqueeze", [v, axes]) for v in ctx.inputs(op, "X")]
-    ctx.bind(op, "Y", ctx.node("Concat", parts, {"axis": axis}))
+    parts = [ctx.emit("Unsqueeze", [v, axes]) for v in ctx.inputs(op, "X")]
+    ctx.bind(op, "Y", ctx.emit("Concat", parts, {"axis": axis}))
 
 
 @register("split", "split_with_num", maps_to="Split", notes="num or sections (one -1 allowed); static dim")
@@ -176,7 +176,7 @@ def split(op: Op, ctx: PaddleContext) -> None:
     inputs = [x]
     if sections and -1 not in sections:
         inputs.append(ctx.const(np.array(sections, np.int64)))
-    values = ctx.emit("Split", inputs, {"axis": axis}, outputs=len(outs))
+    values = ctx.emit_multi("Split", inputs, {"axis": axis}, outputs=len(outs))
     for i, v in enumerate(values):
         ctx.bind(op, "Out", v, i)
 
@@ -196,7 +196,7 @@ def slice_(op: Op, ctx: PaddleContext) -> None:
     axes = np.array(op.ints("axes"), np.int64)
     starts = _slice_arg(op, ctx, "starts")
     ends = _slice_arg(op, ctx, "ends")
-    y = ctx.node("Slice", [ctx.input(op, "Input"), _as_value(ctx, starts), _as_value(ctx, ends),
+    y = ctx.emit("Slice", [ctx.input(op, "Input"), _as_value(ctx, starts), _as_value(ctx, ends),
                            ctx.const(axes)])
     _finish_slice(op, ctx, y)
 
@@ -206,7 +206,7 @@ def strided_slice(op: Op, ctx: PaddleContext) -> None:
     """strided_slice(axes, starts, ends, strides) -> Slice with steps."""
     axes = np.array(op.ints("axes"), np.int64)
     args = [_as_value(ctx, _slice_arg(op, ctx, n)) for n in ("starts", "ends", "strides")]
-    y = ctx.node("Slice", [ctx.input(op, "Input"), args[0], args[1], ctx.const(axes), args[2]])
+    y = ctx.emit("Slice", [ctx.input(op, "Input"), args[0], args[1], ctx.const(axes), args[2]])
     _finish_slice(op, ctx, y)
 
 
@@ -216,9 +216,9 @@ def _finish_slice(op: Op, ctx: PaddleContext, y: Value) -> None:
         rank = ctx.rank(op, "Input")
         out_shape = ctx.out_shape(op)
         if rank is not None and len(dec) == rank and out_shape is not None and len(out_shape) == 1:
-            y = ctx.node("Reshape", [y, ctx.const(np.array([1], np.int64))])
+            y = ctx.emit("Reshape", [y, ctx.const(np.array([1], np.int64))])
         else:
-            y = ctx.node("Squeeze", [y, ctx.const(np.array(dec, np.int64))])
+            y = ctx.emit("Squeeze", [y, ctx.const(np.array(dec, np.int64))])
     ctx.bind(op, "Out", y)
 
 
@@ -257,12 +257,12 @@ def assign_value(op: Op, ctx: PaddleContext) -> None:
 @register("shape", "shape64", maps_to="Shape(+Cast)", notes="int32 result for 'shape', as in Paddle")
 def shape(op: Op, ctx: PaddleContext) -> None:
     """shape -> Shape (cast to int32 where Paddle's result is int32)."""
-    y = ctx.node("Shape", [ctx.input(op, "Input")])
+    y = ctx.emit("Shape", [ctx.input(op, "Input")])
     dtype = ctx.program.var(op.outputs["Out"][0]).dtype
     if dtype is None and op.type == "shape":
         dtype = np.dtype(np.int32)
     if dtype is not None and dtype != np.dtype(np.int64):
-        y = ctx.node("Cast", [y], {"to": _onnx_dtype(dtype)})
+        y = ctx.emit("Cast", [y], {"to": _onnx_dtype(dtype)})
     ctx.bind(op, "Out", y)
 
 
@@ -281,7 +281,7 @@ def _onnx_dtype(dtype: np.dtype) -> int:
 def cast(op: Op, ctx: PaddleContext) -> None:
     """cast(out_dtype | dtype) -> Cast."""
     dtype = _np_dtype(op.attr("out_dtype", op.attr("dtype")))
-    ctx.bind(op, "Out", ctx.node("Cast", [ctx.input(op, "X")], {"to": _onnx_dtype(dtype)}))
+    ctx.bind(op, "Out", ctx.emit("Cast", [ctx.input(op, "X")], {"to": _onnx_dtype(dtype)}))
 
 
 @register("arg_max", "argmax", maps_to="ArgMax(+Cast)", notes="axis, keepdims, flatten, int32/int64 result")
@@ -291,12 +291,12 @@ def arg_max(op: Op, ctx: PaddleContext) -> None:
     static = ctx.static(op, "axis")
     axis = int(static.reshape(-1)[0]) if static is not None else op.int_("axis")
     if op.bool_("flatten"):
-        x = ctx.node("Reshape", [x, ctx.const(np.array([-1], np.int64))])
+        x = ctx.emit("Reshape", [x, ctx.const(np.array([-1], np.int64))])
         axis = 0
-    y = ctx.node("ArgMax", [x], {"axis": axis, "keepdims": int(op.bool_("keepdims"))})
+    y = ctx.emit("ArgMax", [x], {"axis": axis, "keepdims": int(op.bool_("keepdims"))})
     dtype = _np_dtype(op.attr("dtype"), "int64")
     if dtype != np.dtype(np.int64):
-        y = ctx.node("Cast", [y], {"to": _onnx_dtype(dtype)})
+        y = ctx.emit("Cast", [y], {"to": _onnx_dtype(dtype)})
     ctx.bind(op, "Out", y)
 
 
@@ -307,9 +307,9 @@ def expand(op: Op, ctx: PaddleContext) -> None:
     if isinstance(shape, np.ndarray):
         target = ctx.const(np.where(shape == -1, 1, shape).astype(np.int64))
     else:
-        minus = ctx.node("Equal", [shape, ctx.const(np.array(-1, np.int64))])
-        target = ctx.node("Where", [minus, ctx.const(np.array(1, np.int64)), shape])
-    ctx.bind(op, "Out", ctx.node("Expand", [ctx.input(op, "X"), target]))
+        minus = ctx.emit("Equal", [shape, ctx.const(np.array(-1, np.int64))])
+        target = ctx.emit("Where", [minus, ctx.const(np.array(1, np.int64)), shape])
+    ctx.bind(op, "Out", ctx.emit("Expand", [ctx.input(op, "X"), target]))
 
 
 @register("tile", maps_to="Tile", notes="repeat_times attribute or constant; shorter/longer than the rank")
@@ -325,8 +325,8 @@ def tile(op: Op, ctx: PaddleContext) -> None:
     if len(reps) < rank:
         reps = np.concatenate([np.ones(rank - len(reps), np.int64), reps])
     elif len(reps) > rank:
-        x = ctx.node("Unsqueeze", [x, ctx.const(np.arange(len(reps) - rank, dtype=np.int64))])
-    ctx.bind(op, "Out", ctx.node("Tile", [x, ctx.const(reps.astype(np.int64))]))
+        x = ctx.emit("Unsqueeze", [x, ctx.const(np.arange(len(reps) - rank, dtype=np.int64))])
+    ctx.bind(op, "Out", ctx.emit("Tile", [x, ctx.const(reps.astype(np.int64))]))
 
 
 @register("gather", maps_to="Gather", notes="axis attribute or constant Axis input")
@@ -334,4 +334,4 @@ def gather(op: Op, ctx: PaddleContext) -> None:
     """gather(index, axis) -> Gather."""
     static = ctx.static(op, "Axis")
     axis = int(static.reshape(-1)[0]) if static is not None else op.int_("axis")
-    ctx.bind(op, "Out", ctx.node("Gather", [ctx.input(op, "X"), ctx.input(op, "Index")], {"axis": axis}))
+    ctx.bind(op, "Out", ctx.emit("Gather", [ctx.input(op, "X"), ctx.input(op, "Index")], {"axis": axis}))
