@@ -8,12 +8,14 @@ of the built model, the ONNX node count, and ONNX Runtime's median CPU latency.
 ``--zoo`` runs the look-alikes of ``models/pytorch/zoo.py`` instead (BERT, DistilBERT, GPT-2,
 MobileNetV3, RAFT-style, YOLOv8 head, T5/Whisper encoders, and the RetinaNet / Faster R-CNN detectors)
 and the real Hugging Face transformers models of ``models/pytorch/hf.py`` (names ``hf:bert``...,
-when transformers is installed; built from small configs, nothing downloaded), and adds whether
+when transformers is installed; built from small configs, nothing downloaded) and the real
+torchvision and timm models of ``models/pytorch/vision_zoo.py`` (``tv:resnet18``, ``timm:dla34``...,
+when both import), and adds whether
 each file matches eager: max error relative to the output's scale over every output and two inputs,
 a match when <= 1e-4 (detections compared as sets: same count, rows sorted by box).
 
     python benchmarks/bench_pytorch.py [--models resnet50,big] [--runs 20]
-    python benchmarks/bench_pytorch.py --zoo [--models bert,gpt2,hf:bert,hf:gpt2_lm]
+    python benchmarks/bench_pytorch.py --zoo [--models bert,gpt2,hf:bert,hf:gpt2_lm,tv:resnet18,timm:dla34]
 """
 
 from __future__ import annotations
@@ -66,8 +68,27 @@ def _hf() -> object | None:
     return hf
 
 
+def _vision() -> object | None:
+    """Return models/pytorch/vision_zoo.py, or None when torchvision or timm is not importable."""
+    try:
+        import timm  # noqa: F401
+        import torchvision  # noqa: F401
+    except Exception:  # a torchvision built for another torch fails with RuntimeError, not ImportError
+        return None
+    sys.path.insert(0, str(ROOT / "models" / "pytorch"))
+    import vision_zoo
+
+    return vision_zoo
+
+
 def _zoo_build(name: str) -> tuple[object, object]:
-    """Return (model, inputs(seed)) of zoo model ``name``; ``hf:NAME`` is a Hugging Face model."""
+    """Return (model, inputs(seed)) of zoo model ``name``; ``hf:NAME`` is a Hugging Face model,
+    ``tv:NAME`` / ``timm:NAME`` a torchvision / timm one."""
+    if name.startswith(("tv:", "timm:")):
+        vision = _vision()
+        if vision is None:
+            raise SystemExit(f"{name}: torchvision and timm are not importable (pip install '.[vision]')")
+        return vision.build(name)  # type: ignore[attr-defined,no-any-return]
     if name.startswith("hf:"):
         hf = _hf()
         if hf is None:
@@ -203,7 +224,7 @@ def _zoo_table(names: list[str]) -> None:
 
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; match: max|onnx - eager| / max|eager| <= {MATCH_TOL} "
           "on two inputs, every output")
-    header = f"{'model':18} {'exporter':26} {'file':>4} {'match':>6} {'max err':>9} {'time s':>7} {'peak RSS':>10}"
+    header = f"{'model':30} {'exporter':26} {'file':>4} {'match':>6} {'max err':>9} {'time s':>7} {'peak RSS':>10}"
     rows = [header, "-" * len(header)]
     totals = {tool: [0, 0] for tool in TOOLS}
     with tempfile.TemporaryDirectory() as tmp:
@@ -217,21 +238,21 @@ def _zoo_table(names: list[str]) -> None:
                 m = json.loads(lines[-1][2:]) if lines else {"error": (r.stderr.strip().splitlines()
                                                                         or ["failed"])[-1][:100]}
                 if m["error"] or not out.exists():
-                    rows.append(f"{name:18} {tool:26} {'no':>4} {'-':>6} {'':>9} failed: {m['error'][:70]}")
+                    rows.append(f"{name:30} {tool:26} {'no':>4} {'-':>6} {'':>9} failed: {m['error'][:70]}")
                     print(rows[-1], flush=True)
                     continue
                 try:
                     err = _match(out, f"zoo:{name}")
                 except Exception as exc:  # an exported file ORT cannot run
                     err = float("inf")
-                    rows.append(f"{name:18} {tool:26} {'yes':>4} {'no':>6} ORT failed: {str(exc)[:60]}")
+                    rows.append(f"{name:30} {tool:26} {'yes':>4} {'no':>6} ORT failed: {str(exc)[:60]}")
                     print(rows[-1], flush=True)
                     totals[tool][0] += 1
                     continue
                 ok = err <= MATCH_TOL
                 totals[tool][0] += 1
                 totals[tool][1] += int(ok)
-                rows.append(f"{name:18} {tool:26} {'yes':>4} {'yes' if ok else 'no':>6} {err:9.1e} "
+                rows.append(f"{name:30} {tool:26} {'yes':>4} {'yes' if ok else 'no':>6} {err:9.1e} "
                             f"{m['seconds']:7.2f} {m['hwm'] / 2**20:8.0f} M")
                 print(rows[-1], flush=True)
     rows.append("")
@@ -252,8 +273,9 @@ def main() -> None:
         child(*args.child)
         return
     if args.zoo:
-        zoo, hf = _zoo(), _hf()
-        names = [*zoo.ZOO, *zoo.DETECTORS, *(f"hf:{n}" for n in (hf.HF if hf is not None else ()))]  # type: ignore[attr-defined]
+        zoo, hf, vision = _zoo(), _hf(), _vision()
+        names = [*zoo.ZOO, *zoo.DETECTORS, *(f"hf:{n}" for n in (hf.HF if hf is not None else ())),  # type: ignore[attr-defined]
+                 *(vision.NAMES if vision is not None else ())]  # type: ignore[attr-defined]
         _zoo_table(args.models.split(",") if args.models else names)
         return
     args.models = args.models or ",".join(MODELS)
