@@ -9,6 +9,12 @@ CPU cores in minutes, with seeded weights and BatchNorm statistics measured on s
 ``build(name)`` returns ``(model, inputs(seed))``: the eval-mode model and a function giving its
 example inputs for a seed. Segmentation models return their ``"out"`` tensor (``Out`` wrapper).
 
+``yolo:NAME`` entries are ultralytics' YOLOv8 / YOLO11 detect and segment models built from the
+yaml files ultralytics ships (``DetectionModel("yolov8n.yaml")``), when ultralytics is importable.
+Their heads have never run an eager inference when built (BatchNorm calibration runs in training
+mode, which skips the anchor code), as with a model fresh from its yaml. They return a nested tuple:
+the decoded predictions first, then the raw head tensors.
+
     python models/pytorch/vision_zoo.py       # list the models with their input shapes
 """
 
@@ -22,7 +28,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-__all__ = ["TIMM", "TORCHVISION", "build"]
+__all__ = ["NAMES", "TIMM", "TORCHVISION", "YOLO", "build", "shape_of", "ultralytics_available"]
 
 # name -> (torchvision constructor, keyword arguments, input shape)
 TORCHVISION: dict[str, tuple[str, dict[str, object], tuple[int, ...]]] = {
@@ -60,6 +66,8 @@ TIMM: dict[str, int] = {
     "mobilevit_xxs": 64, "poolformer_s12": 64, "cspdarknet53": 64, "dla34": 64, "repvgg_a0": 64,
     "levit_128s": 64, "hrnet_w18_small": 64,
 }
+# ultralytics models built from their yaml: name -> input size (square, a multiple of the stride 32)
+YOLO: dict[str, int] = {"yolov8n": 320, "yolo11n": 320, "yolov8n-seg": 320, "yolo11n-seg": 320}
 _IMG_SIZE = ("vit", "deit", "swin", "levit", "mobilevit")  # timm models told their input size
 
 
@@ -105,11 +113,29 @@ def _timm(name: str) -> tuple[nn.Module, tuple[int, ...]]:
     return timm.create_model(name, pretrained=False, num_classes=10, **kwargs), (1, 3, size, size)
 
 
+def _yolo(name: str) -> tuple[nn.Module, tuple[int, ...]]:
+    import os
+    import tempfile
+
+    # ultralytics writes a settings file on import; keep it out of the user's home
+    os.environ.setdefault("YOLO_CONFIG_DIR", os.path.join(tempfile.gettempdir(), "convert-ultralytics"))
+    from ultralytics.nn.tasks import DetectionModel, SegmentationModel
+
+    cls = SegmentationModel if name.endswith("-seg") else DetectionModel
+    return cls(f"{name}.yaml", verbose=False), (1, 3, YOLO[name], YOLO[name])
+
+
+def ultralytics_available() -> bool:
+    """Whether the ``yolo:`` entries can be built."""
+    return importlib.util.find_spec("ultralytics") is not None
+
+
 def build(name: str, seed: int = 0) -> tuple[nn.Module, Callable[[int], tuple[torch.Tensor, ...]]]:
     """Return ``(model, inputs)`` for ``tv:NAME`` or ``timm:NAME``."""
     source, _, short = name.partition(":")
     torch.manual_seed(seed)
-    model, shape = _torchvision(short) if source == "tv" else _timm(short)
+    builders = {"tv": _torchvision, "timm": _timm, "yolo": _yolo}
+    model, shape = builders[source](short)
     with torch.no_grad():  # zero-initialised layers (ViT's head) would give an all-zero output
         for module in model.modules():
             if isinstance(module, (nn.Linear, nn.Conv2d)) and not module.weight.any():
@@ -122,8 +148,17 @@ def build(name: str, seed: int = 0) -> tuple[nn.Module, Callable[[int], tuple[to
     return model, inputs
 
 
-NAMES = [f"tv:{n}" for n in TORCHVISION] + [f"timm:{n}" for n in TIMM]
+NAMES = [f"tv:{n}" for n in TORCHVISION] + [f"timm:{n}" for n in TIMM] + [f"yolo:{n}" for n in YOLO]
+
+
+def shape_of(name: str) -> tuple[int, ...]:
+    """The input shape of entry ``name``."""
+    source, _, short = name.partition(":")
+    if source == "tv":
+        return TORCHVISION[short][2]
+    size = TIMM[short] if source == "timm" else YOLO[short]
+    return (1, 3, size, size)
 
 if __name__ == "__main__":
     for n in NAMES:
-        print(n, TORCHVISION[n[3:]][2] if n.startswith("tv:") else TIMM[n[5:]])
+        print(n, shape_of(n))

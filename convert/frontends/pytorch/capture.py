@@ -9,6 +9,7 @@ converted to an ExportedProgram; the summary says so.
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import io
 import logging
@@ -203,12 +204,47 @@ def _export_dynamic_batch(module: torch.nn.Module, example: Sequence[torch.Tenso
     return program
 
 
+@contextlib.contextmanager
+def attributes_kept(module: torch.nn.Module) -> Iterator[None]:
+    """Put every submodule's attributes back as they were once the block ends.
+
+    torch.export runs ``forward`` on fake tensors. A forward that caches tensors on its module
+    (ultralytics' Detect head stores its anchors and strides on the first call) would otherwise
+    leave FakeTensors behind, and the caller's model would fail on its next eager call. Only the
+    attribute containers are copied, never the weights.
+    """
+    saved = []
+    for sub in module.modules():
+        state = dict(sub.__dict__)
+        inner = {k: copy.copy(v) for k, v in state.items() if type(v) in (dict, list, set)}
+        saved.append((sub, state, inner))
+    try:
+        yield
+    finally:
+        for sub, state, inner in saved:
+            sub.__dict__.clear()
+            sub.__dict__.update(state)
+            for key, contents in inner.items():
+                container = state[key]
+                container.clear()
+                container.update(contents) if not isinstance(container, list) else container.extend(contents)
+
+
 def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options,
                   source: str) -> object:
-    """Capture ``module`` with torch.export, falling back to tracing on data-dependent guards."""
+    """Capture ``module`` with torch.export, falling back to tracing on data-dependent guards.
+
+    The module is left in eval mode with its attributes as they were (``attributes_kept``).
+    """
+    module.eval()
+    with attributes_kept(module):
+        return _export_module(module, example, options, source)
+
+
+def _export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options,
+                   source: str) -> object:
     import torch
 
-    module.eval()
     if options.dynamic_batch:
         program = _export_dynamic_batch(module, example, options, source)
         if program is not None:

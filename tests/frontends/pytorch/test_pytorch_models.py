@@ -178,3 +178,40 @@ def test_python_api_in_memory_module(saved: dict[str, dict[str, object]], tmp_pa
     assert result.report is not None and result.report.passed
     (ours,) = run_onnx(tmp_path / "m.onnx", {"x": case["x"].numpy()})  # type: ignore[union-attr]
     assert rel_to_scale(ours, case["ref"]) <= REL_TO_SCALE  # type: ignore[arg-type]
+
+
+class _CachesOnFirstCall(torch.nn.Module):
+    """A head that builds a grid on its first call and keeps it, over a class attribute (as
+    ultralytics' Detect does with its anchors: torch.export restores instance attributes only)."""
+
+    grid = torch.empty(0)
+    shape: tuple[int, ...] | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.shape != x.shape:
+            ys, xs = torch.meshgrid(torch.arange(x.shape[2]), torch.arange(x.shape[3]), indexing="ij")
+            self.grid = (ys * 0.5 + xs).to(x.dtype)
+            self.shape = x.shape
+        return self.conv(x) + self.grid
+
+
+def test_converting_leaves_the_module_usable(tmp_path: Path) -> None:
+    """torch.export runs forward on fake tensors: what forward caches on the module is put back after."""
+    from convert.frontends.pytorch import load_module
+    from convert.ir import Options
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 1), _CachesOnFirstCall()).eval()
+    x = torch.randn(1, 3, 6, 7)
+    ir_model = load_module(model, (x,), Options())
+    assert "grid" not in vars(model[1]) and model[1].shape is None  # as before: no fake tensor kept
+    with torch.no_grad():
+        ref = model(x).numpy()  # the first eager call, after the conversion
+    ys, xs = np.meshgrid(np.arange(6), np.arange(7), indexing="ij")
+    assert np.array_equal(model[1].grid.numpy(), (ys * 0.5 + xs).astype(np.float32))
+    (ours,) = run_onnx(to_onnx(ir_model, tmp_path / "m.onnx"), {ir_model.graph.inputs[0].name: x.numpy()})
+    assert rel_to_scale(ours, ref) <= REL_TO_SCALE

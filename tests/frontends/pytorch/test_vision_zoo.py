@@ -1,8 +1,10 @@
 """Real torchvision and timm models (models/pytorch/vision_zoo.py) convert to ONNX and match eager.
 
 torchvision's and timm's own classes with seeded random weights and recalibrated BatchNorm, nothing
-downloaded: classification families, segmentation (FCN, DeepLabV3, LRASPP), video (R3D, R(2+1)D)
-and 16 timm families. Each is converted once from its seed-1 input and compared with PyTorch eager
+downloaded: classification families, segmentation (FCN, DeepLabV3, LRASPP), video (R3D, R(2+1)D),
+16 timm families, and ultralytics YOLOv8n/YOLO11n detect and segment built from their yaml with
+no eager inference before the conversion (every output compared: decoded predictions, raw head
+tensors, mask prototypes). Each is converted once from its seed-1 input and compared with PyTorch eager
 on the seed-1 and seed-2 inputs, error relative to the output's scale, bound 1e-4. Where float32
 rounding alone exceeds that (deep ResNet-50 heads: torch's own float32 run is 8e-5 to 1.3e-4 from the
 same net in float64), the net is run in float64 and ours must be no farther from it than torch's
@@ -45,7 +47,23 @@ def _zoo() -> object:
     return sys.modules[name]
 
 
-@pytest.mark.parametrize("name", _zoo().NAMES)  # type: ignore[attr-defined]
+def _flat(out: object) -> list[torch.Tensor]:
+    """Every tensor of a (nested) model output, in the order torch.export lists them."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    items = out.values() if isinstance(out, dict) else out
+    return [t for item in items for t in _flat(item)]  # type: ignore[union-attr]
+
+
+def _params() -> list[object]:
+    zoo = _zoo()
+    have_yolo = zoo.ultralytics_available()  # type: ignore[attr-defined]
+    return [pytest.param(n, marks=pytest.mark.skipif(n.startswith("yolo:") and not have_yolo,
+                                                     reason="ultralytics is not importable"))
+            for n in zoo.NAMES]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", _params())
 def test_vision_model_matches_eager(name: str, tmp_path: Path) -> None:
     from convert.frontends.pytorch import load_module
     from convert.ir import Options
@@ -56,19 +74,22 @@ def test_vision_model_matches_eager(name: str, tmp_path: Path) -> None:
     feed_name = ir_model.graph.inputs[0].name
     for seed in (1, 2):
         (x,) = inputs(seed)
-        with torch.no_grad():
-            ref = model(x).numpy()
-        (ours,) = run_onnx(path, {feed_name: x.numpy()})[:1]
-        err = rel_to_scale(ours, ref)
-        print(f"ZOO {name} seed {seed} {err:.1e}")
-        if err > REL_TO_SCALE:  # float32 rounding? compare with the same net in float64
-            with torch.no_grad():
-                r64 = copy.deepcopy(model).double()(x.double()).numpy()
-            scale = float(np.abs(r64).max())
-            torch_err = float(np.abs(ref - r64).max()) / scale
-            our_err = float(np.abs(ours.astype(np.float64) - r64).max()) / scale
-            print(f"ZOO-F64 {name} seed {seed} torch32 {torch_err:.1e} ours {our_err:.1e}")
-            assert err <= FLOOR and our_err <= FLOAT64_MARGIN * torch_err, (name, seed, err, our_err, torch_err)
+        with torch.no_grad():  # after the conversion: it must leave the model as it was
+            refs = [t.numpy() for t in _flat(model(x))]
+        outs = run_onnx(path, {feed_name: x.numpy()})
+        assert len(outs) == len(refs), (name, len(outs), len(refs))
+        for k, (ours, ref) in enumerate(zip(outs, refs, strict=True)):
+            err = rel_to_scale(ours, ref)
+            print(f"ZOO {name} seed {seed} output {k} {err:.1e}")
+            if err > REL_TO_SCALE:  # float32 rounding? compare with the same net in float64
+                with torch.no_grad():
+                    r64 = _flat(copy.deepcopy(model).double()(x.double()))[k].numpy()
+                scale = float(np.abs(r64).max())
+                torch_err = float(np.abs(ref - r64).max()) / scale
+                our_err = float(np.abs(ours.astype(np.float64) - r64).max()) / scale
+                print(f"ZOO-F64 {name} seed {seed} torch32 {torch_err:.1e} ours {our_err:.1e}")
+                assert err <= FLOOR and our_err <= FLOAT64_MARGIN * torch_err, (name, seed, k, err, our_err,
+                                                                                 torch_err)
 
 
 @pytest.mark.parametrize("name", TO_CAFFE)
