@@ -10,7 +10,7 @@ MobileNetV3, RAFT-style, YOLOv8 head, T5/Whisper encoders, and the RetinaNet / F
 and the real Hugging Face transformers models of ``models/pytorch/hf.py`` (names ``hf:bert``...,
 when transformers is installed; built from small configs, nothing downloaded) and the real
 torchvision and timm models of ``models/pytorch/vision_zoo.py`` (``tv:resnet18``, ``timm:dla34``...,
-when both import), and adds whether
+when both import; ``yolo:yolov8n``... when ultralytics imports too), and adds whether
 each file matches eager: max error relative to the output's scale over every output and two inputs,
 a match when <= 1e-4 (detections compared as sets: same count, rows sorted by box).
 
@@ -83,8 +83,8 @@ def _vision() -> object | None:
 
 def _zoo_build(name: str) -> tuple[object, object]:
     """Return (model, inputs(seed)) of zoo model ``name``; ``hf:NAME`` is a Hugging Face model,
-    ``tv:NAME`` / ``timm:NAME`` a torchvision / timm one."""
-    if name.startswith(("tv:", "timm:")):
+    ``tv:NAME`` / ``timm:NAME`` / ``yolo:NAME`` a torchvision / timm / ultralytics one."""
+    if name.startswith(("tv:", "timm:", "yolo:")):
         vision = _vision()
         if vision is None:
             raise SystemExit(f"{name}: torchvision and timm are not importable (pip install '.[vision]')")
@@ -275,7 +275,8 @@ def main() -> None:
     if args.zoo:
         zoo, hf, vision = _zoo(), _hf(), _vision()
         names = [*zoo.ZOO, *zoo.DETECTORS, *(f"hf:{n}" for n in (hf.HF if hf is not None else ())),  # type: ignore[attr-defined]
-                 *(vision.NAMES if vision is not None else ())]  # type: ignore[attr-defined]
+                 *(n for n in (vision.NAMES if vision is not None else ())  # type: ignore[attr-defined]
+                   if not n.startswith("yolo:") or vision.ultralytics_available())]  # type: ignore[attr-defined]
         _zoo_table(args.models.split(",") if args.models else names)
         return
     args.models = args.models or ",".join(MODELS)
