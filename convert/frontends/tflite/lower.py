@@ -52,14 +52,15 @@ def read(paths: Sequence[Path], options: Options) -> TFLModel:
     return read_model(Path(paths[0]), str(sig) if sig else None)
 
 
-def live_ops(model: TFLModel) -> list[TFLOp]:
+def live_ops(model: TFLModel, ops: list[TFLOp] | None = None) -> list[TFLOp]:
     """Return the operators the outputs depend on, in order.
 
     A RESHAPE whose output shape is static (at most one free dimension) takes that shape, so the
     ops computing its target at run time (SHAPE -> STRIDED_SLICE -> PACK, as Keras' Flatten
     writes them) are not needed: converting them would force the tensor into TFLite's layout.
     """
-    producer = {t: op for op in model.ops for t in op.outputs}
+    ops = model.ops if ops is None else ops
+    producer = {t: op for op in ops for t in op.outputs}
     live: set[int] = set()
     stack = list(model.outputs.values())
     while stack:
@@ -72,7 +73,55 @@ def live_ops(model: TFLModel) -> list[TFLOp]:
         if op.name == "RESHAPE" and out_shape is not None and sum(d is None for d in out_shape) <= 1:
             inputs = inputs[:1]
         stack.extend(inputs)
-    return [op for op in model.ops if op.index in live]
+    return [op for op in ops if op.index in live]
+
+
+def fold_pointwise_dense(model: TFLModel, ops: list[TFLOp]) -> tuple[list[TFLOp], set[int]]:
+    """Merge ``RESHAPE(x, [-1, C]) -> FULLY_CONNECTED -> RESHAPE([N, H, W, K])`` into one op.
+
+    Keras' ``Dense`` on a rank-4 tensor (ConvNeXt's pointwise layers) is written this way when the
+    batch is free. Flattening the leading axes, a matrix product per row and unflattening them again
+    is a ``FULLY_CONNECTED`` with ``keep_num_dims`` on ``x`` itself, which the converter writes as
+    a 1x1 convolution in NCHW, next to its neighbours, instead of two reshapes in TFLite's layout.
+    The shapes decide: ``x`` is [N, H, W, C], the first reshape gives [M, C], the weight is [K, C]
+    and the second reshape gives [N, H, W, K]; each intermediate tensor has one reader and is not
+    an output. Returns the new op list and the indices of the merged FULLY_CONNECTED ops.
+    """
+    producer = {t: op for op in ops for t in op.outputs}
+    readers: dict[int, int] = {}
+    for op in ops:
+        for i in op.inputs:
+            readers[i] = readers.get(i, 0) + 1
+    outputs = set(model.outputs.values())
+    replaced: dict[int, TFLOp] = {}
+    dropped: set[int] = set()
+    for outer in ops:
+        fc = producer.get(outer.inputs[0]) if outer.name == "RESHAPE" and outer.inputs else None
+        if fc is None or fc.name != "FULLY_CONNECTED" or len(fc.inputs) < 2 or len(fc.outputs) != 1:
+            continue
+        inner = producer.get(fc.inputs[0])
+        if inner is None or inner.name != "RESHAPE" or not inner.inputs:
+            continue
+        x, flat, mid, out = (model.tensors[i] for i in (inner.inputs[0], inner.outputs[0], fc.outputs[0],
+                                                          outer.outputs[0]))
+        w = model.tensors[fc.inputs[1]]
+        if len(x.shape) != 4 or len(flat.shape) != 2 or len(w.shape) != 2 or len(out.shape) != 4:
+            continue
+        n, h, wd, c = x.shape
+        k = w.shape[0]
+        # FULLY_CONNECTED reads its input as rows of C whatever the 2-D shape: [M, ?] is fine
+        if c is None or h is None or wd is None or flat.shape[1] not in (c, None) or w.shape[1] != c \
+                or out.shape != (n, h, wd, k) or mid.shape[-1] != k:
+            continue
+        if any(readers.get(t, 0) != 1 or t in outputs for t in (flat.index, mid.index)):
+            continue
+        if {inner.index, fc.index, outer.index} & (dropped | set(replaced)):
+            continue  # already part of another match
+        replaced[outer.index] = TFLOp(fc.index, fc.name, fc.version, [x.index, *fc.inputs[1:]], [out.index],
+                                      fc.options)
+        dropped |= {inner.index, fc.index}
+    new_ops = [replaced.get(op.index, op) for op in ops if op.index not in dropped]
+    return new_ops, {op.index for op in replaced.values()}
 
 
 def _gaps(model: TFLModel) -> GapCollector:
@@ -259,12 +308,17 @@ def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") ->
         if t.span is not None and t.index not in low.keys:
             low.add_const(t)
     nodes: list[tuple[TFNode, TFLOp]] = []
-    for op in live_ops(model):
+    ops, merged = fold_pointwise_dense(model, live_ops(model))
+    ops = live_ops(model, ops)  # the shape arithmetic of a merged reshape is no longer read
+    for op in ops:
         node_name = _out_name(model, op)
         for k, index in enumerate(op.outputs):
             low.keys[index] = f"{node_name}:{k}"
             ctx.shapes[f"{node_name}:{k}"] = model.tensors[index].shape
-        node = TFNode(node_name, op.name, [], decode_options(op.name, op.options),
+        attrs = decode_options(op.name, op.options)
+        if op.index in merged:
+            attrs["keep_num_dims"] = True
+        node = TFNode(node_name, op.name, [], attrs,
                       [model.tensors[i].shape for i in op.outputs],
                       [model.tensors[i].dtype for i in op.outputs])
         nodes.append((node, op))

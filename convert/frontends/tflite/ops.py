@@ -305,16 +305,23 @@ def depthwise_conv_2d(node: TFNode, ctx: TFContext) -> None:
     _conv(node, ctx, weight(ctx, node.inputs[1], (3, 0, 1, 2), "weight"), [h, w_], int(x_shape[3]))
 
 
-@register("FULLY_CONNECTED", maps_to="Gemm / MatMul + Add", notes="[O, I] weights; int8 weights via DequantizeLinear")
+@register("FULLY_CONNECTED", maps_to="Gemm / MatMul + Add / 1x1 Conv",
+          notes="[O, I] weights; int8 weights via DequantizeLinear; on [N, H, W, C] a 1x1 Conv")
 def fully_connected(node: TFNode, ctx: TFContext) -> None:
-    """FULLY_CONNECTED: x flattened to [-1, I] (unless keep_num_dims) times W^T plus bias."""
+    """FULLY_CONNECTED: x flattened to [-1, I] (unless keep_num_dims) times W^T plus bias; with
+    keep_num_dims on a rank-4 input (Keras' Dense on [N, H, W, C]) a 1x1 Conv in NCHW."""
     if int(node.attrs.get("weights_format", 0)):  # type: ignore[call-overload]
         raise RefusedError("shuffled weights (SHUFFLED4x16INT8) are not supported")
-    _, in_features = _shape_of(ctx, node.inputs[1])
-    x = ctx.get(node.inputs[0], TF)
+    out_features, in_features = _shape_of(ctx, node.inputs[1])
     rank = ctx.rank(node.inputs[0])
     keep = bool(node.attrs.get("keep_num_dims", False))
     bias = _bias(node, ctx)
+    if rank == 4 and keep:  # a 1x1 convolution, in NCHW next to its neighbours
+        w = weight(ctx, node.inputs[1], None, "weight", reshape=(out_features, in_features, 1, 1))
+        inputs = [ctx.get(node.inputs[0], NCHW), w] + ([bias] if bias is not None else [])
+        ctx.bind(ctx.emit("Conv", inputs, {"kernel_shape": [1, 1]}), NCHW)
+        return
+    x = ctx.get(node.inputs[0], TF)
     if rank == 2 or not keep:
         if rank != 2:
             x = ctx.emit("Reshape", [x, ctx.builder.const(np.array([-1, in_features], np.int64))], suffix="flatten")

@@ -70,11 +70,13 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path]
 
     folder = tmp_path_factory.mktemp("tflite")
     return {net: build.build(net, folder, int8=net == "mobilenet_v2")
-            for net in ("mobilenet_v2", "resnet50", "mobilenet_v3_small", "efficientnet_b0")}
+            for net in ("mobilenet_v2", "resnet50", "mobilenet_v3_small", "efficientnet_b0", "convnext_tiny")}
 
 
+# ConvNeXt: its pointwise Dense layers (RESHAPE -> FULLY_CONNECTED -> RESHAPE on a free batch) are 1x1 Convs
 @pytest.mark.parametrize(("net", "bound"), [("mobilenet_v2", 1e-5), ("resnet50", 1e-4),
-                                            ("mobilenet_v3_small", 1e-4), ("efficientnet_b0", 1e-5)])
+                                            ("mobilenet_v3_small", 1e-4), ("efficientnet_b0", 1e-5),
+                                            ("convnext_tiny", 1e-5)])
 def test_float_tflite_matches_the_interpreter(built: dict[str, dict[str, Path]], net: str, bound: float,
                                               tmp_path: Path) -> None:
     import onnx
@@ -340,3 +342,53 @@ def test_corrupted_bytes_are_user_errors_never_internal_ones(tmp_path: Path) -> 
         except ConvertError:
             outcomes["refused"] += 1
     assert outcomes["refused"] > 0, outcomes
+
+
+def _pointwise_dense(batch: int | None) -> object:
+    """Conv, then Keras Dense -> gelu -> Dense on [N, 8, 8, C] (ConvNeXt's pointwise block), residual add."""
+    import keras
+
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((8, 8, 16), batch_size=batch)
+    y = keras.layers.Conv2D(16, 3, padding="same")(inp)
+    y = keras.layers.Dense(32)(y)
+    y = keras.layers.Activation("gelu")(y)
+    y = keras.layers.Dense(16)(y)
+    return keras.Model(inp, keras.layers.Add()([inp, y]))
+
+
+@pytest.mark.parametrize("batch", [1, None])
+def test_dense_on_rank4_is_a_1x1_conv(batch: int | None, tmp_path: Path) -> None:
+    """TFLite writes Dense on [N, H, W, C] as FULLY_CONNECTED with keep_num_dims (batch 1) or as
+    RESHAPE -> FULLY_CONNECTED -> RESHAPE on shapes computed at run time (free batch). Both become
+    one 1x1 Conv in NCHW: no Transpose, no Reshape, no shape arithmetic; float and int8 outputs agree
+    with TFLite (int8 within two steps of its reference kernels)."""
+    import onnx
+    import tensorflow as tf
+
+    model = _pointwise_dense(batch)
+    float_path = tmp_path / "f.tflite"
+    float_path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    rng = np.random.default_rng(0)
+
+    def representative() -> object:
+        for _ in range(16):
+            yield [rng.standard_normal((1, 8, 8, 16)).astype(np.float32)]
+
+    conv = tf.lite.TFLiteConverter.from_keras_model(model)
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    conv.representative_dataset = representative
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    int8_path = tmp_path / "q.tflite"
+    int8_path.write_bytes(conv.convert())
+    for tfl, bound_steps in ((float_path, None), (int8_path, 2.0001)):
+        out = _convert(tfl, tmp_path / f"{tfl.stem}.onnx")
+        ops = [n.op_type for n in onnx.load(str(out)).graph.node]
+        assert ops.count("Conv") == 3 and not {"Transpose", "Reshape", "Shape", "MatMul", "Gemm"} & set(ops), ops
+        for seed in (0, 1):
+            ref, got, step = _run_both(tfl, out, seed)
+            if bound_steps is None:
+                assert _rel(got, ref) <= 1e-5, (batch, seed, _rel(got, ref))
+            else:
+                assert step > 0 and np.abs(ref).max() > 20 * step
+                assert np.abs(got - ref).max() <= bound_steps * step, (batch, seed, np.abs(got - ref).max() / step)
