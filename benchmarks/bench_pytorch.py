@@ -10,9 +10,9 @@ MobileNetV3, RAFT-style, YOLOv8 head, T5/Whisper encoders, and the RetinaNet / F
 and the real Hugging Face transformers models of ``models/pytorch/hf.py`` (names ``hf:bert``...,
 when transformers is installed; built from small configs, nothing downloaded) and the real
 torchvision and timm models of ``models/pytorch/vision_zoo.py`` (``tv:resnet18``, ``timm:dla34``...,
-when both import; ``yolo:yolov8n``... when ultralytics imports too), and adds whether
-each file matches eager: max error relative to the output's scale over every output and two inputs,
-a match when <= 1e-4 (detections compared as sets: same count, rows sorted by box).
+when both import; ``det:NAME`` torchvision detectors; ``yolo:yolov8n``... when ultralytics imports
+too), and adds whether each file matches eager: max error relative to the output's scale over
+every output and two inputs, a match when <= 1e-4 (detections compared as sets: same count, rows sorted by box).
 
     python benchmarks/bench_pytorch.py [--models resnet50,big] [--runs 20]
     python benchmarks/bench_pytorch.py --zoo [--models bert,gpt2,hf:bert,hf:gpt2_lm,tv:resnet18,timm:dla34]
@@ -84,7 +84,7 @@ def _vision() -> object | None:
 def _zoo_build(name: str) -> tuple[object, object]:
     """Return (model, inputs(seed)) of zoo model ``name``; ``hf:NAME`` is a Hugging Face model,
     ``tv:NAME`` / ``timm:NAME`` / ``yolo:NAME`` a torchvision / timm / ultralytics one."""
-    if name.startswith(("tv:", "timm:", "yolo:")):
+    if name.startswith(("tv:", "timm:", "yolo:", "det:")):
         vision = _vision()
         if vision is None:
             raise SystemExit(f"{name}: torchvision and timm are not importable (pip install '.[vision]')")
@@ -204,7 +204,7 @@ def _match(path: Path, name: str) -> float:
         outs = session.run(None, feeds)
         if len(outs) != len(refs):
             return float("inf")
-        if name[4:] in _zoo().DETECTORS:  # type: ignore[attr-defined]
+        if name[4:] in _zoo().DETECTORS or name.startswith("zoo:det:"):  # type: ignore[attr-defined]
             # detections as sets: same count, rows sorted by box
             if outs[0].shape != tuple(refs[0].shape):
                 return float("inf")
@@ -275,7 +275,7 @@ def main() -> None:
     if args.zoo:
         zoo, hf, vision = _zoo(), _hf(), _vision()
         names = [*zoo.ZOO, *zoo.DETECTORS, *(f"hf:{n}" for n in (hf.HF if hf is not None else ())),  # type: ignore[attr-defined]
-                 *(n for n in (vision.NAMES if vision is not None else ())  # type: ignore[attr-defined]
+                 *(n for n in ([*vision.NAMES, *vision.DETECTORS] if vision is not None else ())  # type: ignore[attr-defined]
                    if not n.startswith("yolo:") or vision.ultralytics_available())]  # type: ignore[attr-defined]
         _zoo_table(args.models.split(",") if args.models else names)
         return

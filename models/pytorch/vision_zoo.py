@@ -9,6 +9,11 @@ CPU cores in minutes, with seeded weights and BatchNorm statistics measured on s
 ``build(name)`` returns ``(model, inputs(seed))``: the eval-mode model and a function giving its
 example inputs for a seed. Segmentation models return their ``"out"`` tensor (``Out`` wrapper).
 
+``det:NAME`` entries are torchvision detectors (Faster R-CNN, SSDlite), whose BatchNorm is
+calibrated on the backbone and whose class logits are scaled so that scores are spread apart (tied
+scores would make the kept set arbitrary). ``Detections`` returns image 0's boxes, scores and
+labels; their count depends on the data, so they are compared as sets.
+
 ``yolo:NAME`` entries are ultralytics' YOLOv8 / YOLO11 detect and segment models built from the
 yaml files ultralytics ships (``DetectionModel("yolov8n.yaml")``), when ultralytics is importable.
 Their heads have never run an eager inference when built (BatchNorm calibration runs in training
@@ -28,7 +33,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-__all__ = ["NAMES", "TIMM", "TORCHVISION", "YOLO", "build", "shape_of", "ultralytics_available"]
+__all__ = ["DETECTION", "DETECTORS", "NAMES", "TIMM", "TORCHVISION", "YOLO", "build", "shape_of",
+           "ultralytics_available"]
 
 # name -> (torchvision constructor, keyword arguments, input shape)
 TORCHVISION: dict[str, tuple[str, dict[str, object], tuple[int, ...]]] = {
@@ -68,6 +74,11 @@ TIMM: dict[str, int] = {
 }
 # ultralytics models built from their yaml: name -> input size (square, a multiple of the stride 32)
 YOLO: dict[str, int] = {"yolov8n": 320, "yolo11n": 320, "yolov8n-seg": 320, "yolo11n-seg": 320}
+# torchvision detectors: name -> (constructor, keyword arguments, class-logit gain, input size)
+DETECTION: dict[str, tuple[str, dict[str, object], float, int]] = {
+    "fasterrcnn_mobilenet_v3_large_320_fpn": ("fasterrcnn_mobilenet_v3_large_320_fpn", {}, 1.0, 320),
+    "ssdlite320_mobilenet_v3_large": ("ssdlite320_mobilenet_v3_large", {}, 10.0, 320),
+}
 _IMG_SIZE = ("vit", "deit", "swin", "levit", "mobilevit")  # timm models told their input size
 
 
@@ -113,6 +124,32 @@ def _timm(name: str) -> tuple[nn.Module, tuple[int, ...]]:
     return timm.create_model(name, pretrained=False, num_classes=10, **kwargs), (1, 3, size, size)
 
 
+class Detections(nn.Module):
+    """A torchvision detector on a batch-1 image tensor: image 0's boxes, scores and labels."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        found = self.model(list(x))[0]
+        return found["boxes"], found["scores"], found["labels"]
+
+
+def _detector(name: str) -> tuple[nn.Module, tuple[int, ...]]:
+    import torchvision
+
+    ctor, kwargs, gain, size = DETECTION[name]
+    model = getattr(torchvision.models.detection, ctor)(weights=None, weights_backbone=None, num_classes=5,
+                                                        **kwargs)
+    _nets().recalibrate(model.backbone, (1, 3, size, size))  # type: ignore[attr-defined]
+    with torch.no_grad():
+        for key, module in model.named_modules():
+            if isinstance(module, (nn.Linear, nn.Conv2d)) and ("cls_score" in key or "classification_head" in key):
+                module.weight.mul_(gain)
+    return Detections(model), (1, 3, size, size)
+
+
 def _yolo(name: str) -> tuple[nn.Module, tuple[int, ...]]:
     import os
     import tempfile
@@ -131,24 +168,29 @@ def ultralytics_available() -> bool:
 
 
 def build(name: str, seed: int = 0) -> tuple[nn.Module, Callable[[int], tuple[torch.Tensor, ...]]]:
-    """Return ``(model, inputs)`` for ``tv:NAME`` or ``timm:NAME``."""
+    """Return ``(model, inputs)`` for ``tv:NAME``, ``timm:NAME``, ``yolo:NAME`` or ``det:NAME``."""
     source, _, short = name.partition(":")
     torch.manual_seed(seed)
-    builders = {"tv": _torchvision, "timm": _timm, "yolo": _yolo}
+    builders = {"tv": _torchvision, "timm": _timm, "yolo": _yolo, "det": _detector}
     model, shape = builders[source](short)
     with torch.no_grad():  # zero-initialised layers (ViT's head) would give an all-zero output
         for module in model.modules():
             if isinstance(module, (nn.Linear, nn.Conv2d)) and not module.weight.any():
                 module.weight.normal_(0.0, 0.02)
-    model = _nets().recalibrate(model.eval(), shape, seed=seed)  # type: ignore[attr-defined]
+    if source == "det":  # calibrated on the backbone: in training mode a detector wants targets
+        model.eval()
+    else:
+        model = _nets().recalibrate(model.eval(), shape, seed=seed)  # type: ignore[attr-defined]
 
     def inputs(s: int) -> tuple[torch.Tensor, ...]:
-        return (torch.randn(shape, generator=torch.Generator().manual_seed(s)),)
+        gen = torch.Generator().manual_seed(s)  # detectors take images in [0, 1]
+        return (torch.rand(shape, generator=gen) if source == "det" else torch.randn(shape, generator=gen),)
 
     return model, inputs
 
 
 NAMES = [f"tv:{n}" for n in TORCHVISION] + [f"timm:{n}" for n in TIMM] + [f"yolo:{n}" for n in YOLO]
+DETECTORS = [f"det:{n}" for n in DETECTION]  # outputs compared as sets
 
 
 def shape_of(name: str) -> tuple[int, ...]:
@@ -156,9 +198,9 @@ def shape_of(name: str) -> tuple[int, ...]:
     source, _, short = name.partition(":")
     if source == "tv":
         return TORCHVISION[short][2]
-    size = TIMM[short] if source == "timm" else YOLO[short]
+    size = TIMM[short] if source == "timm" else YOLO[short] if source == "yolo" else DETECTION[short][3]
     return (1, 3, size, size)
 
 if __name__ == "__main__":
-    for n in NAMES:
+    for n in NAMES + DETECTORS:
         print(n, shape_of(n))

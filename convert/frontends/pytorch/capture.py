@@ -14,6 +14,7 @@ import inspect
 import io
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -135,8 +136,13 @@ def make_example_inputs(shapes: Sequence[Sequence[int]], seed: int = 0,
     return tuple(out)
 
 
-def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Tensor], source: str) -> object:
-    """Convert a TorchScript module to an ExportedProgram with torch's TorchScript converter."""
+def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Tensor], source: str,
+                      traced_from: str | None = None) -> object:
+    """Convert a TorchScript module to an ExportedProgram with torch's TorchScript converter.
+
+    ``traced_from``: why torch.export failed on the module this was traced from (the message then
+    says so, instead of suggesting torch.export.save, which would fail the same way).
+    """
     try:
         from torch._export.converter import TS2EPConverter
     except ImportError as exc:
@@ -149,6 +155,9 @@ def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Te
             return program
     except Exception as exc:
         where = _script_node_place(script, _first_line(exc))
+        if traced_from is not None:
+            raise ConversionError(f"module {source}", f"torch.export failed ({traced_from}), its draft mode too, "
+                                  f"and torch could not convert the traced graph: {_first_line(exc)}{where}") from exc
         raise ConversionError(f"TorchScript model {source}",
                               f"torch could not convert the scripted graph: {_first_line(exc)}{where}. "
                               "Save the model with torch.export.save instead (a Python loop is unrolled there, "
@@ -230,6 +239,67 @@ def attributes_kept(module: torch.nn.Module) -> Iterator[None]:
                 container.update(contents) if not isinstance(container, list) else container.extend(contents)
 
 
+@contextlib.contextmanager
+def _torchvision_nms_without_class_loop() -> Iterator[None]:
+    """Make torchvision's ``batched_nms`` take its one-NMS path while a model is captured.
+
+    On the CPU, above 4000 box coordinates, ``batched_nms`` loops in Python over
+    ``torch.unique(labels)``: a capture would unroll that loop for the example's classes only.
+    Its other path (boxes of each class offset apart, then one NMS) gives the same result by
+    torchvision's own definition, and is the one it takes under tracing.
+    """
+    boxes = sys.modules.get("torchvision.ops.boxes")
+    vanilla = getattr(boxes, "_batched_nms_vanilla", None)
+    trick = getattr(boxes, "_batched_nms_coordinate_trick", None)
+    if vanilla is None or trick is None:
+        yield
+        return
+    boxes._batched_nms_vanilla = trick  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        boxes._batched_nms_vanilla = vanilla  # type: ignore[union-attr]
+
+
+def _draft_export(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options, source: str,
+                  reason: str) -> object | None:
+    """Capture with ``torch.export.draft_export``, which settles data-dependent sizes from the example.
+
+    Accepted only when every problem it reports is such a decision (not a missing or wrong fake
+    kernel); each decision is named in a note, since the graph holds only for inputs that agree.
+    """
+    import torch
+
+    draft = getattr(torch.export, "draft_export", None)
+    if draft is None:
+        return None
+    try:
+        with torch.no_grad(), quiet_torch(), _torchvision_nms_without_class_loop():
+            program = draft(module, tuple(example), strict=False)
+    except Exception as exc:
+        logger.debug("draft_export failed on %s: %s", source, _first_line(exc))
+        return None
+    report = getattr(program, "_report", None)
+    failures = list(getattr(report, "failures", []))
+    decided = [f for f in failures if getattr(f.failure_type, "name", "") == "DATA_DEPENDENT_ERROR"]
+    if len(decided) != len(failures):
+        kinds = sorted({getattr(f.failure_type, "name", "?") for f in failures} - {"DATA_DEPENDENT_ERROR"})
+        logger.debug("draft_export of %s reported %s; not used", source, ", ".join(kinds))
+        return None
+    names = getattr(report, "str_to_filename", {})
+    taken = []
+    for f in decided:
+        frames = [fr for fr in f.data.get("user_stack") or [] if fr.get("filename") in names]
+        place = (f" at {os.path.basename(names[frames[-1]['filename']])}:{frames[-1]['line']}" if frames else "")
+        taken.append(f"{f.data.get('expr')} = {f.data.get('result')}{place}")
+    options.diagnostics.note(
+        f"torch.export could not capture {source} soundly (data-dependent: {reason}); captured with "
+        f"torch.export.draft_export, which took {len(taken)} data-dependent size(s) from the example "
+        f"({'; '.join(taken) or 'none'}): valid for inputs like the example"
+    )
+    return program
+
+
 def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options,
                   source: str) -> object:
     """Capture ``module`` with torch.export, falling back to tracing on data-dependent guards.
@@ -256,6 +326,9 @@ def _export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], opt
         if not _is_data_dependent(exc):
             raise ConversionError(f"module {source}", f"torch.export failed: {_first_line(exc)}") from exc
         reason = _first_line(exc)
+    program = _draft_export(module, example, options, source, reason)
+    if program is not None:
+        return program
     options.diagnostics.note(
         f"torch.export could not capture {source} (data-dependent: {reason}); "
         "fell back to a traced TorchScript graph, valid for inputs like the example"
@@ -267,4 +340,4 @@ def _export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], opt
     except Exception as exc:
         raise ConversionError(f"module {source}", f"torch.export failed ({reason}) and tracing failed too: "
                               f"{_first_line(exc)}") from exc
-    return script_to_program(traced, example, source)
+    return script_to_program(traced, example, source, traced_from=reason)

@@ -254,7 +254,11 @@ class _Lowering:
             key = op_key(node.target)
             if key == _COND:
                 continue
-            if resolve(key) is not None or (key.startswith("operator.") and hasattr(operator, key.split(".", 1)[1])):
+            if resolve(key) is not None:
+                continue
+            # Python arithmetic folds when its result is a plain number; on symbolic sizes it needs a converter
+            if key.startswith("operator.") and hasattr(operator, key.split(".", 1)[1]) \
+                    and type(node.meta.get("val")) in (int, float, bool):
                 continue
             gaps.add(key, _where(key, node, self.source)[0].split(" in ", 1)[1])
         return gaps.items()

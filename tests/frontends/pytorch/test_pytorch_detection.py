@@ -233,3 +233,35 @@ def test_pt2_needing_torchvision_ops_is_one_line(tmp_path: Path) -> None:
     line = _one_line_without_torchvision(path)
     assert "torch.ops.torchvision" in line
     assert "did not import" in line
+
+
+class _ComputedSizes(torch.nn.Module):
+    """Size arithmetic on a data-dependent count, as torchvision's detectors do it."""
+
+    def forward(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        keep = torch.nonzero(s > 0.75)[:, 0]
+        n = keep.numel()
+        torch._check(n >= 0)
+        top, _ = torch.topk(s[keep], torch.sym_min(4, n))  # k computed: fewer than 4 on some inputs
+        head, tail = torch.split(s, [n, s.shape[0] - n])  # split sizes computed
+        return top, head * 2, tail + 1
+
+
+def test_sizes_computed_from_a_data_dependent_count(tmp_path: Path) -> None:
+    """topk(k=min(4, n)) and split([n, N - n]) keep their computed sizes (TopK's K and Split's
+    sizes are graph values): right on inputs whose count is below and above 4."""
+    from convert.frontends.pytorch import load_module
+
+    model = _ComputedSizes()
+    example = torch.rand(16, generator=torch.Generator().manual_seed(0))
+    ir_model = load_module(model, (example,))
+    path = to_onnx(ir_model, tmp_path / "m.onnx")
+    counts = set()
+    for seed in range(6):
+        x = torch.rand(16, generator=torch.Generator().manual_seed(seed))
+        refs = [t.numpy() for t in model(x)]
+        counts.add(len(refs[0]))
+        ours = run_onnx(path, {ir_model.graph.inputs[0].name: x.numpy()})
+        for o, r in zip(ours, refs, strict=True):
+            assert o.shape == r.shape and np.array_equal(o, r), (seed, o, r)
+    assert len(counts) > 1, counts  # the inputs exercised more than one k

@@ -169,7 +169,8 @@ def test_data_dependent_guard_falls_back_to_tracing(tmp_path: Path) -> None:
     x = torch.rand(SHAPE)
     options = Options()
     model = load_module(module, (x,), options)
-    assert any("fell back to a traced TorchScript graph" in n for n in options.diagnostics.notes)
+    notes = options.diagnostics.notes  # draft export settles the branch from the example, as tracing would
+    assert any("draft_export" in n and "valid for inputs like the example" in n for n in notes), notes
     (ours,) = run_onnx(to_onnx(model, tmp_path / "b.onnx"), {"x": x.numpy()})
     with torch.no_grad():
         assert rel_to_scale(ours, module(x).numpy()) <= REL_TO_SCALE

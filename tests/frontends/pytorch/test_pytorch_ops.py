@@ -56,6 +56,9 @@ CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
     "relu_relu6_hardtanh": (lambda: Fn(lambda m, x: F.relu(x) + F.relu6(x * 8) + F.hardtanh(x, -0.5, 0.5)), S4),
     "silu_sigmoid_tanh": (lambda: Fn(lambda m, x: F.silu(x) + torch.sigmoid(x) * torch.tanh(x)), S4),
     "gelu": (lambda: Fn(lambda m, x: F.gelu(x) + F.gelu(x, approximate="tanh")), S4),
+    # an int tensor with a float scalar: torch computes in float (1.5 is not truncated to 1)
+    "int_tensor_float_scalar": (lambda: Fn(lambda m, x: ((x * 4).long() >= 1.5).float() + (x * 4).long() * 0.5
+                                           - (x * 4).long() / 4.0), S4),
     "leaky_elu_softplus_mish": (lambda: Fn(lambda m, x: F.leaky_relu(x, 0.2) + F.elu(x) + F.softplus(x)
                                            + F.mish(x)), S4),
     "hardswish_hardsigmoid": (lambda: Fn(lambda m, x: F.hardswish(x * 4) + F.hardsigmoid(x * 4)), S4),
@@ -442,6 +445,41 @@ UNTESTED = {
     **{k: "test_pytorch_detection.py (against torchvision's definition, and the detectors end to end)"
        for k in ("torchvision.nms", "torchvision.roi_align")},
 }
+
+
+class _CountArithmetic(nn.Module):
+    """Python arithmetic and logic on a data-dependent count (torchvision's detectors do this)."""
+
+    def forward(self, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        keep = torch.nonzero(s > 0.5)[:, 0]
+        n = keep.numel()
+        torch._check(n >= 0)
+        top, _ = torch.topk(s[keep], torch.sym_min(3, n))
+        inside = (n >= 2) & (n <= 12)
+        outside = torch.sym_not(n >= 2) | (n >= 13)
+        size = torch.sym_ite(inside, torch.sym_max(1, n % 5), n + 7)
+        size2 = torch.sym_ite(outside, n + 9, n % 2 + 2)
+        return top, torch.arange(size) * 1.5, torch.arange(size2) * 1.0
+
+
+def test_arithmetic_on_a_data_dependent_count(tmp_path: Path) -> None:
+    """sym_min/sym_max/sym_not/sym_ite, %, & and | on a count read from the data: computed at run time."""
+    from convert.frontends.pytorch import load_module
+
+    module = _CountArithmetic()
+    x = torch.rand(16, generator=torch.Generator().manual_seed(0))
+    model = load_module(module, (x,))
+    SEEN.update(model.meta["convert:aten_ops"])  # type: ignore[attr-defined]
+    path = to_onnx(model, tmp_path / "count.onnx")
+    sizes = set()
+    for seed in range(8):
+        x = torch.rand(16, generator=torch.Generator().manual_seed(seed)) ** (0.3 + seed / 2)
+        refs = [t.numpy() for t in module(x)]
+        sizes.add(tuple(len(r) for r in refs))
+        outs = run_onnx(path, {model.graph.inputs[0].name: x.numpy()})
+        for ours, ref in zip(outs, refs, strict=True):
+            assert ours.shape == ref.shape and (ours == ref).all(), (seed, ours, ref)
+    assert len(sizes) > 2, sizes  # several counts, on both sides of the conditions
 
 
 class _SizeArithmetic(nn.Module):

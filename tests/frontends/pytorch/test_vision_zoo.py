@@ -112,3 +112,31 @@ def test_vision_cnn_to_caffe_matches_eager(name: str, tmp_path: Path) -> None:
     err = rel_to_scale(ours, ref)
     print(f"ZOO-CAFFE {name} {runtime.name} {err:.1e}")
     assert err <= REL_TO_SCALE, (name, err)
+
+
+@pytest.mark.parametrize("name", _zoo().DETECTORS)  # type: ignore[attr-defined]
+def test_detector_matches_eager_as_sets(name: str, tmp_path: Path) -> None:
+    """torchvision's own detectors: captured by draft export (the note names what it took from the
+    example), compared with eager on three inputs as sets: same count, rows sorted by box."""
+    from convert.frontends.pytorch import load_module
+    from convert.ir import Options
+
+    model, inputs = _zoo().build(name)  # type: ignore[attr-defined]
+    options = Options()
+    ir_model = load_module(model, inputs(1), options)
+    notes = " ".join(str(n) for n in options.diagnostics.notes)
+    assert "draft_export" in notes and "valid for inputs like the example" in notes, notes
+    path = to_onnx(ir_model, tmp_path / "m.onnx")
+    for seed in (1, 2, 3):
+        (x,) = inputs(seed)
+        with torch.no_grad():
+            boxes, scores, labels = (t.numpy() for t in model(x))
+        assert len(boxes) >= 10 and np.diff(np.sort(scores)).max() > 1e-3, "degenerate detections"
+        ours = run_onnx(path, {ir_model.graph.inputs[0].name: x.numpy()})
+        assert ours[0].shape == boxes.shape, (name, seed, ours[0].shape, boxes.shape)
+        mine, theirs = np.lexsort(ours[0].T[::-1]), np.lexsort(boxes.T[::-1])
+        box_err = rel_to_scale(ours[0][mine], boxes[theirs])
+        score_err = rel_to_scale(ours[1][mine], scores[theirs])
+        print(f"DET {name} seed {seed} {len(boxes)} boxes: box {box_err:.1e} score {score_err:.1e}")
+        assert np.array_equal(ours[2][mine], labels[theirs])
+        assert box_err <= REL_TO_SCALE and score_err <= REL_TO_SCALE, (name, seed, box_err, score_err)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from convert.ir import Value, lazy
+from convert.ir import DataType, Value, lazy
 
 from ._base import LowerContext, OpCall, TensorMeta, lowers, norm_axis
 
@@ -45,6 +45,11 @@ def _binary(op_type: str, *, reverse: bool = False) -> object:
         like = _like(call)
         out = call.out_meta
         target = out if out.dtype.name != "BOOL" else like
+        if not target.dtype.is_floating_point() and any(
+                isinstance(call.args.get(k), float) for k in ("self", "other")):
+            target = TensorMeta(target.shape, DataType.FLOAT)  # int tensor vs a float: torch computes in float
+        if out.dtype.name != "BOOL" or target is not like:
+            like = target  # a Python scalar takes the computation's dtype (1.5 stays 1.5)
         a = _cast(ctx, _operand(call, ctx, "self", like), call.metas.get("self"), target)
         b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), target)
         alpha = call.args.get("alpha")

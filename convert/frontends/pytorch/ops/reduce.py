@@ -120,18 +120,21 @@ def cumsum(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.op("CumSum", [x, ctx.ints(axis)])
 
 
-def _topk(ctx: LowerContext, x: Value, k: int, axis: int, largest: bool) -> tuple[Value, Value]:
-    values, indices = ctx.op_multi("TopK", [x, ctx.ints([k])], {"axis": axis, "largest": int(largest),
+def _topk(ctx: LowerContext, x: Value, k: int | Value, axis: int, largest: bool) -> tuple[Value, Value]:
+    kk = k if isinstance(k, Value) else ctx.ints([k])  # a computed k (min(1000, count)) is an int64 [1]
+    values, indices = ctx.op_multi("TopK", [x, kk], {"axis": axis, "largest": int(largest),
                                                               "sorted": 1}, outputs=2)
     return values, indices
 
 
-@lowers("aten.topk", to="TopK", notes="ties may come in another order than torch's")
+@lowers("aten.topk", to="TopK", notes="ties may come in another order than torch's; k may be computed")
 def topk(call: OpCall, ctx: LowerContext) -> tuple[Value, Value]:
     """Lower topk(k, dim, largest) to TopK (always sorted)."""
     meta = call.meta("self")
     axis = norm_axis(int(call.get("dim", -1)), meta.rank)  # type: ignore[call-overload]
-    return _topk(ctx, call.tensor("self"), int(call["k"]), axis, bool(call.get("largest", True)))  # type: ignore[call-overload]
+    k = call["k"]
+    return _topk(ctx, call.tensor("self"), k if isinstance(k, Value) else int(k), axis,  # type: ignore[call-overload]
+                 bool(call.get("largest", True)))
 
 
 @lowers("aten.sort", to="TopK", notes="a TopK over the whole axis; ties may come in another order")

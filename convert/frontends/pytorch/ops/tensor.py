@@ -9,7 +9,7 @@ import operator
 
 import numpy as np
 
-from convert.ir import DataType, Value
+from convert.ir import ConversionError, DataType, Value
 
 from ._base import LowerContext, OpCall, lowers, norm_axis
 
@@ -164,8 +164,16 @@ def split(call: OpCall, ctx: LowerContext) -> tuple[Value, ...]:
     meta = call.meta("self")
     axis = norm_axis(int(call.get("dim", 0)), meta.rank)  # type: ignore[call-overload]
     outs = call.out if isinstance(call.out, (list, tuple)) else [call.out]
-    sizes = [int(o.shape[axis]) for o in outs]  # type: ignore[union-attr]
-    return _split(call, ctx, sizes, axis)
+    dims = [o.shape[axis] for o in outs]  # type: ignore[union-attr]
+    if all(isinstance(d, int) for d in dims):
+        return _split(call, ctx, [int(d) for d in dims], axis)
+    if len(outs) == 1:
+        return (call.tensor("self"),)
+    given = call.args.get("split_sizes")  # computed sizes (a detector's per-image counts)
+    if not isinstance(given, (list, tuple)) or len(given) != len(outs):
+        raise ConversionError(call.where, f"cannot split into the symbolic sizes {tuple(dims)}")
+    sizes = ctx.op("Concat", [s if isinstance(s, Value) else ctx.ints([int(s)]) for s in given], {"axis": 0})
+    return ctx.op_multi("Split", [call.tensor("self"), sizes], {"axis": axis}, outputs=len(outs))
 
 
 @lowers("aten.unbind", to="Split+Squeeze")
@@ -398,9 +406,54 @@ def _sym_arith(op_type: str) -> object:
 
 
 for _key, _op in {"operator.mul": "Mul", "operator.add": "Add", "operator.sub": "Sub",
-                  "operator.floordiv": "Div", "operator.ge": "GreaterOrEqual", "operator.le": "LessOrEqual",
-                  "operator.gt": "Greater", "operator.lt": "Less", "operator.eq": "Equal"}.items():
+                  "operator.floordiv": "Div", "operator.mod": "Mod", "operator.ge": "GreaterOrEqual",
+                  "operator.le": "LessOrEqual", "operator.gt": "Greater", "operator.lt": "Less",
+                  "operator.eq": "Equal"}.items():
     lowers(_key, to=f"{_op} (int64)", notes="only with a symbolic size operand")(_sym_arith(_op))  # type: ignore[arg-type]
+
+
+def _sym_extreme(op_type: str, pick: object) -> object:
+    def convert(call: OpCall, ctx: LowerContext) -> Value | int:
+        a, b = call.args.get("self"), call.args.get("index")
+        if not isinstance(a, Value) and not isinstance(b, Value):
+            return pick(a, b)  # type: ignore[operator,no-any-return]
+        return ctx.op(op_type, [_sym_operand(ctx, a), _sym_operand(ctx, b)])
+
+    convert.__doc__ = f"Lower torch.sym_{op_type.lower()} of symbolic sizes to an int64 {op_type}."
+    return convert
+
+
+def _sym_logic(op_type: str) -> object:
+    def convert(call: OpCall, ctx: LowerContext) -> Value:
+        a, b = call.args.get("self"), call.args.get("index")
+        parts = [v if isinstance(v, Value) else ctx.const(np.asarray([bool(v)])) for v in (a, b)]
+        return ctx.op(op_type, [ctx.op("Cast", [v], {"to": DataType.BOOL}) for v in parts])
+
+    convert.__doc__ = f"Lower a logical {op_type.lower()} of conditions on symbolic sizes to {op_type}."
+    return convert
+
+
+lowers("operator.and_", to="And", notes="conditions on symbolic sizes")(_sym_logic("And"))  # type: ignore[arg-type]
+lowers("operator.or_", to="Or", notes="conditions on symbolic sizes")(_sym_logic("Or"))  # type: ignore[arg-type]
+lowers("torch.sym_min", to="Min (int64)", notes="a detector's min(k, count)")(_sym_extreme("Min", min))  # type: ignore[arg-type]
+lowers("torch.sym_max", to="Max (int64)")(_sym_extreme("Max", max))  # type: ignore[arg-type]
+
+
+@lowers("torch.sym_not", to="Not", notes="a condition on symbolic sizes")
+def sym_not(call: OpCall, ctx: LowerContext) -> Value | bool:
+    """Lower torch.sym_not of a computed condition to Not (a Python bool folds)."""
+    a = call.args.get("self")
+    return ctx.op("Not", [a]) if isinstance(a, Value) else not a
+
+
+@lowers("torch.sym_ite", to="Where", notes="a size chosen by a condition on symbolic sizes")
+def sym_ite(call: OpCall, ctx: LowerContext) -> Value | int:
+    """Lower torch.sym_ite(cond, a, b) to an int64 Where (a Python condition picks directly)."""
+    cond, a, b = call.args.get("self"), call.args.get("index"), call.args.get("other")
+    if not isinstance(cond, Value):
+        return a if cond else b  # type: ignore[return-value]
+    return ctx.op("Where", [ctx.op("Cast", [cond], {"to": DataType.BOOL}), _sym_operand(ctx, a),
+                            _sym_operand(ctx, b)])
 
 
 @lowers("aten.flip", to="Slice (step -1)")
