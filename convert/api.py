@@ -345,8 +345,14 @@ def convert(
         except ir.ConvertError as exc:
             parity_error = f"the {fmt} reference runtime is unavailable: {exc}"
         if src_runtime is not None:
-            feeds = resolve_inputs(src_runtime, Path(inputs) if isinstance(inputs, (str, Path)) else inputs,
-                                   opts, seed=seed)
+            given = Path(inputs) if isinstance(inputs, (str, Path)) else inputs
+            example = opts.extra.get(ir.EXAMPLE_FEEDS)
+            specs = src_runtime.inputs()
+            if given is None and isinstance(example, tuple) and len(example) == len(specs):
+                given = {spec.name: arr for spec, arr in zip(specs, example, strict=True)}
+                opts.diagnostics.note("the parity check ran on the example inputs, which the capture took sizes "
+                                      "from (give --inputs to check others)")
+            feeds = resolve_inputs(src_runtime, given, opts, seed=seed)
     target = default_output(paths, ex, out) if paths else Path(out or ("model" + ex.suffix))
     refuse_overwrite(_files_read(paths, model), written_candidates(target, ex))
     check_writable(target, "the output")
@@ -373,7 +379,7 @@ def convert(
         except ir.ConvertError as exc:
             result.parity_error = f"the parity check failed to run: {exc}"
     if result.report is not None:  # the report records the seed whenever the inputs were seeded
-        result.report.seed = seed if inputs is None else None
+        result.report.seed = seed if inputs is None and ir.EXAMPLE_FEEDS not in opts.extra else None
     result.seconds = time.perf_counter() - start
     result.notes = list(opts.diagnostics.notes)
     result.warnings = list(opts.diagnostics.warnings)

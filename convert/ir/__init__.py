@@ -24,7 +24,17 @@ from .errors import (
     UsageError,
 )
 from .io import from_proto, load_file, save_inline_streamed, save_model, serialize_inline
-from .plugins import Diagnostics, ExporterSpec, ExportPlan, FrontendSpec, OpSupport, Options, OptionSpec, ProgressFn
+from .plugins import (
+    EXAMPLE_FEEDS,
+    Diagnostics,
+    ExporterSpec,
+    ExportPlan,
+    FrontendSpec,
+    OpSupport,
+    Options,
+    OptionSpec,
+    ProgressFn,
+)
 from .provenance import (
     INPUT_SHAPE_ORDER,
     Provenance,
@@ -63,6 +73,7 @@ convenience = _ir.convenience
 
 __all__ = [
     "CANONICAL_OPSET",
+    "EXAMPLE_FEEDS",
     "INPUT_SHAPE_ORDER",
     "Attr",
     "AttributeType",

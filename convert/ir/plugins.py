@@ -21,6 +21,7 @@ import onnx_ir as _ir
 from .errors import ConvertError, Unsupported
 
 __all__ = [
+    "EXAMPLE_FEEDS",
     "Diagnostics",
     "ExportPlan",
     "ExporterSpec",
@@ -32,6 +33,11 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+# Options.extra key: the inputs a conversion took data-dependent sizes from (a PyTorch capture that
+# settled a detector's counts from its example), as a tuple of arrays in input order. The converted
+# model holds for inputs like these, so the parity check runs on them unless the user gives inputs.
+EXAMPLE_FEEDS = "example_feeds"
 
 # progress(step_name, done, total): called by long steps; the CLI turns it into a bar.
 ProgressFn = Callable[[str, int, int], None]

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from convert.ir import ConversionError, Options, UsageError
+from convert.ir import EXAMPLE_FEEDS, ConversionError, Options, UsageError
 
 from .lower import concretize
 
@@ -261,6 +261,11 @@ def _torchvision_nms_without_class_loop() -> Iterator[None]:
         boxes._batched_nms_vanilla = vanilla  # type: ignore[union-attr]
 
 
+def _keep_example(options: Options, example: Sequence[torch.Tensor]) -> None:
+    """Record the example the capture settled sizes from: the parity check runs on it."""
+    options.extra[EXAMPLE_FEEDS] = tuple(x.detach().cpu().numpy() for x in example)
+
+
 def _draft_export(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options, source: str,
                   reason: str) -> object | None:
     """Capture with ``torch.export.draft_export``, which settles data-dependent sizes from the example.
@@ -289,9 +294,11 @@ def _draft_export(module: torch.nn.Module, example: Sequence[torch.Tensor], opti
     names = getattr(report, "str_to_filename", {})
     taken = []
     for f in decided:
-        frames = [fr for fr in f.data.get("user_stack") or [] if fr.get("filename") in names]
+        frames = [fr for fr in f.data.get("user_stack") or [] if fr.get("filename") in names
+                  and f"{os.sep}torch{os.sep}" not in names[fr["filename"]]]  # the model's code, not torch's
         place = (f" at {os.path.basename(names[frames[-1]['filename']])}:{frames[-1]['line']}" if frames else "")
         taken.append(f"{f.data.get('expr')} = {f.data.get('result')}{place}")
+    _keep_example(options, example)
     options.diagnostics.note(
         f"torch.export could not capture {source} soundly (data-dependent: {reason}); captured with "
         f"torch.export.draft_export, which took {len(taken)} data-dependent size(s) from the example "
@@ -329,6 +336,7 @@ def _export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], opt
     program = _draft_export(module, example, options, source, reason)
     if program is not None:
         return program
+    _keep_example(options, example)
     options.diagnostics.note(
         f"torch.export could not capture {source} (data-dependent: {reason}); "
         "fell back to a traced TorchScript graph, valid for inputs like the example"

@@ -176,6 +176,34 @@ def test_data_dependent_guard_falls_back_to_tracing(tmp_path: Path) -> None:
         assert rel_to_scale(ours, module(x).numpy()) <= REL_TO_SCALE
 
 
+class _CountsFromData(torch.nn.Module):
+    """Keeps the values above a threshold, at most 6 of them (a detector's score filter and top-k)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x > 0.5]
+        if kept.numel() >= 6:  # a branch on a count: settled from the example
+            kept = torch.topk(kept, 6)[0]
+        return kept * 3.0
+
+
+def test_parity_runs_on_the_example_a_capture_took_sizes_from(tmp_path: Path) -> None:
+    """A capture that settled a branch on a count from the example (at least 6 values) holds for
+    inputs like it: the parity check runs on that example (not on N(0, 1) noise, which may have fewer than 6
+    values above 0.5 and fail at run time), says so, and passes; given inputs are still used."""
+    import convert
+
+    x = torch.rand(40, generator=torch.Generator().manual_seed(0))
+    result = convert.convert(_CountsFromData(), (x,), to="onnx", out=tmp_path / "m.onnx")
+    assert result.report is not None and result.report.passed, (result.parity_error, result.notes)
+    assert any("parity check ran on the example inputs" in n for n in result.notes), result.notes
+    assert result.report.seed is None
+    other = torch.rand(40, generator=torch.Generator().manual_seed(1))
+    given = convert.convert(_CountsFromData(), (x,), to="onnx", out=tmp_path / "g.onnx",
+                            inputs={"x": other.numpy()})
+    assert given.report is not None and given.report.passed
+    assert not any("parity check ran on the example inputs" in n for n in given.notes)
+
+
 def test_non_contiguous_weight_is_copied_with_a_note() -> None:
     module = nn.Linear(4, 3)
     with torch.no_grad():
