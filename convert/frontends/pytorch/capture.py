@@ -236,7 +236,10 @@ def attributes_kept(module: torch.nn.Module) -> Iterator[None]:
             for key, contents in inner.items():
                 container = state[key]
                 container.clear()
-                container.update(contents) if not isinstance(container, list) else container.extend(contents)
+                if isinstance(container, list):
+                    container.extend(contents)
+                else:
+                    container.update(contents)
 
 
 @contextlib.contextmanager
