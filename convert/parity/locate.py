@@ -339,7 +339,8 @@ def _torch_source(paths: Sequence[Path], runtime: Runtime, feeds: Mapping[str, n
             result = super().run_node(n)
             if n in wanted:
                 leaves = result if isinstance(result, (list, tuple)) else [result]
-                captured[wanted[n]] = [t.detach().numpy() for t in leaves if isinstance(t, torch.Tensor)]
+                # copied: a later in-place op of the graph (hardswish_, relu_) would rewrite a view
+                captured[wanted[n]] = [t.detach().numpy().copy() for t in leaves if isinstance(t, torch.Tensor)]
             return result
 
     with torch.no_grad():

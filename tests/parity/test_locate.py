@@ -330,3 +330,24 @@ def test_in_memory_module_is_localised(tmp_path: Path) -> None:
     result = api.convert(build("resnet"), torch.randn(1, 3, 64, 64), to="onnx", out=tmp_path / "m.onnx", locate=True)
     assert result.report is not None and result.report.location is not None
     _assert_clean(result.report)
+
+
+def test_in_place_activations_do_not_rewrite_the_recorded_layers(tmp_path: Path) -> None:
+    """conv -> BN -> in-place hardswish/ReLU (torchvision's MobileNetV3): the reference's layer values
+    are copied when recorded, so a correct conversion has no layer out of tolerance (the conv's value
+    used to be rewritten by the hardswish_ after it and named as the first bad layer)."""
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Conv2d(3 if i == 0 else 8, 8, 3, padding=1), nn.BatchNorm2d(8),
+                            nn.Hardswish(inplace=True) if i % 2 else nn.ReLU(inplace=True)) for i in range(6)]
+    model = nn.Sequential(*blocks, nn.Conv2d(8, 4, 1)).eval()
+    with torch.no_grad():
+        for block in blocks:
+            block[1].running_mean.uniform_(-0.5, 0.5)
+            block[1].running_var.uniform_(0.5, 1.5)
+    result = api.convert(model, torch.randn(1, 3, 16, 16), to="onnx", out=tmp_path / "m.onnx", locate=True)
+    assert result.report is not None and result.report.passed
+    assert result.report.location is not None
+    _assert_clean(result.report)
