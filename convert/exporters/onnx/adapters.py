@@ -208,6 +208,23 @@ for _op, (_since, _) in _MOVED_TO_INPUTS.items():
     ADAPTERS.register(_op, since=_since)(_moved_to_inputs)
 
 
+@ADAPTERS.register("DFT", since=20)
+def _dft(ctx: Ctx, node: ir.Node) -> None:
+    """DFT: 'axis' attribute <20, third input >=20 (a 0-d int64 tensor)."""
+    if ctx.up:
+        axis = node.attributes.pop("axis", None)
+        value = 1 if axis is None else axis.as_int()
+        node.resize_inputs(3)
+        node.replace_input_with(2, _const(ctx, np.asarray(value, dtype=np.int64), f"{node.name or 'DFT'}_axis"))
+        return
+    if len(node.inputs) > 2 and node.inputs[2] is not None:
+        axis_v = node.inputs[2]
+        if axis_v.const_value is None:
+            raise _NotExpressibleError(f"its axis is computed at run time; opset {ctx.target} needs a constant")
+        node.attributes["axis"] = ir.Attr("axis", ir.AttributeType.INT, int(axis_v.const_value.numpy().reshape(-1)[0]))
+        node.resize_inputs(2)
+
+
 def adapt_node(ctx: Ctx, node: ir.Node) -> bool:
     """Run the adapters of the changes ``node``'s op went through between ``ctx.source`` and
     ``ctx.target`` (in the order of the conversion); return whether there were any.

@@ -39,6 +39,7 @@ from convert.ir import (
 )
 
 from .ops import LowerContext, OpCall, TensorMeta, functional_key, resolve
+from .ops.spectral import COMPLEX_FORMS, real_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -124,6 +125,7 @@ _DTYPES: dict[str, DataType] = {
     "torch.float64": DataType.DOUBLE, "torch.int64": DataType.INT64, "torch.int32": DataType.INT32,
     "torch.int16": DataType.INT16, "torch.int8": DataType.INT8, "torch.uint8": DataType.UINT8,
     "torch.bool": DataType.BOOL,
+    "torch.complex64": DataType.COMPLEX64, "torch.complex128": DataType.COMPLEX128,  # carried as [..., 2]
 }
 
 
@@ -163,6 +165,8 @@ def _wrap(tensor: torch.Tensor, name: str, options: Options) -> Value | None:
     if not t.is_contiguous():
         options.diagnostics.note(f"weight '{name}' is not contiguous in memory: copied")
         t = t.contiguous()
+    if t.is_complex():  # carried as [..., 2] (see ops/spectral.py)
+        t = torch.view_as_real(t.resolve_conj())
     if t.dtype == torch.bfloat16:
         import ml_dtypes
 
@@ -253,6 +257,11 @@ class _Lowering:
                 continue
             key = op_key(node.target)
             if key == _COND:
+                continue
+            if _touches_complex(node) and key not in COMPLEX_FORMS and resolve(key) is not None:
+                gaps.add(f"{key} on a complex tensor", _where(key, node, self.source)[0].split(" in ", 1)[1])
+                continue
+            if _touches_complex(node) and key in COMPLEX_FORMS:
                 continue
             if resolve(key) is not None:
                 continue
@@ -469,7 +478,7 @@ class _Lowering:
         if key.startswith("operator.") and not any(isinstance(v, Value) for v in bound.values()):
             self.env[node] = getattr(operator, key.split(".", 1)[1])(*bound.values())
             return
-        converter = resolve(key)
+        converter = COMPLEX_FORMS.get(key) if _touches_complex(node) else resolve(key)
         if converter is None:  # missing() was checked first; this is a bug
             raise InternalError(where, LookupError("no converter"))
         call = OpCall(op=key, overload=str(getattr(node.target, "_overloadname", "")), args=bound, metas=metas,  # type: ignore[attr-defined]
@@ -491,6 +500,19 @@ class _Lowering:
             self.alias_root[node] = r
             for m in members:
                 self.env[m] = result
+
+
+def _is_complex(val: object) -> bool:
+    if isinstance(val, (list, tuple)):
+        return any(_is_complex(v) for v in val)
+    return bool(getattr(val, "is_complex", lambda: False)())
+
+
+def _touches_complex(node: object) -> bool:
+    """Return True when ``node`` reads or makes a complex tensor (only ``COMPLEX_FORMS`` may)."""
+    if _is_complex(node.meta.get("val")):  # type: ignore[attr-defined]
+        return True
+    return any(_is_complex(d.meta.get("val")) for d in node.all_input_nodes)  # type: ignore[attr-defined]
 
 
 def _written(node: object) -> list[object]:
@@ -540,8 +562,11 @@ def _annotate(result: object, meta: object) -> None:
 
     if isinstance(result, Value) and isinstance(meta, TensorMeta):
         if result.type is None and result.const_value is None:
-            result.type = TensorType(meta.dtype)
-            result.shape = Shape([d if isinstance(d, int) else SymbolicDim(d) for d in meta.shape])
+            dims = [d if isinstance(d, int) else SymbolicDim(d) for d in meta.shape]
+            if meta.dtype != real_dtype(meta.dtype):  # a complex tensor, carried as [..., 2]
+                dims.append(2)
+            result.type = TensorType(real_dtype(meta.dtype))
+            result.shape = Shape(dims)
     elif isinstance(result, (list, tuple)) and isinstance(meta, (list, tuple)):
         for r, m in zip(result, meta, strict=False):
             _annotate(r, m)
@@ -735,6 +760,9 @@ def _lower_once(program: object, *, source: str, options: Options, input_names: 
         meta = _meta_of(node.meta.get("val"), lowering.sym_names)  # type: ignore[attr-defined]
         if not isinstance(meta, TensorMeta):
             raise ConversionError(source, f"input '{nm}' is not a tensor ({type(meta).__name__})")
+        if meta.dtype != real_dtype(meta.dtype):
+            raise ConversionError(source, f"input '{nm}' is a complex tensor, which ONNX has no type for; "
+                                  "pass torch.view_as_real(x) and call torch.view_as_complex on it in forward")
         lowering.env[node] = builder.input(nm, meta.dtype, meta.shape)
     out_node = None
     for node in program.graph.nodes:  # type: ignore[attr-defined]
@@ -802,6 +830,9 @@ def _outputs(program: object, lowering: _Lowering, out_node: object, builder: Gr
             value = lowering.env.get(node) if node is not None else None
         if not isinstance(value, Value):
             raise ConversionError(source, f"output '{nm}' is not a tensor ({type(value).__name__})")
+        if _is_complex(node.meta.get("val")):  # type: ignore[union-attr]
+            raise ConversionError(source, f"output '{nm}' is a complex tensor, which ONNX has no type for; "
+                                  "return torch.view_as_real(y) (its real and imaginary parts) instead")
         builder.output(value, nm)
 
 
