@@ -74,10 +74,14 @@ TIMM: dict[str, int] = {
 }
 # ultralytics models built from their yaml: name -> input size (square, a multiple of the stride 32)
 YOLO: dict[str, int] = {"yolov8n": 320, "yolo11n": 320, "yolov8n-seg": 320, "yolo11n-seg": 320}
-# torchvision detectors: name -> (constructor, keyword arguments, class-logit gain, input size)
-DETECTION: dict[str, tuple[str, dict[str, object], float, int]] = {
-    "fasterrcnn_mobilenet_v3_large_320_fpn": ("fasterrcnn_mobilenet_v3_large_320_fpn", {}, 1.0, 320),
-    "ssdlite320_mobilenet_v3_large": ("ssdlite320_mobilenet_v3_large", {}, 10.0, 320),
+# torchvision detectors: name -> (constructor, keyword arguments, class-logit gain, input size, the
+# layers the gain scales)
+DETECTION: dict[str, tuple[str, dict[str, object], float, int, str]] = {
+    "fasterrcnn_mobilenet_v3_large_320_fpn": ("fasterrcnn_mobilenet_v3_large_320_fpn", {}, 1.0, 320, "cls_score"),
+    "ssdlite320_mobilenet_v3_large": ("ssdlite320_mobilenet_v3_large", {}, 10.0, 320, "classification_head"),
+    # 100 detections: ranks past that are near-ties (1e-6 apart) between overlapping boxes
+    "retinanet_resnet50_fpn": ("retinanet_resnet50_fpn", {"min_size": 256, "max_size": 256, "detections_per_img": 100},
+                               10.0, 256, "classification_head.cls_logits"),
 }
 _IMG_SIZE = ("vit", "deit", "swin", "levit", "mobilevit")  # timm models told their input size
 
@@ -139,13 +143,13 @@ class Detections(nn.Module):
 def _detector(name: str) -> tuple[nn.Module, tuple[int, ...]]:
     import torchvision
 
-    ctor, kwargs, gain, size = DETECTION[name]
+    ctor, kwargs, gain, size, scaled = DETECTION[name]
     model = getattr(torchvision.models.detection, ctor)(weights=None, weights_backbone=None, num_classes=5,
                                                         **kwargs)
     _nets().recalibrate(model.backbone, (1, 3, size, size))  # type: ignore[attr-defined]
     with torch.no_grad():
         for key, module in model.named_modules():
-            if isinstance(module, (nn.Linear, nn.Conv2d)) and ("cls_score" in key or "classification_head" in key):
+            if isinstance(module, (nn.Linear, nn.Conv2d)) and scaled in key:
                 module.weight.mul_(gain)
     return Detections(model), (1, 3, size, size)
 

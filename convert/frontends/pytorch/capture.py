@@ -243,25 +243,43 @@ def attributes_kept(module: torch.nn.Module) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _torchvision_nms_without_class_loop() -> Iterator[None]:
-    """Make torchvision's ``batched_nms`` take its one-NMS path while a model is captured.
+def _torchvision_batched_nms_for_capture() -> Iterator[None]:
+    """Make torchvision's ``batched_nms`` one NMS over class-separated boxes while a model is captured.
 
-    On the CPU, above 4000 box coordinates, ``batched_nms`` loops in Python over
-    ``torch.unique(labels)``: a capture would unroll that loop for the example's classes only.
-    Its other path (boxes of each class offset apart, then one NMS) gives the same result by
-    torchvision's own definition, and is the one it takes under tracing.
+    torchvision's own ``batched_nms`` branches on data twice: above 4000 box coordinates on the
+    CPU it loops in Python over ``torch.unique(labels)`` (a capture would unroll that loop for
+    the example's classes only), and its other path returns early on empty input. Neither branch
+    survives a capture of a detector, whose box count is data. The function put in its place
+    takes the offset path for every input: each class's boxes are shifted by ``class * (largest
+    - smallest coordinate + 1)``, both taken with 0 included, so that no two classes overlap, then
+    one NMS runs. For boxes with non-negative coordinates (a detector's, clipped to the image)
+    the shift is torchvision's to the bit; an empty input stays empty; with negative coordinates,
+    where torchvision's own offset path can let classes overlap, the classes stay apart as in its
+    per-class path.
     """
     boxes = sys.modules.get("torchvision.ops.boxes")
-    vanilla = getattr(boxes, "_batched_nms_vanilla", None)
-    trick = getattr(boxes, "_batched_nms_coordinate_trick", None)
-    if vanilla is None or trick is None:
+    ops = sys.modules.get("torchvision.ops")
+    original = getattr(boxes, "batched_nms", None)
+    nms = getattr(boxes, "nms", None)
+    if original is None or nms is None:
         yield
         return
-    boxes._batched_nms_vanilla = trick  # type: ignore[union-attr]
+    import torch
+
+    def batched_nms(boxes_: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor,
+                    iou_threshold: float) -> torch.Tensor:
+        coords = torch.cat([boxes_.reshape(-1), boxes_.new_zeros(1)])
+        offsets = idxs.to(boxes_) * (coords.max() - coords.min() + 1)
+        return nms(boxes_ + offsets[:, None], scores, iou_threshold)  # type: ignore[misc]
+
+    patched = [m for m in (boxes, ops) if getattr(m, "batched_nms", None) is original]
+    for m in patched:
+        m.batched_nms = batched_nms  # type: ignore[union-attr]
     try:
         yield
     finally:
-        boxes._batched_nms_vanilla = vanilla  # type: ignore[union-attr]
+        for m in patched:
+            m.batched_nms = original  # type: ignore[union-attr]
 
 
 def _keep_example(options: Options, example: Sequence[torch.Tensor]) -> None:
@@ -282,7 +300,7 @@ def _draft_export(module: torch.nn.Module, example: Sequence[torch.Tensor], opti
     if draft is None:
         return None
     try:
-        with torch.no_grad(), quiet_torch(), _torchvision_nms_without_class_loop():
+        with torch.no_grad(), quiet_torch():
             program = draft(module, tuple(example), strict=False)
     except Exception as exc:
         logger.debug("draft_export failed on %s: %s", source, _first_line(exc))
@@ -317,7 +335,7 @@ def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], opti
     The module is left in eval mode with its attributes as they were (``attributes_kept``).
     """
     module.eval()
-    with attributes_kept(module):
+    with attributes_kept(module), _torchvision_batched_nms_for_capture():
         return _export_module(module, example, options, source)
 
 

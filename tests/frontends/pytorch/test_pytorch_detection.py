@@ -265,3 +265,32 @@ def test_sizes_computed_from_a_data_dependent_count(tmp_path: Path) -> None:
         for o, r in zip(ours, refs, strict=True):
             assert o.shape == r.shape and np.array_equal(o, r), (seed, o, r)
     assert len(counts) > 1, counts  # the inputs exercised more than one k
+
+
+def test_batched_nms_used_during_capture_is_torchvisions() -> None:
+    """The batched_nms put in place while a model is captured keeps the boxes torchvision's keeps,
+    below and above torchvision's 4000-coordinate switch and on none; with negative coordinates,
+    those of NMS run class by class (torchvision's offset path can suppress across classes there)."""
+    torchvision = pytest.importorskip("torchvision")
+    from convert.frontends.pytorch.capture import _torchvision_batched_nms_for_capture
+
+    original = torchvision.ops.boxes.batched_nms
+    gen = torch.Generator().manual_seed(0)
+    cases = []
+    for count, shift in ((50, 0.0), (3000, 0.0), (800, -300.0), (0, 0.0)):
+        xy = torch.rand(count, 2, generator=gen) * 200 + shift
+        wh = torch.rand(count, 2, generator=gen) * 60 + 1
+        scores = torch.rand(count, generator=gen)
+        labels = torch.randint(0, 7, (count,), generator=gen)
+        cases.append((torch.cat([xy, xy + wh], 1), scores, labels))
+    with _torchvision_batched_nms_for_capture():
+        patched = torchvision.ops.boxes.batched_nms
+        assert patched is not original and torchvision.ops.batched_nms is patched
+        ours = [patched(b, s, c, 0.5) for b, s, c in cases]
+    assert torchvision.ops.boxes.batched_nms is original and torchvision.ops.batched_nms is original
+    for (b, s, c), kept in zip(cases, ours, strict=True):
+        per_class = torchvision.ops.boxes._batched_nms_vanilla(b, s, c, 0.5)
+        assert kept.tolist() == per_class.tolist(), len(b)
+        if len(b) == 0 or b.min() >= 0:
+            assert kept.tolist() == original(b, s, c, 0.5).tolist(), len(b)
+    assert sum(len(k) for k in ours) > 100

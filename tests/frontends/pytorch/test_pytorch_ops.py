@@ -78,6 +78,15 @@ CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
     "compare_where": (lambda: Fn(lambda m, x, y: torch.where((x > y) & (x >= 0) | (x < -0.5)
                                                              | ~(x <= 0.1) | (x == y), x, y)
                                  + x.masked_fill(x.eq(0.0) | x.lt(0), 0.5)), S4 + S4),
+    # torch.where(mask): the index tensors of nonzero(as_tuple=True), one per dimension
+    "where_one_argument": (lambda: Fn(lambda m, x: torch.where(x > 0.3)), [(3, 4, 5)]),
+    "complex_parts": (lambda: Fn(lambda m, x: (torch.view_as_complex(x.reshape(1, 4, 8, 4, 2)).real * 2
+                                               - torch.view_as_complex(x.reshape(1, 4, 8, 4, 2)).imag)), S4),
+    # complex tensors carried as [..., 2]: rfft2 -> real/imag -> complex -> fft/ifft -> irfft2
+    "fft_complex": (lambda: Fn(lambda m, x: (
+        torch.fft.irfft2(torch.complex(torch.fft.rfft2(x).real * 0.5, torch.fft.rfft2(x).imag), s=(8, 8)),
+        torch.view_as_real(torch.fft.ifft(torch.view_as_complex(x.reshape(1, 4, 8, 4, 2)), dim=2)).abs(),
+        torch.fft.rfft(x, norm="ortho").abs())), S4),
     "reductions": (lambda: Fn(lambda m, x: (x.mean([2, 3]), x.mean([2, 3], keepdim=True), x.mean(1),
                                             x.sum(1), x.sum([1, 2], keepdim=True), x.amax(1), x.amin(-1))), S4),
     "linear_2d_3d": (lambda: Fn(lambda m, x: m.fc(x.flatten(1)).sum() + m.fc2(x.flatten(2)),

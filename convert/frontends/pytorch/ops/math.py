@@ -120,9 +120,13 @@ def pow_(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.op("Pow", [base, ctx.scalar_like(exponent, like)])  # type: ignore[arg-type]
 
 
-@lowers("aten.where", to="Where")
+@lowers("aten.where", to="Where / NonZero+Gather", notes="one argument: the result's length depends on the data")
 def where(call: OpCall, ctx: LowerContext) -> Value:
-    """Lower where(condition, self, other) to Where."""
+    """Lower where(condition, self, other) to Where; where(condition) to NonZero's rows."""
+    if "self" not in call.args:  # torch.where(mask): one index tensor per dimension, like nonzero(as_tuple)
+        found = ctx.op("NonZero", [call.tensor("condition")])
+        return tuple(ctx.op("Gather", [found, ctx.ints(i)], {"axis": 0})
+                     for i in range(call.meta("condition").rank))  # type: ignore[return-value]
     like = call.out_meta
     return ctx.op("Where", [call.tensor("condition"), _operand(call, ctx, "self", like),
                             _operand(call, ctx, "other", like)])
