@@ -11,6 +11,7 @@ import onnx_ir as _ir
 
 from . import passes
 from .builder import CANONICAL_OPSET, GraphBuilder, NameAuthority
+from .context import FrontendContext
 from .driver import GapCollector, InternalError, RefusedError, convert_all
 from .edit import GraphEditor, replace_value
 from .errors import (
@@ -85,6 +86,7 @@ __all__ = [
     "ExportPlan",
     "ExporterSpec",
     "ExternalTensor",
+    "FrontendContext",
     "FrontendSpec",
     "GapCollector",
     "Graph",

@@ -34,9 +34,10 @@ class FrontendContext:
         """Return the provenance of the nodes emitted for ``item``."""
         return Provenance()
 
-    def node_name(self, item: Any, op_type: str) -> str:
-        """Return the base name of the nodes emitted for ``item`` (made unique by the builder)."""
-        return op_type
+    def node_name(self, item: Any, op_type: str, suffix: str = "") -> str:
+        """Return the base name of a node emitted for ``item`` (made unique by the builder): by
+        default the suffix the converter gave, else the op type."""
+        return suffix or op_type
 
     def where(self, item: Any) -> str:
         """Return where ``item`` is in the source, for messages."""
@@ -63,10 +64,10 @@ class FrontendContext:
                    *, outputs: int = 1, domain: str = "", suffix: str = "") -> tuple[_ir.Value, ...]:
         """Append one node for the current item and return its ``outputs`` outputs.
 
-        The node is named ``node_name(item, suffix or op_type)``.
+        The node is named ``node_name(item, op_type, suffix)``.
         """
         item = self.current()
-        return self.builder.op_multi(op_type, inputs, attrs, name=self.node_name(item, suffix or op_type),
+        return self.builder.op_multi(op_type, inputs, attrs, name=self.node_name(item, op_type, suffix),
                                      outputs=outputs, domain=domain, prov=self.provenance(item))
 
     def emit(self, op_type: str, inputs: Sequence[_ir.Value | None], attrs: Mapping[str, object] | None = None,

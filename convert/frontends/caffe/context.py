@@ -23,23 +23,23 @@ from convert.ir import (
     Value,
     from_array,
 )
+from convert.ir.context import FrontendContext
 
 from .reader import LayerDef
 
 __all__ = ["CaffeContext"]
 
 
-class CaffeContext:
-    """Blob table, shapes and node emission for one conversion."""
+class CaffeContext(FrontendContext):
+    """Blob table, shapes and node emission for one conversion; the current item is the layer."""
 
     def __init__(self, builder: GraphBuilder, source: str, weights_file: str, options: Options) -> None:
-        self.builder = builder
+        super().__init__(builder)
         self.source = source
         self.weights_file = weights_file
         self.options = options
         self.diagnostics = options.diagnostics
         self.blobs: dict[str, Value] = {}
-        self.layer: LayerDef | None = None
 
     # -- blobs ------------------------------------------------------------------------------
     def input(self, layer: LayerDef, index: int = 0) -> Value:
@@ -74,40 +74,32 @@ class CaffeContext:
             dims.append(d)
         return tuple(dims)
 
-    # -- emission ---------------------------------------------------------------------------
-    def prov(self, layer: LayerDef) -> Provenance:
-        """Return the provenance of ``layer``."""
-        return Provenance(file=self.source, layer=layer.name, kind=layer.type, line=layer.line)
+    # -- emission (convert.ir.context.FrontendContext; the current item is the layer) -----------
+    def provenance(self, item: LayerDef) -> Provenance:
+        """Return the provenance of ``item``: the prototxt, the layer's line, type and name."""
+        return Provenance(file=self.source, layer=item.name, kind=item.type, line=item.line)
 
-    def op(
-        self,
-        layer: LayerDef,
-        op_type: str,
-        inputs: Sequence[Value | None],
-        attributes: Mapping[str, object] | None,
-        shape: Sequence[int],
-        *,
-        suffix: str = "",
-    ) -> Value:
-        """Append one node for ``layer`` and return its output, typed float32 with ``shape``."""
-        out = self.builder.op(op_type, inputs, attributes, name=layer.name + suffix, prov=self.prov(layer))
-        out.type = TensorType(DataType.FLOAT)
-        out.shape = Shape([int(d) for d in shape])
+    def node_name(self, item: LayerDef, op_type: str, suffix: str = "") -> str:
+        """Nodes are named after their layer, plus the converter's suffix (``conv1_pad``)."""
+        return item.name + suffix
+
+    def emit(self, op_type: str, inputs: Sequence[Value | None], attrs: Mapping[str, object] | None = None,
+             shape: Sequence[int] | None = None, *, domain: str = "", suffix: str = "") -> Value:
+        """Append one node for the current layer and return its output, typed float32 with ``shape``."""
+        out = super().emit(op_type, inputs, attrs, domain=domain, suffix=suffix)
+        if shape is not None:
+            out.type = TensorType(DataType.FLOAT)
+            out.shape = Shape([int(d) for d in shape])
         return out
 
-    def ops(
-        self,
-        layer: LayerDef,
-        op_type: str,
-        inputs: Sequence[Value | None],
-        attributes: Mapping[str, object] | None,
-        shapes: Sequence[Sequence[int]],
-    ) -> tuple[Value, ...]:
-        """Append one node with several outputs (Split) and return them."""
-        outs = self.builder.op_multi(
-            op_type, inputs, attributes, name=layer.name, outputs=len(shapes), prov=self.prov(layer)
-        )
-        for out, shape in zip(outs, shapes, strict=True):
+    def emit_multi(self, op_type: str, inputs: Sequence[Value | None], attrs: Mapping[str, object] | None = None,
+                   shapes: Sequence[Sequence[int]] | None = None, *, outputs: int = 1, domain: str = "",
+                   suffix: str = "") -> tuple[Value, ...]:
+        """Append one node with several outputs (Split, TopK) for the current layer, each typed
+        float32 with its shape in ``shapes``."""
+        outs = super().emit_multi(op_type, inputs, attrs, outputs=len(shapes) if shapes else outputs,
+                                  domain=domain, suffix=suffix)
+        for out, shape in zip(outs, shapes or (), strict=False):
             out.type = TensorType(DataType.FLOAT)
             out.shape = Shape([int(d) for d in shape])
         return outs
@@ -146,9 +138,9 @@ class CaffeContext:
         return arr.reshape(tuple(shape))
 
     # -- errors ---------------------------------------------------------------------------------
-    def where(self, layer: LayerDef) -> str:
+    def where(self, item: LayerDef) -> str:
         """Return ``file:line``."""
-        return f"{self.source}:{layer.line}" if layer.line is not None else self.source
+        return f"{self.source}:{item.line}" if item.line is not None else self.source
 
     def error(self, layer: LayerDef, why: str) -> ConversionError:
         """Return a ``ConversionError`` naming ``layer`` and its prototxt line."""

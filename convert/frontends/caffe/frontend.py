@@ -122,7 +122,7 @@ def _convert(net: NetDef, weights_name: str, options: Options) -> Model:
             builder.names.reserve(name)
 
     def run(convert: Converter, layer: LayerDef) -> None:
-        ctx.layer = layer
+        ctx.item = layer
         convert(layer, ctx)
 
     convert_all(net.layers, LAYERS, key=lambda layer: layer.type, call=run, options=options, stage="caffe layers",

@@ -154,7 +154,7 @@ def _convolution(layer: LayerDef, ctx: CaffeContext, *, transposed: bool) -> Non
         "group": g,
     }
     op = "ConvTranspose" if transposed else "Conv"
-    ctx.set_top(layer, ctx.op(layer, op, inputs, attrs, (n, m, oh, ow)))
+    ctx.set_top(layer, ctx.emit(op, inputs, attrs, (n, m, oh, ow)))
 
 
 _note("Deconvolution", "ConvTranspose", "2-D")
@@ -188,7 +188,7 @@ def pooling(layer: LayerDef, ctx: CaffeContext) -> None:
         raise ctx.error(layer, "STOCHASTIC pooling has no inference equivalent")
     if pp.global_pooling:
         op = "GlobalMaxPool" if method == 0 else "GlobalAveragePool"
-        ctx.set_top(layer, ctx.op(layer, op, [x], None, (n, c, 1, 1)))
+        ctx.set_top(layer, ctx.emit(op, [x], None, (n, c, 1, 1)))
         return
     kh, kw = _hw(pp, "kernel", -1)
     if kh <= 0 or kw <= 0:
@@ -207,18 +207,18 @@ def pooling(layer: LayerDef, ctx: CaffeContext) -> None:
     ew = max(0, (ow - 1) * sw + kw - (w + 2 * pw))
     base = {"kernel_shape": [kh, kw], "strides": [sh, sw]}
     if method == 0:
-        y = ctx.op(layer, "MaxPool", [x], {**base, "pads": [ph, pw, ph + eh, pw + ew]}, (n, c, oh, ow))
+        y = ctx.emit("MaxPool", [x], {**base, "pads": [ph, pw, ph + eh, pw + ew]}, (n, c, oh, ow))
     elif not (eh or ew):
         attrs = {**base, "pads": [ph, pw, ph, pw], "count_include_pad": 1 if any_pad else 0}
-        y = ctx.op(layer, "AveragePool", [x], attrs, (n, c, oh, ow))
+        y = ctx.emit("AveragePool", [x], attrs, (n, c, oh, ow))
     elif not any_pad:
         attrs = {**base, "pads": [0, 0, eh, ew], "count_include_pad": 0}
-        y = ctx.op(layer, "AveragePool", [x], attrs, (n, c, oh, ow))
+        y = ctx.emit("AveragePool", [x], attrs, (n, c, oh, ow))
     else:
         pads = ctx.const([0, 0, ph, pw, 0, 0, ph, pw], np.int64)
-        xp = ctx.op(layer, "Pad", [x, pads], {"mode": "constant"}, (n, c, h + 2 * ph, w + 2 * pw), suffix="_pad")
+        xp = ctx.emit("Pad", [x, pads], {"mode": "constant"}, (n, c, h + 2 * ph, w + 2 * pw), suffix="_pad")
         attrs = {**base, "pads": [0, 0, eh, ew], "count_include_pad": 0}
-        y = ctx.op(layer, "AveragePool", [xp], attrs, (n, c, oh, ow))
+        y = ctx.emit("AveragePool", [xp], attrs, (n, c, oh, ow))
     ctx.set_top(layer, y)
 
 
@@ -247,11 +247,11 @@ def inner_product(layer: LayerDef, ctx: CaffeContext) -> None:
     if ip.bias_term:
         inputs.append(ctx.weight(layer, ctx.blob(layer, 1, (m,), "bias"), "bias"))
     if len(shape) != 2 or axis != 1:
-        inputs[0] = ctx.op(layer, "Flatten", [x], {"axis": axis}, (lead, k), suffix="_flatten")
-    y = ctx.op(layer, "Gemm", inputs, {"transB": 0 if transpose else 1}, (lead, m))
+        inputs[0] = ctx.emit("Flatten", [x], {"axis": axis}, (lead, k), suffix="_flatten")
+    y = ctx.emit("Gemm", inputs, {"transB": 0 if transpose else 1}, (lead, m))
     if axis != 1:
         out_shape = (*shape[:axis], m)
-        y = ctx.op(layer, "Reshape", [y, ctx.const(out_shape, np.int64)], None, out_shape, suffix="_reshape")
+        y = ctx.emit("Reshape", [y, ctx.const(out_shape, np.int64)], None, out_shape, suffix="_reshape")
     ctx.set_top(layer, y)
 
 
@@ -262,7 +262,7 @@ _note("InnerProduct", "Gemm", "axis and transpose honoured")
 def _unary(op: str, attrs: Callable[[LayerDef], dict[str, object]] | None = None) -> Converter:
     def convert(layer: LayerDef, ctx: CaffeContext) -> None:
         x = ctx.input(layer)
-        ctx.set_top(layer, ctx.op(layer, op, [x], attrs(layer) if attrs else None, ctx.shape(x)))
+        ctx.set_top(layer, ctx.emit(op, [x], attrs(layer) if attrs else None, ctx.shape(x)))
 
     convert.__doc__ = f"-> {op}"
     return convert
@@ -274,9 +274,9 @@ def relu(layer: LayerDef, ctx: CaffeContext) -> None:
     x = ctx.input(layer)
     slope = float(_p(layer, "relu_param").negative_slope)
     if slope:
-        y = ctx.op(layer, "LeakyRelu", [x], {"alpha": slope}, ctx.shape(x))
+        y = ctx.emit("LeakyRelu", [x], {"alpha": slope}, ctx.shape(x))
     else:
-        y = ctx.op(layer, "Relu", [x], None, ctx.shape(x))
+        y = ctx.emit("Relu", [x], None, ctx.shape(x))
     ctx.set_top(layer, y)
 
 
@@ -301,7 +301,7 @@ for _t, _m in (
 def relu6(layer: LayerDef, ctx: CaffeContext) -> None:
     """ReLU6 (fork) -> Clip(0, 6)."""
     x = ctx.input(layer)
-    ctx.set_top(layer, ctx.op(layer, "Clip", [x, ctx.const(0.0), ctx.const(6.0)], None, ctx.shape(x)))
+    ctx.set_top(layer, ctx.emit("Clip", [x, ctx.const(0.0), ctx.const(6.0)], None, ctx.shape(x)))
 
 
 _note("ReLU6", "Clip(0, 6)")
@@ -313,7 +313,7 @@ def clip(layer: LayerDef, ctx: CaffeContext) -> None:
     x = ctx.input(layer)
     cp = _p(layer, "clip_param")
     lo, hi = ctx.const(float(cp.min)), ctx.const(float(cp.max))
-    ctx.set_top(layer, ctx.op(layer, "Clip", [x, lo, hi], None, ctx.shape(x)))
+    ctx.set_top(layer, ctx.emit("Clip", [x, lo, hi], None, ctx.shape(x)))
 
 
 _note("Clip", "Clip")
@@ -325,9 +325,9 @@ def swish(layer: LayerDef, ctx: CaffeContext) -> None:
     x = ctx.input(layer)
     shape = ctx.shape(x)
     beta = float(_p(layer, "swish_param").beta)
-    xb = x if beta == 1.0 else ctx.op(layer, "Mul", [x, ctx.const(beta)], None, shape, suffix="_beta")
-    s = ctx.op(layer, "Sigmoid", [xb], None, shape, suffix="_sigmoid")
-    ctx.set_top(layer, ctx.op(layer, "Mul", [x, s], None, shape))
+    xb = x if beta == 1.0 else ctx.emit("Mul", [x, ctx.const(beta)], None, shape, suffix="_beta")
+    s = ctx.emit("Sigmoid", [xb], None, shape, suffix="_sigmoid")
+    ctx.set_top(layer, ctx.emit("Mul", [x, s], None, shape))
 
 
 _note("Swish", "Mul(x, Sigmoid(beta x))")
@@ -343,7 +343,7 @@ def prelu(layer: LayerDef, ctx: CaffeContext) -> None:
         slope = ctx.blob(layer, 0, (1,), "slope")
     else:
         slope = ctx.blob(layer, 0, (shape[1],), "slope").reshape((shape[1],) + (1,) * (len(shape) - 2))
-    ctx.set_top(layer, ctx.op(layer, "PRelu", [x, ctx.weight(layer, slope, "slope")], None, shape))
+    ctx.set_top(layer, ctx.emit("PRelu", [x, ctx.weight(layer, slope, "slope")], None, shape))
 
 
 _note("PReLU", "PRelu", "channel_shared")
@@ -352,9 +352,9 @@ _note("PReLU", "PRelu", "channel_shared")
 def _affine(layer: LayerDef, ctx: CaffeContext, x: Value, scale: float, shift: float, tag: str) -> Value:
     shape = ctx.shape(x)
     if scale != 1.0:
-        x = ctx.op(layer, "Mul", [x, ctx.const(scale)], None, shape, suffix=f"_{tag}scale")
+        x = ctx.emit("Mul", [x, ctx.const(scale)], None, shape, suffix=f"_{tag}scale")
     if shift != 0.0:
-        x = ctx.op(layer, "Add", [x, ctx.const(shift)], None, shape, suffix=f"_{tag}shift")
+        x = ctx.emit("Add", [x, ctx.const(shift)], None, shape, suffix=f"_{tag}shift")
     return x
 
 
@@ -366,9 +366,9 @@ def power(layer: LayerDef, ctx: CaffeContext) -> None:
     shape = ctx.shape(x)
     y = _affine(layer, ctx, x, float(pp.scale), float(pp.shift), "")
     if float(pp.power) != 1.0:
-        y = ctx.op(layer, "Pow", [y, ctx.const(float(pp.power))], None, shape)
+        y = ctx.emit("Pow", [y, ctx.const(float(pp.power))], None, shape)
     elif y is x:
-        y = ctx.op(layer, "Identity", [x], None, shape)
+        y = ctx.emit("Identity", [x], None, shape)
     ctx.set_top(layer, y)
 
 
@@ -383,7 +383,7 @@ def exp(layer: LayerDef, ctx: CaffeContext) -> None:
     base = float(ep.base)
     k = 1.0 if base == -1.0 else math.log(base)
     y = _affine(layer, ctx, x, float(ep.scale) * k, float(ep.shift) * k, "")
-    ctx.set_top(layer, ctx.op(layer, "Exp", [y], None, ctx.shape(x)))
+    ctx.set_top(layer, ctx.emit("Exp", [y], None, ctx.shape(x)))
 
 
 _note("Exp", "Exp")
@@ -396,9 +396,9 @@ def log(layer: LayerDef, ctx: CaffeContext) -> None:
     x = ctx.input(layer)
     shape = ctx.shape(x)
     y = _affine(layer, ctx, x, float(lp.scale), float(lp.shift), "")
-    y = ctx.op(layer, "Log", [y], None, shape)
+    y = ctx.emit("Log", [y], None, shape)
     if float(lp.base) != -1.0:
-        y = ctx.op(layer, "Mul", [y, ctx.const(1.0 / math.log(float(lp.base)))], None, shape, suffix="_base")
+        y = ctx.emit("Mul", [y, ctx.const(1.0 / math.log(float(lp.base)))], None, shape, suffix="_base")
     ctx.set_top(layer, y)
 
 
@@ -411,9 +411,9 @@ def threshold(layer: LayerDef, ctx: CaffeContext) -> None:
     x = ctx.input(layer)
     shape = ctx.shape(x)
     t = float(_p(layer, "threshold_param").threshold)
-    g = ctx.op(layer, "Greater", [x, ctx.const(t)], None, shape, suffix="_gt")
+    g = ctx.emit("Greater", [x, ctx.const(t)], None, shape, suffix="_gt")
     g.type = TensorType(DataType.BOOL)
-    ctx.set_top(layer, ctx.op(layer, "Cast", [g], {"to": 1}, shape))
+    ctx.set_top(layer, ctx.emit("Cast", [g], {"to": 1}, shape))
 
 
 _note("Threshold", "Greater + Cast")

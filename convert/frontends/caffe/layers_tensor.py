@@ -42,7 +42,7 @@ def batch_norm(layer: LayerDef, ctx: CaffeContext) -> None:
         ctx.weight(layer, mean * inv, "mean"),
         ctx.weight(layer, var * inv, "var"),
     ]
-    ctx.set_top(layer, ctx.op(layer, "BatchNormalization", inputs, {"epsilon": eps}, shape))
+    ctx.set_top(layer, ctx.emit("BatchNormalization", inputs, {"epsilon": eps}, shape))
 
 
 _note("BatchNorm", "BatchNormalization", "moving-average factor blob applied")
@@ -62,7 +62,7 @@ def bn(layer: LayerDef, ctx: CaffeContext) -> None:
     blobs = [ctx.blob(layer, i, (c,), what) for i, what in enumerate(names)]
     inputs = [x, *(ctx.weight(layer, b, what) for b, what in zip(blobs, names, strict=True))]
     eps = float(_p(layer, "bn_param").eps)
-    ctx.set_top(layer, ctx.op(layer, "BatchNormalization", inputs, {"epsilon": eps}, shape))
+    ctx.set_top(layer, ctx.emit("BatchNormalization", inputs, {"epsilon": eps}, shape))
 
 
 _note("BN", "BatchNormalization", "PSPNet's layer: slope, bias, mean, variance blobs")
@@ -90,7 +90,7 @@ def scale(layer: LayerDef, ctx: CaffeContext) -> None:
         yshape = ctx.shape(y)
         target = _broadcast(yshape, len(shape), axis)
         if target != yshape:
-            y = ctx.op(layer, "Reshape", [y, ctx.const(target, np.int64)], None, target, suffix="_factor")
+            y = ctx.emit("Reshape", [y, ctx.const(target, np.int64)], None, target, suffix="_factor")
         pshape = yshape
         factor: Value = y
     else:
@@ -98,10 +98,10 @@ def scale(layer: LayerDef, ctx: CaffeContext) -> None:
         arr = ctx.blob(layer, 0, pshape, "scale")
         factor = ctx.weight(layer, arr.reshape(_broadcast(pshape, len(shape), axis)), "scale")
         blob_i = 1
-    out = ctx.op(layer, "Mul", [x, factor], None, shape, suffix="_mul" if sp.bias_term else "")
+    out = ctx.emit("Mul", [x, factor], None, shape, suffix="_mul" if sp.bias_term else "")
     if sp.bias_term:
         bias = ctx.blob(layer, blob_i, pshape, "bias").reshape(_broadcast(pshape, len(shape), axis))
-        out = ctx.op(layer, "Add", [out, ctx.weight(layer, bias, "bias")], None, shape)
+        out = ctx.emit("Add", [out, ctx.weight(layer, bias, "bias")], None, shape)
     ctx.set_top(layer, out)
 
 
@@ -120,12 +120,12 @@ def bias(layer: LayerDef, ctx: CaffeContext) -> None:
         yshape = ctx.shape(y)
         target = _broadcast(yshape, len(shape), axis)
         if target != yshape:
-            y = ctx.op(layer, "Reshape", [y, ctx.const(target, np.int64)], None, target, suffix="_bias")
+            y = ctx.emit("Reshape", [y, ctx.const(target, np.int64)], None, target, suffix="_bias")
         b: Value = y
     else:
         pshape = _param_shape(shape, axis, int(bp.num_axes))
         b = ctx.weight(layer, ctx.blob(layer, 0, pshape, "bias").reshape(_broadcast(pshape, len(shape), axis)), "bias")
-    ctx.set_top(layer, ctx.op(layer, "Add", [x, b], None, shape))
+    ctx.set_top(layer, ctx.emit("Add", [x, b], None, shape))
 
 
 _note("Bias", "Add", "axis, num_axes, second bottom")
@@ -144,7 +144,7 @@ def lrn(layer: LayerDef, ctx: CaffeContext) -> None:
         "beta": float(lp.beta),
         "bias": float(lp.k),
     }
-    ctx.set_top(layer, ctx.op(layer, "LRN", [x], attrs, ctx.shape(x)))
+    ctx.set_top(layer, ctx.emit("LRN", [x], attrs, ctx.shape(x)))
 
 
 _note("LRN", "LRN", "ACROSS_CHANNELS only")
@@ -158,14 +158,14 @@ def normalize(layer: LayerDef, ctx: CaffeContext) -> None:
     n, c, h, w = _rank4(layer, ctx, x)
     axes = [1, 2, 3] if np_.across_spatial else [1]
     rshape = (n, 1, 1, 1) if np_.across_spatial else (n, 1, h, w)
-    ss = ctx.op(layer, "ReduceSumSquare", [x], {"axes": axes, "keepdims": 1}, rshape, suffix="_sumsq")
-    ss = ctx.op(layer, "Add", [ss, ctx.const(float(np_.eps))], None, rshape, suffix="_eps")
-    norm = ctx.op(layer, "Sqrt", [ss], None, rshape, suffix="_norm")
-    y = ctx.op(layer, "Div", [x, norm], None, (n, c, h, w), suffix="_div")
+    ss = ctx.emit("ReduceSumSquare", [x], {"axes": axes, "keepdims": 1}, rshape, suffix="_sumsq")
+    ss = ctx.emit("Add", [ss, ctx.const(float(np_.eps))], None, rshape, suffix="_eps")
+    norm = ctx.emit("Sqrt", [ss], None, rshape, suffix="_norm")
+    y = ctx.emit("Div", [x, norm], None, (n, c, h, w), suffix="_div")
     shared = bool(np_.channel_shared)
     s = ctx.blob(layer, 0, (1,) if shared else (c,), "scale")
     s = s if shared else s.reshape(c, 1, 1)
-    ctx.set_top(layer, ctx.op(layer, "Mul", [y, ctx.weight(layer, s, "scale")], None, (n, c, h, w)))
+    ctx.set_top(layer, ctx.emit("Mul", [y, ctx.weight(layer, s, "scale")], None, (n, c, h, w)))
 
 
 _note("Normalize", "ReduceSumSquare, Add, Sqrt, Div, Mul", "across_spatial, channel_shared")
@@ -184,23 +184,23 @@ def eltwise(layer: LayerDef, ctx: CaffeContext) -> None:
         raise ctx.error(layer, f"{len(coeffs)} coeffs for {len(xs)} bottoms")
     if op == 1:  # SUM
         if len(xs) == 2 and coeffs == [1.0, -1.0]:
-            ctx.set_top(layer, ctx.op(layer, "Sub", xs, None, shape))
+            ctx.set_top(layer, ctx.emit("Sub", xs, None, shape))
             return
         terms = []
         for i, (x, c) in enumerate(zip(xs, coeffs or [1.0] * len(xs), strict=True)):
-            terms.append(x if c == 1.0 else ctx.op(layer, "Mul", [x, ctx.const(c)], None, shape, suffix=f"_c{i}"))
+            terms.append(x if c == 1.0 else ctx.emit("Mul", [x, ctx.const(c)], None, shape, suffix=f"_c{i}"))
         if len(terms) == 2:
-            ctx.set_top(layer, ctx.op(layer, "Add", terms, None, shape))
+            ctx.set_top(layer, ctx.emit("Add", terms, None, shape))
         else:
-            ctx.set_top(layer, ctx.op(layer, "Sum", terms, None, shape))
+            ctx.set_top(layer, ctx.emit("Sum", terms, None, shape))
     elif op == 0:  # PROD
         y = xs[0]
         for i, x in enumerate(xs[1:]):
             last = i == len(xs) - 2
-            y = ctx.op(layer, "Mul", [y, x], None, shape, suffix="" if last else f"_{i}")
+            y = ctx.emit("Mul", [y, x], None, shape, suffix="" if last else f"_{i}")
         ctx.set_top(layer, y)
     else:
-        ctx.set_top(layer, ctx.op(layer, "Max", xs, None, shape))
+        ctx.set_top(layer, ctx.emit("Max", xs, None, shape))
 
 
 _note("Eltwise", "Add / Sub / Sum / Mul / Max", "SUM with coeff, PROD, MAX")
@@ -216,7 +216,7 @@ def concat(layer: LayerDef, ctx: CaffeContext) -> None:
     axis = int(cp.axis) if (_has(cp, "axis") or not _has(cp, "concat_dim")) else int(cp.concat_dim)
     axis = _axis(axis, len(shape))
     shape[axis] = sum(ctx.shape(x)[axis] for x in xs)
-    ctx.set_top(layer, ctx.op(layer, "Concat", xs, {"axis": axis}, shape))
+    ctx.set_top(layer, ctx.emit("Concat", xs, {"axis": axis}, shape))
 
 
 _note("Concat", "Concat", "axis / concat_dim")
@@ -245,9 +245,9 @@ def slice_(layer: LayerDef, ctx: CaffeContext) -> None:
         raise ctx.error(layer, f"slice points {points} do not increase within axis size {shape[axis]}")
     shapes = [tuple(s if i == axis else d for i, d in enumerate(shape)) for s in sizes]
     if n == 1:
-        outs: tuple[Value, ...] = (ctx.op(layer, "Identity", [x], None, shape),)
+        outs: tuple[Value, ...] = (ctx.emit("Identity", [x], None, shape),)
     else:
-        outs = ctx.ops(layer, "Split", [x, ctx.const(sizes, np.int64)], {"axis": axis}, shapes)
+        outs = ctx.emit_multi("Split", [x, ctx.const(sizes, np.int64)], {"axis": axis}, shapes)
     for i, out in enumerate(outs):
         ctx.set_top(layer, out, i)
 
@@ -286,9 +286,9 @@ def flatten(layer: LayerDef, ctx: CaffeContext) -> None:
     end = _axis(int(fp.end_axis), len(shape))
     out = (*shape[:axis], int(np.prod(shape[axis : end + 1], dtype=np.int64)), *shape[end + 1 :])
     if axis == 1 and end == len(shape) - 1:
-        y = ctx.op(layer, "Flatten", [x], {"axis": 1}, out)
+        y = ctx.emit("Flatten", [x], {"axis": 1}, out)
     else:
-        y = ctx.op(layer, "Reshape", [x, ctx.const(out, np.int64)], None, out)
+        y = ctx.emit("Reshape", [x, ctx.const(out, np.int64)], None, out)
     ctx.set_top(layer, y)
 
 
@@ -317,7 +317,7 @@ def reshape(layer: LayerDef, ctx: CaffeContext) -> None:
     out = caffe_reshape(shape, [int(d) for d in rp.shape.dim], int(rp.axis), int(rp.num_axes))
     if int(np.prod(out, dtype=np.int64)) != int(np.prod(shape, dtype=np.int64)):
         raise ctx.error(layer, f"cannot reshape {list(shape)} to {list(out)}")
-    ctx.set_top(layer, ctx.op(layer, "Reshape", [x, ctx.const(out, np.int64)], None, out))
+    ctx.set_top(layer, ctx.emit("Reshape", [x, ctx.const(out, np.int64)], None, out))
 
 
 _note("Reshape", "Reshape", "axis, num_axes")
@@ -329,7 +329,7 @@ def softmax(layer: LayerDef, ctx: CaffeContext) -> None:
     x = ctx.input(layer)
     shape = ctx.shape(x)
     axis = _axis(int(_p(layer, "softmax_param").axis), len(shape))
-    ctx.set_top(layer, ctx.op(layer, "Softmax", [x], {"axis": axis}, shape))
+    ctx.set_top(layer, ctx.emit("Softmax", [x], {"axis": axis}, shape))
 
 
 _note("Softmax", "Softmax", "axis")
@@ -355,8 +355,7 @@ def crop(layer: LayerDef, ctx: CaffeContext) -> None:
     if any(e > shape[a] for e, a in zip(ends, axes, strict=True)):
         raise ctx.error(layer, f"crop of {list(shape)} to {list(ref)} at offsets {offs} runs past the input")
     out = (*shape[:axis], *ref[axis:])
-    y = ctx.op(
-        layer,
+    y = ctx.emit(
         "Slice",
         [x, ctx.const(offs, np.int64), ctx.const(ends, np.int64), ctx.const(axes, np.int64)],
         None,
@@ -378,7 +377,7 @@ def permute(layer: LayerDef, ctx: CaffeContext) -> None:
     if sorted(order) != list(range(len(shape))):
         raise ctx.error(layer, f"order {order} is not a permutation of {len(shape)} axes")
     out = tuple(shape[a] for a in order)
-    ctx.set_top(layer, ctx.op(layer, "Transpose", [x], {"perm": order}, out))
+    ctx.set_top(layer, ctx.emit("Transpose", [x], {"perm": order}, out))
 
 
 _note("Permute", "Transpose")
@@ -393,10 +392,10 @@ def shuffle_channel(layer: LayerDef, ctx: CaffeContext) -> None:
     if g <= 0 or c % g:
         raise ctx.error(layer, f"group {g} does not divide {c} channels")
     s5 = (n, g, c // g, h, w)
-    y = ctx.op(layer, "Reshape", [x, ctx.const(s5, np.int64)], None, s5, suffix="_split")
+    y = ctx.emit("Reshape", [x, ctx.const(s5, np.int64)], None, s5, suffix="_split")
     t5 = (n, c // g, g, h, w)
-    y = ctx.op(layer, "Transpose", [y], {"perm": [0, 2, 1, 3, 4]}, t5, suffix="_shuffle")
-    ctx.set_top(layer, ctx.op(layer, "Reshape", [y, ctx.const((n, c, h, w), np.int64)], None, (n, c, h, w)))
+    y = ctx.emit("Transpose", [y], {"perm": [0, 2, 1, 3, 4]}, t5, suffix="_shuffle")
+    ctx.set_top(layer, ctx.emit("Reshape", [y, ctx.const((n, c, h, w), np.int64)], None, (n, c, h, w)))
 
 
 _note("ShuffleChannel", "Reshape, Transpose, Reshape")
@@ -418,7 +417,7 @@ def upsample(layer: LayerDef, ctx: CaffeContext) -> None:
         oh, ow = h * sh, w * sw
     attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
     sizes = ctx.const((n, c, oh, ow), np.int64)
-    ctx.set_top(layer, ctx.op(layer, "Resize", [x, None, None, sizes], attrs, (n, c, oh, ow)))
+    ctx.set_top(layer, ctx.emit("Resize", [x, None, None, sizes], attrs, (n, c, oh, ow)))
 
 
 _note("Upsample", "Resize(nearest)", "one bottom")
@@ -445,7 +444,7 @@ def interp(layer: LayerDef, ctx: CaffeContext) -> None:
             oh, ow = oh + (oh - 1) * (int(ip.zoom_factor) - 1), ow + (ow - 1) * (int(ip.zoom_factor) - 1)
     attrs = {"mode": "linear", "coordinate_transformation_mode": "align_corners"}
     sizes = ctx.const((n, c, oh, ow), np.int64)
-    ctx.set_top(layer, ctx.op(layer, "Resize", [x, None, None, sizes], attrs, (n, c, oh, ow)))
+    ctx.set_top(layer, ctx.emit("Resize", [x, None, None, sizes], attrs, (n, c, oh, ow)))
 
 
 _note("Interp", "Resize(linear, align_corners)", "no pad_beg/pad_end")
@@ -464,7 +463,7 @@ def tile(layer: LayerDef, ctx: CaffeContext) -> None:
         raise ctx.error(layer, f"tile_param axis {tp.axis} / tiles {tp.tiles} do not fit a {len(shape)}-d bottom")
     repeats = [tiles if i == axis else 1 for i in range(len(shape))]
     out = tuple(d * r for d, r in zip(shape, repeats, strict=True))
-    ctx.set_top(layer, ctx.op(layer, "Tile", [x, ctx.const(repeats, np.int64)], None, out))
+    ctx.set_top(layer, ctx.emit("Tile", [x, ctx.const(repeats, np.int64)], None, out))
 
 
 _note("Tile", "Tile")
@@ -473,8 +472,8 @@ def _reduce(ctx: CaffeContext, layer: LayerDef, op: str, x: Value, axes: list[in
             out: tuple[int, ...], suffix: str = "") -> Value:
     """A Reduce* node in the IR's opset 17: ReduceSum takes its axes as an input, the others as an attribute."""
     if op == "ReduceSum":
-        return ctx.op(layer, op, [x, ctx.const(axes, np.int64)], {"keepdims": keepdims}, out, suffix=suffix)
-    return ctx.op(layer, op, [x], {"axes": axes, "keepdims": keepdims}, out, suffix=suffix)
+        return ctx.emit(op, [x, ctx.const(axes, np.int64)], {"keepdims": keepdims}, out, suffix=suffix)
+    return ctx.emit(op, [x], {"axes": axes, "keepdims": keepdims}, out, suffix=suffix)
 
 
 # Caffe's ReductionParameter.ReductionOp: SUM = 1, ASUM = 2, SUMSQ = 3, MEAN = 4.
@@ -497,10 +496,10 @@ def reduction(layer: LayerDef, ctx: CaffeContext) -> None:
     axis = _axis(int(rp.axis), len(shape))
     lead = tuple(shape[:axis])
     flat = (*lead, int(np.prod(shape[axis:], dtype=np.int64)))
-    y = ctx.op(layer, "Reshape", [x, ctx.const(flat, np.int64)], None, flat, suffix="_flat")
+    y = ctx.emit("Reshape", [x, ctx.const(flat, np.int64)], None, flat, suffix="_flat")
     y = _reduce(ctx, layer, op, y, [len(flat) - 1], 0, lead, "_reduce" if float(rp.coeff) != 1.0 else "")
     if float(rp.coeff) != 1.0:
-        y = ctx.op(layer, "Mul", [y, ctx.const(float(rp.coeff))], None, lead)
+        y = ctx.emit("Mul", [y, ctx.const(float(rp.coeff))], None, lead)
     ctx.set_top(layer, y)
 
 
@@ -522,23 +521,23 @@ def argmax(layer: LayerDef, ctx: CaffeContext) -> None:
         if ap.out_max_val:
             ctx.set_top(layer, _reduce(ctx, layer, "ReduceMax", x, [axis], 1, out))
             return
-        idx = ctx.op(layer, "ArgMax", [x], {"axis": axis, "keepdims": 1}, out, suffix="_index")
+        idx = ctx.emit("ArgMax", [x], {"axis": axis, "keepdims": 1}, out, suffix="_index")
         idx.type = TensorType(DataType.INT64)
-        ctx.set_top(layer, ctx.op(layer, "Cast", [idx], {"to": 1}, out))
+        ctx.set_top(layer, ctx.emit("Cast", [idx], {"to": 1}, out))
         return
     n = shape[0]
     flat = (n, int(np.prod(shape[1:], dtype=np.int64)))
-    y = ctx.op(layer, "Reshape", [x, ctx.const(flat, np.int64)], None, flat, suffix="_flat")
-    index = ctx.op(layer, "ArgMax", [y], {"axis": 1, "keepdims": 1}, (n, 1), suffix="_index")
+    y = ctx.emit("Reshape", [x, ctx.const(flat, np.int64)], None, flat, suffix="_flat")
+    index = ctx.emit("ArgMax", [y], {"axis": 1, "keepdims": 1}, (n, 1), suffix="_index")
     index.type = TensorType(DataType.INT64)
-    index = ctx.op(layer, "Cast", [index], {"to": 1}, (n, 1), suffix="_float" if ap.out_max_val else "_cast")
+    index = ctx.emit("Cast", [index], {"to": 1}, (n, 1), suffix="_float" if ap.out_max_val else "_cast")
     pieces = [index]
     if ap.out_max_val:
         pieces.append(_reduce(ctx, layer, "ReduceMax", y, [1], 1, (n, 1), "_max"))
     k = len(pieces)
-    both = ctx.op(layer, "Concat", pieces, {"axis": 1}, (n, k), suffix="_both") if k > 1 else index
+    both = ctx.emit("Concat", pieces, {"axis": 1}, (n, k), suffix="_both") if k > 1 else index
     out = (n, k, 1, *([1] * (len(shape) - 3)))  # Caffe: (N, 1 or 2, top_k, 1...) with the bottom's rank
-    ctx.set_top(layer, ctx.op(layer, "Reshape", [both, ctx.const(out, np.int64)], None, out))
+    ctx.set_top(layer, ctx.emit("Reshape", [both, ctx.const(out, np.int64)], None, out))
 
 
 _note("ArgMax", "ArgMax + Cast (ReduceMax for out_max_val)", "top_k 1")
@@ -559,15 +558,15 @@ def mvn(layer: LayerDef, ctx: CaffeContext) -> None:
     axes = list(range(1 if mp.across_channels else 2, len(shape)))
     kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
     mean = _reduce(ctx, layer, "ReduceMean", x, axes, 1, kept, "_mean")
-    centred = ctx.op(layer, "Sub", [x, mean], None, shape, suffix="_centred" if mp.normalize_variance else "")
+    centred = ctx.emit("Sub", [x, mean], None, shape, suffix="_centred" if mp.normalize_variance else "")
     if not mp.normalize_variance:
         ctx.set_top(layer, centred)
         return
-    sq = ctx.op(layer, "Mul", [centred, centred], None, shape, suffix="_sq")
+    sq = ctx.emit("Mul", [centred, centred], None, shape, suffix="_sq")
     var = _reduce(ctx, layer, "ReduceMean", sq, axes, 1, kept, "_var")
-    std = ctx.op(layer, "Sqrt", [var], None, kept, suffix="_std")
-    den = ctx.op(layer, "Add", [std, ctx.const(float(mp.eps))], None, kept, suffix="_den")
-    ctx.set_top(layer, ctx.op(layer, "Div", [centred, den], None, shape))
+    std = ctx.emit("Sqrt", [var], None, kept, suffix="_std")
+    den = ctx.emit("Add", [std, ctx.const(float(mp.eps))], None, kept, suffix="_den")
+    ctx.set_top(layer, ctx.emit("Div", [centred, den], None, shape))
 
 
 _note("MVN", "ReduceMean, Sub, Sqrt, Add(eps), Div", "eps added to the standard deviation, as Caffe does")
@@ -680,7 +679,7 @@ def _dyn(ctx: CaffeContext, layer: LayerDef, op_type: str, inputs: list[Value | 
          attrs: dict[str, object] | None, shape: list[int | str], suffix: str,
          dtype: DataType = DataType.FLOAT) -> Value:
     """A node whose output has a data-dependent dimension (named by a string in ``shape``)."""
-    out = ctx.op(layer, op_type, inputs, attrs, [1], suffix=suffix)
+    out = ctx.emit(op_type, inputs, attrs, [1], suffix=suffix)
     out.type = TensorType(dtype)
     out.shape = Shape(list(shape))
     return out
@@ -716,7 +715,7 @@ def detection_output(layer: LayerDef, ctx: CaffeContext) -> None:
 
     def op(kind: str, ins: list[Value | None], attrs: dict[str, object] | None, shape: tuple[int, ...],
            suffix: str) -> Value:
-        return ctx.op(layer, kind, ins, attrs, shape, suffix=suffix)
+        return ctx.emit(kind, ins, attrs, shape, suffix=suffix)
 
     # decode (all static shapes)
     pr = op("Reshape", [priors, ctx.const((2, p, 4), i64)], None, (2, p, 4), "_priors")
@@ -748,7 +747,7 @@ def detection_output(layer: LayerDef, ctx: CaffeContext) -> None:
     scores = op("Reshape", [conf, ctx.const((p, classes), i64)], None, (p, classes), "_conf")
     scores = op("Transpose", [scores], {"perm": [1, 0]}, (classes, p), "_by_class")
     scores = op("Gather", [scores, ctx.const(labels, i64)], {"axis": 0}, (cls, p), "_objects")
-    best, idx = ctx.ops(layer, "TopK", [scores, ctx.const([k], i64)], {"axis": 1}, [(cls, k), (cls, k)])
+    best, idx = ctx.emit_multi("TopK", [scores, ctx.const([k], i64)], {"axis": 1}, [(cls, k), (cls, k)])
     idx.type = TensorType(DataType.INT64)
     cand = op("Gather", [boxes, idx], {"axis": 0}, (cls, k, 4), "_candidates")
     nms_scores = op("Unsqueeze", [best, ctx.const([1], i64)], None, (cls, 1, k), "_nms_scores")
@@ -769,7 +768,7 @@ def detection_output(layer: LayerDef, ctx: CaffeContext) -> None:
     if int(dp.keep_top_k) > 0:  # the keep_top_k best scores of all classes
         keep = _dyn(ctx, layer, "Min", [count, ctx.const([int(dp.keep_top_k)], i64)], None, [1], "_keep",
                     DataType.INT64)
-        best_rows = ctx.ops(layer, "TopK", [score, keep], {"axis": 0}, [(1,), (1,)])
+        best_rows = ctx.emit_multi("TopK", [score, keep], {"axis": 0}, [(1,), (1,)])
         order = best_rows[1]
         order.type = TensorType(DataType.INT64)
         for v in best_rows:
@@ -781,7 +780,7 @@ def detection_output(layer: LayerDef, ctx: CaffeContext) -> None:
     # Caffe's order: by label, then by score (label - score/2 sorts both, scores being in (0, 1])
     key = _dyn(ctx, layer, "Sub", [label, _dyn(ctx, layer, "Mul", [score, ctx.const(0.5)], None, ["detections"],
                                                "_half_score")], None, ["detections"], "_key")
-    ordered = ctx.ops(layer, "TopK", [key, count], {"axis": 0, "largest": 0}, [(1,), (1,)])
+    ordered = ctx.emit_multi("TopK", [key, count], {"axis": 0, "largest": 0}, [(1,), (1,)])
     ordered[1].type = TensorType(DataType.INT64)
     for v in ordered:
         v.shape = Shape(["detections"])

@@ -34,143 +34,145 @@ from collections.abc import Callable
 
 import numpy as np
 
-from convert.ir import GraphBuilder, Provenance, Registry, Value
+from convert.ir import Registry, Value
+from convert.ir.context import FrontendContext
 
 __all__ = ["ACTIVATIONS", "NUMPY_ACTIVATIONS", "emit_activation"]
 
-EmitFn = Callable[[GraphBuilder, Value, str, Provenance], Value]
+EmitFn = Callable[[FrontendContext, Value], Value]
 ACTIVATIONS: Registry[EmitFn] = Registry("darknet activations")
 
 
-def _f(b: GraphBuilder, value: float) -> Value:
+def _f(ctx: FrontendContext, value: float) -> Value:
     """A float32 scalar constant."""
-    return b.const(np.array(value, np.float32))
+    return ctx.builder.const(np.array(value, np.float32))
 
 
-def emit_activation(b: GraphBuilder, x: Value, activation: str, name: str, prov: Provenance) -> Value:
-    """Append ``activation`` applied to ``x``; the caller has checked the name is supported."""
+def emit_activation(ctx: FrontendContext, x: Value, activation: str) -> Value:
+    """Append ``activation`` applied to ``x`` for the current layer; the caller has checked the name
+    is supported. Its nodes are named ``<layer>_<activation>`` (``convolutional_3_leaky``)."""
     fn = ACTIVATIONS.lookup(activation)
     if fn is None:  # check_support lists these before conversion starts
         raise KeyError(activation)
-    return fn(b, x, name, prov)
+    return fn(ctx, x)
 
 
 @ACTIVATIONS.register("linear", maps_to="nothing")
-def linear(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def linear(ctx: FrontendContext, x: Value) -> Value:
     """Identity."""
     return x
 
 
 @ACTIVATIONS.register("leaky", maps_to="LeakyRelu(alpha=0.1)")
-def leaky(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def leaky(ctx: FrontendContext, x: Value) -> Value:
     """LeakyRelu with Darknet's 0.1 slope."""
-    return b.op("LeakyRelu", [x], {"alpha": 0.1}, name=f"{name}_leaky", prov=prov)
+    return ctx.emit("LeakyRelu", [x], {"alpha": 0.1}, suffix="leaky")
 
 
 @ACTIVATIONS.register("relie", maps_to="LeakyRelu(alpha=0.01)")
-def relie(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def relie(ctx: FrontendContext, x: Value) -> Value:
     """LeakyRelu with slope 0.01."""
-    return b.op("LeakyRelu", [x], {"alpha": 0.01}, name=f"{name}_relie", prov=prov)
+    return ctx.emit("LeakyRelu", [x], {"alpha": 0.01}, suffix="relie")
 
 
 @ACTIVATIONS.register("relu", maps_to="Relu")
-def relu(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def relu(ctx: FrontendContext, x: Value) -> Value:
     """Relu."""
-    return b.op("Relu", [x], name=f"{name}_relu", prov=prov)
+    return ctx.emit("Relu", [x], suffix="relu")
 
 
 @ACTIVATIONS.register("ramp", maps_to="Relu(x) + 0.1 x")
-def ramp(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def ramp(ctx: FrontendContext, x: Value) -> Value:
     """Relu(x) + 0.1 x."""
-    r = b.op("Relu", [x], name=f"{name}_ramp_relu", prov=prov)
-    s = b.op("Mul", [x, _f(b, 0.1)], name=f"{name}_ramp_scale", prov=prov)
-    return b.op("Add", [r, s], name=f"{name}_ramp", prov=prov)
+    r = ctx.emit("Relu", [x], suffix="ramp_relu")
+    s = ctx.emit("Mul", [x, _f(ctx, 0.1)], suffix="ramp_scale")
+    return ctx.emit("Add", [r, s], suffix="ramp")
 
 
 @ACTIVATIONS.register("relu6", maps_to="Clip(0, 6)")
-def relu6(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def relu6(ctx: FrontendContext, x: Value) -> Value:
     """Clip(0, 6)."""
-    return b.op("Clip", [x, _f(b, 0), _f(b, 6)], name=f"{name}_relu6", prov=prov)
+    return ctx.emit("Clip", [x, _f(ctx, 0), _f(ctx, 6)], suffix="relu6")
 
 
 @ACTIVATIONS.register("hardtan", maps_to="Clip(-1, 1)")
-def hardtan(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def hardtan(ctx: FrontendContext, x: Value) -> Value:
     """Clip(-1, 1)."""
-    return b.op("Clip", [x, _f(b, -1), _f(b, 1)], name=f"{name}_hardtan", prov=prov)
+    return ctx.emit("Clip", [x, _f(ctx, -1), _f(ctx, 1)], suffix="hardtan")
 
 
 @ACTIVATIONS.register("logistic", maps_to="Sigmoid")
-def logistic(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def logistic(ctx: FrontendContext, x: Value) -> Value:
     """Sigmoid."""
-    return b.op("Sigmoid", [x], name=f"{name}_logistic", prov=prov)
+    return ctx.emit("Sigmoid", [x], suffix="logistic")
 
 
 @ACTIVATIONS.register("loggy", maps_to="2 Sigmoid(x) - 1")
-def loggy(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def loggy(ctx: FrontendContext, x: Value) -> Value:
     """2 Sigmoid(x) - 1."""
-    s = b.op("Sigmoid", [x], name=f"{name}_loggy_sigmoid", prov=prov)
-    m = b.op("Mul", [s, _f(b, 2)], name=f"{name}_loggy_scale", prov=prov)
-    return b.op("Sub", [m, _f(b, 1)], name=f"{name}_loggy", prov=prov)
+    s = ctx.emit("Sigmoid", [x], suffix="loggy_sigmoid")
+    m = ctx.emit("Mul", [s, _f(ctx, 2)], suffix="loggy_scale")
+    return ctx.emit("Sub", [m, _f(ctx, 1)], suffix="loggy")
 
 
 @ACTIVATIONS.register("tanh", maps_to="Tanh")
-def tanh(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def tanh(ctx: FrontendContext, x: Value) -> Value:
     """Tanh."""
-    return b.op("Tanh", [x], name=f"{name}_tanh", prov=prov)
+    return ctx.emit("Tanh", [x], suffix="tanh")
 
 
 @ACTIVATIONS.register("elu", maps_to="Elu(alpha=1)")
-def elu(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def elu(ctx: FrontendContext, x: Value) -> Value:
     """Elu(alpha=1)."""
-    return b.op("Elu", [x], {"alpha": 1.0}, name=f"{name}_elu", prov=prov)
+    return ctx.emit("Elu", [x], {"alpha": 1.0}, suffix="elu")
 
 
 @ACTIVATIONS.register("selu", maps_to="Selu(1.6732, 1.0507)")
-def selu(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def selu(ctx: FrontendContext, x: Value) -> Value:
     """Selu with Darknet's rounded constants."""
-    return b.op("Selu", [x], {"alpha": 1.6732, "gamma": 1.0507}, name=f"{name}_selu", prov=prov)
+    return ctx.emit("Selu", [x], {"alpha": 1.6732, "gamma": 1.0507}, suffix="selu")
 
 
 @ACTIVATIONS.register("swish", maps_to="x * Sigmoid(x)")
-def swish(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def swish(ctx: FrontendContext, x: Value) -> Value:
     """x * Sigmoid(x)."""
-    s = b.op("Sigmoid", [x], name=f"{name}_swish_sigmoid", prov=prov)
-    return b.op("Mul", [x, s], name=f"{name}_swish", prov=prov)
+    s = ctx.emit("Sigmoid", [x], suffix="swish_sigmoid")
+    return ctx.emit("Mul", [x, s], suffix="swish")
 
 
 @ACTIVATIONS.register("mish", maps_to="x * Tanh(Softplus(x))")
-def mish(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def mish(ctx: FrontendContext, x: Value) -> Value:
     """x * Tanh(Softplus(x))."""
-    sp = b.op("Softplus", [x], name=f"{name}_mish_softplus", prov=prov)
-    t = b.op("Tanh", [sp], name=f"{name}_mish_tanh", prov=prov)
-    return b.op("Mul", [x, t], name=f"{name}_mish", prov=prov)
+    sp = ctx.emit("Softplus", [x], suffix="mish_softplus")
+    t = ctx.emit("Tanh", [sp], suffix="mish_tanh")
+    return ctx.emit("Mul", [x, t], suffix="mish")
 
 
 @ACTIVATIONS.register("hard_mish", maps_to="x * Clip(x/2 + 1, 0, 1)")
-def hard_mish(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def hard_mish(ctx: FrontendContext, x: Value) -> Value:
     """x * Clip(x/2 + 1, 0, 1)."""
-    h = b.op("Mul", [x, _f(b, 0.5)], name=f"{name}_hard_mish_half", prov=prov)
-    h = b.op("Add", [h, _f(b, 1)], name=f"{name}_hard_mish_shift", prov=prov)
-    h = b.op("Clip", [h, _f(b, 0), _f(b, 1)], name=f"{name}_hard_mish_clip", prov=prov)
-    return b.op("Mul", [x, h], name=f"{name}_hard_mish", prov=prov)
+    h = ctx.emit("Mul", [x, _f(ctx, 0.5)], suffix="hard_mish_half")
+    h = ctx.emit("Add", [h, _f(ctx, 1)], suffix="hard_mish_shift")
+    h = ctx.emit("Clip", [h, _f(ctx, 0), _f(ctx, 1)], suffix="hard_mish_clip")
+    return ctx.emit("Mul", [x, h], suffix="hard_mish")
 
 
 @ACTIVATIONS.register("hardswish", maps_to="HardSwish")
-def hardswish(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def hardswish(ctx: FrontendContext, x: Value) -> Value:
     """HardSwish."""
-    return b.op("HardSwish", [x], name=f"{name}_hardswish", prov=prov)
+    return ctx.emit("HardSwish", [x], suffix="hardswish")
 
 
 @ACTIVATIONS.register("gelu", maps_to="tanh approximation (Mul/Add/Tanh)")
-def gelu(b: GraphBuilder, x: Value, name: str, prov: Provenance) -> Value:
+def gelu(ctx: FrontendContext, x: Value) -> Value:
     """0.5 x (1 + tanh(0.797885 x + 0.035677 x^3))."""
-    x3 = b.op("Mul", [b.op("Mul", [x, x], name=f"{name}_gelu_sq", prov=prov), x], name=f"{name}_gelu_cube", prov=prov)
-    a = b.op("Mul", [x, _f(b, 0.797885)], name=f"{name}_gelu_lin", prov=prov)
-    c = b.op("Mul", [x3, _f(b, 0.035677)], name=f"{name}_gelu_cub", prov=prov)
-    t = b.op("Tanh", [b.op("Add", [a, c], name=f"{name}_gelu_arg", prov=prov)], name=f"{name}_gelu_tanh", prov=prov)
-    t = b.op("Add", [t, _f(b, 1)], name=f"{name}_gelu_one", prov=prov)
-    h = b.op("Mul", [x, _f(b, 0.5)], name=f"{name}_gelu_half", prov=prov)
-    return b.op("Mul", [h, t], name=f"{name}_gelu", prov=prov)
+    x3 = ctx.emit("Mul", [ctx.emit("Mul", [x, x], suffix="gelu_sq"), x], suffix="gelu_cube")
+    a = ctx.emit("Mul", [x, _f(ctx, 0.797885)], suffix="gelu_lin")
+    c = ctx.emit("Mul", [x3, _f(ctx, 0.035677)], suffix="gelu_cub")
+    t = ctx.emit("Tanh", [ctx.emit("Add", [a, c], suffix="gelu_arg")], suffix="gelu_tanh")
+    t = ctx.emit("Add", [t, _f(ctx, 1)], suffix="gelu_one")
+    h = ctx.emit("Mul", [x, _f(ctx, 0.5)], suffix="gelu_half")
+    return ctx.emit("Mul", [h, t], suffix="gelu")
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

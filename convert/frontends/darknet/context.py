@@ -16,12 +16,13 @@ from convert.ir import (
     Value,
     lazy,
 )
+from convert.ir.context import FrontendContext
 
 from .activations import NUMPY_ACTIVATIONS, emit_activation
 from .cfg import Section
 from .weights import ParamRequest, WeightSource
 
-__all__ = ["BN_EPSILON", "DarknetContext", "LayerOut"]
+__all__ = ["BN_EPSILON", "DarknetContext", "DecodeHead", "LayerOut"]
 
 # Batch-norm epsilon by lineage: AlexeyAB divides by sqrt(var + 1e-5); the original lineage by
 # sqrt(var) + 1e-6, which we express exactly as epsilon 0 over a variance (sqrt(var) + 1e-6)^2.
@@ -45,9 +46,18 @@ class LayerOut:
         return self.c * self.h * self.w
 
 
-@dataclass(slots=True)
-class DarknetContext:
-    """State shared by the layer converters of one conversion."""
+@dataclass(frozen=True, slots=True)
+class DecodeHead:
+    """The current item while ``--decode`` appends the box decoding of head layer ``index``."""
+
+    index: int
+    sec: Section
+
+
+@dataclass(eq=False)
+class DarknetContext(FrontendContext):
+    """State shared by the layer converters of one conversion; the current item is the section
+    (``[convolutional]``) of layer ``index``."""
 
     b: GraphBuilder
     cfg_name: str
@@ -62,18 +72,34 @@ class DarknetContext:
     input: LayerOut | None = None
     next_kind: str = ""
 
+    def __post_init__(self) -> None:
+        FrontendContext.__init__(self, self.b)
+
     @property
     def diagnostics(self) -> Diagnostics:
         """Where warnings go (errors under --strict)."""
         return self.options.diagnostics
 
-    # -- places and errors ------------------------------------------------------------------
+    # -- places and errors (convert.ir.context.FrontendContext) -------------------------------
+    def provenance(self, item: Section | DecodeHead) -> Provenance:
+        """The cfg, layer index, section type and line of the nodes of the current layer (of the
+        head a decoding belongs to)."""
+        if isinstance(item, DecodeHead):
+            return Provenance(file=self.cfg_name, layer=str(item.index), kind=item.sec.type, line=item.sec.line)
+        return Provenance(file=self.cfg_name, layer=str(self.index), kind=item.type, line=item.line)
+
+    def node_name(self, item: Section | DecodeHead, op_type: str, suffix: str = "") -> str:
+        """``<type>_<index>``, plus ``_<suffix>`` for a layer's other nodes (``convolutional_3_leaky``);
+        ``decode_<index>[_<suffix>]`` for the decoding of a head."""
+        base = f"decode_{item.index}" if isinstance(item, DecodeHead) else self.name(item)
+        return base + (f"_{suffix}" if suffix else "")
+
     def prov(self, sec: Section) -> Provenance:
         """Provenance of the nodes of the current layer."""
-        return Provenance(file=self.cfg_name, layer=str(self.index), kind=sec.type, line=sec.line)
+        return self.provenance(sec)
 
     def name(self, sec: Section) -> str:
-        """Base name of the current layer's nodes: ``<type>_<index>``."""
+        """Base name of the current layer's nodes and weights: ``<type>_<index>``."""
         return f"{sec.type}_{self.index}"
 
     def error(self, sec: Section, why: str, hint: str = "Fix the cfg.") -> ModelFormatError:
@@ -154,12 +180,12 @@ class DarknetContext:
 
     def emit_bn(self, sec: Section, x: Value, scale: Value, bias: Value, mean: Value, var: Value) -> Value:
         """Append a BatchNormalization with the lineage's epsilon."""
-        return self.b.op("BatchNormalization", [x, scale, bias, mean, var],
-                         {"epsilon": BN_EPSILON[self.lineage]}, name=f"{self.name(sec)}_bn", prov=self.prov(sec))
+        return self.emit("BatchNormalization", [x, scale, bias, mean, var],
+                         {"epsilon": BN_EPSILON[self.lineage]}, suffix="bn")
 
     def activate(self, sec: Section, x: Value, activation: str, ms: float) -> tuple[Value, float]:
         """Apply ``activation``; return the value and its estimated mean square."""
-        y = emit_activation(self.b, x, activation, self.name(sec), self.prov(sec))
+        y = emit_activation(self, x, activation)
         return y, self.act_ms(activation, ms)
 
     @staticmethod
@@ -175,7 +201,7 @@ class DarknetContext:
     def reshape(self, sec: Section, x: Value, dims: Sequence[int], suffix: str = "reshape") -> Value:
         """Append a Reshape to ``(batch, *dims)`` (batch copied with 0)."""
         shape = self.b.const(np.array([0, *dims], dtype=np.int64), name=f"{self.name(sec)}_{suffix}_shape")
-        return self.b.op("Reshape", [x, shape], name=f"{self.name(sec)}_{suffix}", prov=self.prov(sec))
+        return self.emit("Reshape", [x, shape], suffix=suffix)
 
     def slice(self, sec: Section, x: Value, axes: Sequence[int], starts: Sequence[int], ends: Sequence[int],
               steps: Sequence[int] | None = None, suffix: str = "slice") -> Value:
@@ -185,4 +211,4 @@ class DarknetContext:
                b.const(np.array(axes, np.int64))]
         if steps is not None:
             ins.append(b.const(np.array(steps, np.int64)))
-        return b.op("Slice", ins, name=f"{self.name(sec)}_{suffix}", prov=self.prov(sec))
+        return self.emit("Slice", ins, suffix=suffix)

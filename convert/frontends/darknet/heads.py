@@ -12,7 +12,7 @@ import numpy as np
 from convert.ir import Value
 
 from .cfg import Section
-from .context import DarknetContext, LayerOut
+from .context import DarknetContext, DecodeHead, LayerOut
 from .layers import LAYERS
 
 __all__ = ["decode_heads"]
@@ -47,19 +47,17 @@ def yolo(sec: Section, ctx: DarknetContext) -> LayerOut:
         raise ctx.error(sec, f"the input has {prev.c} channels, expected {n} anchors x (5 + {classes} classes) = "
                         f"{n * per}", "Set filters of the layer before to (classes + 5) * len(mask).")
     b = ctx.b
-    prov = ctx.prov(sec)
-    name = ctx.name(sec)
     x = ctx.reshape(sec, prev.value, [n, per, prev.h, prev.w], suffix="split")
     xy = ctx.slice(sec, x, [2], [0], [2], suffix="xy")
     wh = ctx.slice(sec, x, [2], [2], [4], suffix="wh")
     rest = ctx.slice(sec, x, [2], [4], [per], suffix="scores")
     if not new_coords:
-        xy = b.op("Sigmoid", [xy], name=f"{name}_xy_logistic", prov=prov)
-        rest = b.op("Sigmoid", [rest], name=f"{name}_scores_logistic", prov=prov)
+        xy = ctx.emit("Sigmoid", [xy], suffix="xy_logistic")
+        rest = ctx.emit("Sigmoid", [rest], suffix="scores_logistic")
     if scale_xy != 1.0:
-        xy = b.op("Mul", [xy, b.const(np.array(scale_xy, np.float32))], name=f"{name}_xy_scale", prov=prov)
-        xy = b.op("Add", [xy, b.const(np.array(-0.5 * (scale_xy - 1), np.float32))], name=f"{name}_xy_shift", prov=prov)
-    y = b.op("Concat", [xy, wh, rest], {"axis": 2}, name=f"{name}_join", prov=prov)
+        xy = ctx.emit("Mul", [xy, b.const(np.array(scale_xy, np.float32))], suffix="xy_scale")
+        xy = ctx.emit("Add", [xy, b.const(np.array(-0.5 * (scale_xy - 1), np.float32))], suffix="xy_shift")
+    y = ctx.emit("Concat", [xy, wh, rest], {"axis": 2}, suffix="join")
     y = ctx.reshape(sec, y, [prev.c, prev.h, prev.w], suffix="out")
     out = LayerOut(y, prev.c, prev.h, prev.w, 0.3, sec.type)
     ctx.heads.append((ctx.index, sec, out))
@@ -86,22 +84,19 @@ def region(sec: Section, ctx: DarknetContext) -> LayerOut:
     if prev.c != total * per:
         raise ctx.error(sec, f"the input has {prev.c} channels, expected {total} x ({coords} + 1 + {classes}) = "
                         f"{total * per}", "Set filters of the layer before to num * (coords + 1 + classes).")
-    b = ctx.b
-    prov = ctx.prov(sec)
-    name = ctx.name(sec)
     x = ctx.reshape(sec, prev.value, [total, per, prev.h, prev.w], suffix="split")
-    xy = b.op("Sigmoid", [ctx.slice(sec, x, [2], [0], [2], suffix="xy")], name=f"{name}_xy_logistic", prov=prov)
+    xy = ctx.emit("Sigmoid", [ctx.slice(sec, x, [2], [0], [2], suffix="xy")], suffix="xy_logistic")
     parts = [xy]
     if coords > 2:
         parts.append(ctx.slice(sec, x, [2], [2], [coords], suffix="wh"))
     obj = ctx.slice(sec, x, [2], [coords], [coords + 1], suffix="obj")
-    parts.append(b.op("Sigmoid", [obj], name=f"{name}_obj_logistic", prov=prov))
+    parts.append(ctx.emit("Sigmoid", [obj], suffix="obj_logistic"))
     if classes:
         cls = ctx.slice(sec, x, [2], [coords + 1], [per], suffix="classes")
         if softmax:
-            cls = b.op("Softmax", [cls], {"axis": 2}, name=f"{name}_softmax", prov=prov)
+            cls = ctx.emit("Softmax", [cls], {"axis": 2}, suffix="softmax")
         parts.append(cls)
-    y = b.op("Concat", parts, {"axis": 2}, name=f"{name}_join", prov=prov)
+    y = ctx.emit("Concat", parts, {"axis": 2}, suffix="join")
     y = ctx.reshape(sec, y, [prev.c, prev.h, prev.w], suffix="out")
     out = LayerOut(y, prev.c, prev.h, prev.w, 0.3, sec.type)
     ctx.heads.append((ctx.index, sec, out))
@@ -128,30 +123,29 @@ def _decode_one(ctx: DarknetContext, index: int, sec: Section, head: LayerOut) -
     n = anchors.shape[0]
     per = coords + 1 + classes
     hw = head.h * head.w
-    prov = ctx.prov(sec)
-    x = b.op("Reshape", [head.value, b.const(np.array([0, n, per, hw], np.int64))], name=f"{base}_split", prov=prov)
-    x = b.op("Transpose", [x], {"perm": [0, 1, 3, 2]}, name=f"{base}_rows", prov=prov)
-    x = b.op("Reshape", [x, b.const(np.array([0, n * hw, per], np.int64))], name=f"{base}_flat", prov=prov)
+    x = ctx.emit("Reshape", [head.value, b.const(np.array([0, n, per, hw], np.int64))], suffix="split")
+    x = ctx.emit("Transpose", [x], {"perm": [0, 1, 3, 2]}, suffix="rows")
+    x = ctx.emit("Reshape", [x, b.const(np.array([0, n * hw, per], np.int64))], suffix="flat")
 
     def part(lo: int, hi: int, tag: str) -> Value:
-        return b.op("Slice", [x, b.const(np.array([lo], np.int64)), b.const(np.array([hi], np.int64)),
-                              b.const(np.array([2], np.int64))], name=f"{base}_{tag}", prov=prov)
+        return ctx.emit("Slice", [x, b.const(np.array([lo], np.int64)), b.const(np.array([hi], np.int64)),
+                                 b.const(np.array([2], np.int64))], suffix=tag)
 
     gy, gx = np.meshgrid(np.arange(head.h, dtype=np.float32), np.arange(head.w, dtype=np.float32), indexing="ij")
     grid = np.tile(np.stack([gx.ravel(), gy.ravel()], axis=1), (n, 1)).astype(np.float32)
     cell = np.array([ctx.net_w / head.w, ctx.net_h / head.h], dtype=np.float32)
     anchor_rows = np.repeat(anchors, hw, axis=0).astype(np.float32)
-    xy = b.op("Add", [part(0, 2, "xy"), b.const(grid, name=f"{base}_grid")], name=f"{base}_xy_cell", prov=prov)
-    xy = b.op("Mul", [xy, b.const(cell, name=f"{base}_cell")], name=f"{base}_xy_px", prov=prov)
+    xy = ctx.emit("Add", [part(0, 2, "xy"), b.const(grid, name=f"{base}_grid")], suffix="xy_cell")
+    xy = ctx.emit("Mul", [xy, b.const(cell, name=f"{base}_cell")], suffix="xy_px")
     wh = part(2, 4, "wh")
     if sec.type == "yolo" and sec.int("new_coords", 0):
-        wh = b.op("Mul", [wh, wh], name=f"{base}_wh_sq", prov=prov)
-        wh = b.op("Mul", [wh, b.const(np.array(4, np.float32))], name=f"{base}_wh_4", prov=prov)
+        wh = ctx.emit("Mul", [wh, wh], suffix="wh_sq")
+        wh = ctx.emit("Mul", [wh, b.const(np.array(4, np.float32))], suffix="wh_4")
     else:
-        wh = b.op("Exp", [wh], name=f"{base}_wh_exp", prov=prov)
-    wh = b.op("Mul", [wh, b.const(anchor_rows, name=f"{base}_anchors")], name=f"{base}_wh_px", prov=prov)
+        wh = ctx.emit("Exp", [wh], suffix="wh_exp")
+    wh = ctx.emit("Mul", [wh, b.const(anchor_rows, name=f"{base}_anchors")], suffix="wh_px")
     scores = part(4, per, "scores")
-    y = b.op("Concat", [xy, wh, scores], {"axis": 2}, name=base, prov=prov)
+    y = ctx.emit("Concat", [xy, wh, scores], {"axis": 2})
     return y, classes
 
 
@@ -167,7 +161,8 @@ def decode_heads(ctx: DarknetContext) -> Value:
     outs = []
     classes = None
     for index, sec, head in ctx.heads:
-        y, k = _decode_one(ctx, index, sec, head)
+        with ctx.at(DecodeHead(index, sec)):
+            y, k = _decode_one(ctx, index, sec, head)
         if classes is not None and k != classes:
             raise ctx.error(sec, f"--decode needs every head to have the same classes ({classes} vs {k})",
                             "Convert without --decode.")
@@ -175,4 +170,4 @@ def decode_heads(ctx: DarknetContext) -> Value:
         outs.append(y)
     if len(outs) == 1:
         return outs[0]
-    return ctx.b.op("Concat", outs, {"axis": 1}, name="detections_concat")
+    return ctx.builder.op("Concat", outs, {"axis": 1}, name="detections_concat")  # joins heads: no one layer's

@@ -82,13 +82,12 @@ def convolutional(sec: Section, ctx: DarknetContext) -> LayerOut:
         "kernel_shape": [size, size], "strides": [sy, sx], "pads": [pad, pad, pad, pad],
         "dilations": [dilation, dilation], "group": groups,
     }
-    prov = ctx.prov(sec)
     if bn_params is None:
-        y = ctx.b.op("Conv", [prev.value, weight, bias], attrs, name=ctx.name(sec), prov=prov)
+        y = ctx.emit("Conv", [prev.value, weight, bias], attrs)
         ms = 1.0
     else:
         scale, mean, _var, var_adj = bn_params
-        y = ctx.b.op("Conv", [prev.value, weight], attrs, name=ctx.name(sec), prov=prov)
+        y = ctx.emit("Conv", [prev.value, weight], attrs)
         y = ctx.emit_bn(sec, y, scale, bias, mean, var_adj)
         ms = gain_ms
     y, ms = ctx.activate(sec, y, act, ms)
@@ -114,19 +113,17 @@ def connected(sec: Section, ctx: DarknetContext) -> LayerOut:
     bias = ctx.param(sec, "bias", "bias", (outputs,))
     wshape = (inputs, outputs) if transpose else (outputs, inputs)
     weight = ctx.param(sec, "weight", "weight", wshape, fan_in=inputs, in_ms=prev.ms, out_ms=raw_ms)
-    prov = ctx.prov(sec)
-    b = ctx.b
-    x = b.op("Flatten", [prev.value], {"axis": 1}, name=f"{ctx.name(sec)}_flatten", prov=prov)
+    x = ctx.emit("Flatten", [prev.value], {"axis": 1}, suffix="flatten")
     if bn:
         scale = ctx.param(sec, "bn_scale", "scale", (outputs,))
         mean = ctx.param(sec, "bn_mean", "mean", (outputs,), out_ms=raw_ms)
         var = ctx.param(sec, "bn_var", "variance", (outputs,), out_ms=raw_ms)
         var_adj = ctx.adjusted_var(sec, var, outputs)
-        y = b.op("Gemm", [x, weight], {"transB": 0 if transpose else 1}, name=ctx.name(sec), prov=prov)
+        y = ctx.emit("Gemm", [x, weight], {"transB": 0 if transpose else 1})
         y = ctx.reshape(sec, y, [outputs, 1, 1])
         y = ctx.emit_bn(sec, y, scale, bias, mean, var_adj)
     else:
-        y = b.op("Gemm", [x, weight, bias], {"transB": 0 if transpose else 1}, name=ctx.name(sec), prov=prov)
+        y = ctx.emit("Gemm", [x, weight, bias], {"transB": 0 if transpose else 1})
         y = ctx.reshape(sec, y, [outputs, 1, 1])
     y, ms = ctx.activate(sec, y, act, 1.0)
     return LayerOut(y, outputs, 1, 1, ms, sec.type)
@@ -156,9 +153,8 @@ def maxpool(sec: Section, ctx: DarknetContext) -> LayerOut:
     prev = ctx.prev
     size, sy, sx, padding, before, out_h, out_w = _pool_geometry(sec, ctx)
     after = padding - before
-    y = ctx.b.op("MaxPool", [prev.value], {"kernel_shape": [size, size], "strides": [sy, sx],
-                                           "pads": [before, before, after, after]},
-                 name=ctx.name(sec), prov=ctx.prov(sec))
+    y = ctx.emit("MaxPool", [prev.value], {"kernel_shape": [size, size], "strides": [sy, sx],
+                                           "pads": [before, before, after, after]})
     grow = 1.0 if size == 1 else 1.5
     return LayerOut(y, prev.c, out_h, out_w, prev.ms * grow, sec.type)
 
@@ -169,9 +165,8 @@ def local_avgpool(sec: Section, ctx: DarknetContext) -> LayerOut:
     prev = ctx.prev
     size, sy, sx, padding, before, out_h, out_w = _pool_geometry(sec, ctx)
     after = padding - before
-    y = ctx.b.op("AveragePool", [prev.value], {"kernel_shape": [size, size], "strides": [sy, sx],
-                                               "pads": [before, before, after, after], "count_include_pad": 0},
-                 name=ctx.name(sec), prov=ctx.prov(sec))
+    y = ctx.emit("AveragePool", [prev.value], {"kernel_shape": [size, size], "strides": [sy, sx],
+                                               "pads": [before, before, after, after], "count_include_pad": 0})
     return LayerOut(y, prev.c, out_h, out_w, prev.ms, sec.type)
 
 
@@ -179,7 +174,7 @@ def local_avgpool(sec: Section, ctx: DarknetContext) -> LayerOut:
 def avgpool(sec: Section, ctx: DarknetContext) -> LayerOut:
     """[avgpool] -> GlobalAveragePool (Darknet's avgpool is always global): N x C x 1 x 1."""
     prev = ctx.prev
-    y = ctx.b.op("GlobalAveragePool", [prev.value], name=ctx.name(sec), prov=ctx.prov(sec))
+    y = ctx.emit("GlobalAveragePool", [prev.value])
     return LayerOut(y, prev.c, 1, 1, prev.ms * 0.5, sec.type)
 
 
@@ -214,8 +209,7 @@ def route(sec: Section, ctx: DarknetContext) -> LayerOut:
         parts.append(ctx.slice(sec, s.value, [1], [gid * part], [(gid + 1) * part], suffix=f"group{i}"))
         channels += part
     ms = sum(s.ms * s.c for s in srcs) / max(sum(s.c for s in srcs), 1)
-    y = parts[0] if len(parts) == 1 else ctx.b.op("Concat", parts, {"axis": 1}, name=ctx.name(sec),
-                                                    prov=ctx.prov(sec))
+    y = parts[0] if len(parts) == 1 else ctx.emit("Concat", parts, {"axis": 1})
     return LayerOut(y, channels, first.h, first.w, ms, sec.type)
 
 
@@ -228,10 +222,8 @@ def _shortcut_add(sec: Section, ctx: DarknetContext, y: Value, src: LayerOut, ou
     a smaller map is spread over zeros (Reshape + Pad).
     """
     b = ctx.b
-    prov = ctx.prov(sec)
-    base = f"{ctx.name(sec)}_from{i}"
     if (src.c, src.h, src.w) == (out.c, out.h, out.w):
-        return b.op("Add", [y, src.value], name=ctx.name(sec), prov=prov)
+        return ctx.emit("Add", [y, src.value])
     w1, h1, c1 = src.w, src.h, src.c
     w2, h2, c2 = out.w, out.h, out.c
     stride = max(w1 // w2, 1)
@@ -243,8 +235,7 @@ def _shortcut_add(sec: Section, ctx: DarknetContext, y: Value, src: LayerOut, ou
     if c1 > minc:
         x = ctx.slice(sec, x, [1], [0], [minc], suffix=f"from{i}_channels")
     if stride > 1:
-        x = b.op("MaxPool", [x], {"kernel_shape": [1, 1], "strides": [stride, stride]},
-                 name=f"{base}_sample", prov=prov)
+        x = ctx.emit("MaxPool", [x], {"kernel_shape": [1, 1], "strides": [stride, stride]}, suffix=f"from{i}_sample")
         rows, cols = (h1 - 1) // stride + 1, (w1 - 1) // stride + 1
     else:
         rows, cols = h1, w1
@@ -253,18 +244,18 @@ def _shortcut_add(sec: Section, ctx: DarknetContext, y: Value, src: LayerOut, ou
     if sample > 1:
         x = ctx.reshape(sec, x, [minc, minh, 1, minw, 1], suffix=f"from{i}_spread")
         pads = np.array([0, 0, 0, 0, 0, 0, 0, 0, 0, sample - 1, 0, sample - 1], dtype=np.int64)
-        x = b.op("Pad", [x, b.const(pads)], name=f"{base}_zeros", prov=prov)
+        x = ctx.emit("Pad", [x, b.const(pads)], suffix=f"from{i}_zeros")
         x = ctx.reshape(sec, x, [minc, minh * sample, minw * sample], suffix=f"from{i}_interleave")
     cur_h, cur_w = minh * sample, minw * sample
     if (cur_h, cur_w) != (h2, w2):
         pads = np.array([0, 0, 0, 0, 0, 0, h2 - cur_h, w2 - cur_w], dtype=np.int64)
-        x = b.op("Pad", [x, b.const(pads)], name=f"{base}_pad", prov=prov)
+        x = ctx.emit("Pad", [x, b.const(pads)], suffix=f"from{i}_pad")
     if minc == c2:
-        return b.op("Add", [y, x], name=ctx.name(sec), prov=prov)
+        return ctx.emit("Add", [y, x])
     head = ctx.slice(sec, y, [1], [0], [minc], suffix=f"from{i}_head")
     tail = ctx.slice(sec, y, [1], [minc], [c2], suffix=f"from{i}_tail")
-    head = b.op("Add", [head, x], name=f"{base}_add", prov=prov)
-    return b.op("Concat", [head, tail], {"axis": 1}, name=ctx.name(sec), prov=prov)
+    head = ctx.emit("Add", [head, x], suffix=f"from{i}_add")
+    return ctx.emit("Concat", [head, tail], {"axis": 1})
 
 
 @LAYERS.register("shortcut",
@@ -303,26 +294,23 @@ def upsample(sec: Section, ctx: DarknetContext) -> LayerOut:
     stride = sec.int("stride", 2)
     scale = sec.float("scale", 1.0)
     b = ctx.b
-    prov = ctx.prov(sec)
     if stride == 0:
         raise ctx.error(sec, "stride=0")
     if stride > 0:
         scales = b.const(np.array([1, 1, stride, stride], dtype=np.float32), name=f"{ctx.name(sec)}_scales")
-        y = b.op("Resize", [prev.value, None, scales],
-                 {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
-                 name=ctx.name(sec), prov=prov)
+        y = ctx.emit("Resize", [prev.value, None, scales],
+                 {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"})
         h, w = prev.h * stride, prev.w * stride
         factor = scale
     else:
         s = -stride
         if prev.h % s or prev.w % s:
             raise ctx.error(sec, f"stride={stride} does not divide the {prev.h}x{prev.w} input")
-        y = b.op("AveragePool", [prev.value], {"kernel_shape": [s, s], "strides": [s, s]},
-                 name=ctx.name(sec), prov=prov)
+        y = ctx.emit("AveragePool", [prev.value], {"kernel_shape": [s, s], "strides": [s, s]})
         h, w = prev.h // s, prev.w // s
         factor = scale * s * s
     if factor != 1.0:
-        y = b.op("Mul", [y, b.const(np.array(factor, np.float32))], name=f"{ctx.name(sec)}_scale", prov=prov)
+        y = ctx.emit("Mul", [y, b.const(np.array(factor, np.float32))], suffix="scale")
     return LayerOut(y, prev.c, h, w, prev.ms * factor * factor, sec.type)
 
 
@@ -342,9 +330,8 @@ def reorg(sec: Section, ctx: DarknetContext) -> LayerOut:
     if s <= 0 or prev.c % (s * s) or prev.h % s or prev.w % s:
         raise ctx.error(sec, f"stride={s} does not fit the {prev.c}x{prev.h}x{prev.w} input")
     oc = prev.c // (s * s)
-    b = ctx.b
     x = ctx.reshape(sec, prev.value, [oc, prev.h, s, prev.w, s], suffix="view")
-    x = b.op("Transpose", [x], {"perm": [0, 3, 5, 1, 2, 4]}, name=f"{ctx.name(sec)}_shuffle", prov=ctx.prov(sec))
+    x = ctx.emit("Transpose", [x], {"perm": [0, 3, 5, 1, 2, 4]}, suffix="shuffle")
     y = ctx.reshape(sec, x, [prev.c * s * s, prev.h // s, prev.w // s], suffix="out")
     return LayerOut(y, prev.c * s * s, prev.h // s, prev.w // s, prev.ms, sec.type)
 
@@ -368,8 +355,8 @@ def crop(sec: Section, ctx: DarknetContext) -> LayerOut:
     ms = prev.ms
     if not noadjust:
         b = ctx.b
-        y = b.op("Mul", [y, b.const(np.array(2, np.float32))], name=f"{ctx.name(sec)}_scale", prov=ctx.prov(sec))
-        y = b.op("Sub", [y, b.const(np.array(1, np.float32))], name=f"{ctx.name(sec)}_shift", prov=ctx.prov(sec))
+        y = ctx.emit("Mul", [y, b.const(np.array(2, np.float32))], suffix="scale")
+        y = ctx.emit("Sub", [y, b.const(np.array(1, np.float32))], suffix="shift")
         ms = 4 * ms + 1
     return LayerOut(y, prev.c, ch, cw, ms, sec.type)
 
@@ -402,8 +389,8 @@ def softmax(sec: Section, ctx: DarknetContext) -> LayerOut:
     x = ctx.reshape(sec, prev.value, [groups, prev.size // groups], suffix="groups")
     if temp != 1.0:
         inv = b.const(np.array(1.0 / temp, np.float32))
-        x = b.op("Mul", [x, inv], name=f"{ctx.name(sec)}_temp", prov=ctx.prov(sec))
-    x = b.op("Softmax", [x], {"axis": -1}, name=ctx.name(sec), prov=ctx.prov(sec))
+        x = ctx.emit("Mul", [x, inv], suffix="temp")
+    x = ctx.emit("Softmax", [x], {"axis": -1})
     y = ctx.reshape(sec, x, [prev.c, prev.h, prev.w], suffix="out")
     return LayerOut(y, prev.c, prev.h, prev.w, 1.0 / max(prev.size // groups, 1), sec.type)
 
@@ -417,7 +404,7 @@ def scale_channels(sec: Section, ctx: DarknetContext) -> LayerOut:
     (src,) = ctx.refs(sec, "from")[:1]
     if prev.c != src.c or (prev.h, prev.w) != (1, 1):
         raise ctx.error(sec, f"the previous layer is {prev.c}x{prev.h}x{prev.w}, expected {src.c}x1x1")
-    y = ctx.b.op("Mul", [src.value, prev.value], name=ctx.name(sec), prov=ctx.prov(sec))
+    y = ctx.emit("Mul", [src.value, prev.value])
     y, ms = ctx.activate(sec, y, sec.get("activation", "linear") or "linear", src.ms * prev.ms)
     return LayerOut(y, src.c, src.h, src.w, ms, sec.type)
 
@@ -429,7 +416,7 @@ def sam(sec: Section, ctx: DarknetContext) -> LayerOut:
     (src,) = ctx.refs(sec, "from")[:1]
     if (prev.c, prev.h, prev.w) != (src.c, src.h, src.w):
         raise ctx.error(sec, f"shapes differ: {prev.c}x{prev.h}x{prev.w} and {src.c}x{src.h}x{src.w}")
-    y = ctx.b.op("Mul", [prev.value, src.value], name=ctx.name(sec), prov=ctx.prov(sec))
+    y = ctx.emit("Mul", [prev.value, src.value])
     y, ms = ctx.activate(sec, y, sec.get("activation", "linear") or "linear", src.ms * prev.ms)
     return LayerOut(y, prev.c, prev.h, prev.w, ms, sec.type)
 
@@ -440,7 +427,7 @@ def activation(sec: Section, ctx: DarknetContext) -> LayerOut:
     prev = ctx.prev
     y, ms = ctx.activate(sec, prev.value, sec.get("activation", "linear") or "linear", prev.ms)
     if y is prev.value:
-        y = ctx.b.op("Identity", [y], name=ctx.name(sec), prov=ctx.prov(sec))
+        y = ctx.emit("Identity", [y])
     return LayerOut(y, prev.c, prev.h, prev.w, ms, sec.type)
 
 
@@ -469,7 +456,6 @@ def local(sec: Section, ctx: DarknetContext) -> LayerOut:
     k = prev.c * size * size
     locations = out_h * out_w
     b = ctx.b
-    prov = ctx.prov(sec)
     name = ctx.name(sec)
     bias = ctx.param(sec, "bias", "bias", (n, out_h, out_w))
     weight = ctx.param(sec, "weight", "weight", (locations, n, k), fan_in=k, in_ms=prev.ms)
@@ -479,16 +465,15 @@ def local(sec: Section, ctx: DarknetContext) -> LayerOut:
             for kx in range(size):
                 onehot[(c * size + ky) * size + kx, 0, ky, kx] = 1.0
     onehot_v = b.const(onehot, name=f"{name}.im2col")
-    cols = b.op("Conv", [prev.value, onehot_v], {"kernel_shape": [size, size], "strides": [stride, stride],
-                                                 "pads": [pad] * 4, "group": prev.c},
-                name=f"{name}_im2col", prov=prov)
+    cols = ctx.emit("Conv", [prev.value, onehot_v], {"kernel_shape": [size, size], "strides": [stride, stride],
+                                                 "pads": [pad] * 4, "group": prev.c}, suffix="im2col")
     cols = ctx.reshape(sec, cols, [k, locations], suffix="cols")
-    cols = b.op("Transpose", [cols], {"perm": [2, 0, 1]}, name=f"{name}_by_location", prov=prov)  # L x N x k
-    wt = b.op("Transpose", [weight], {"perm": [0, 2, 1]}, name=f"{name}_weight_t", prov=prov)  # L x k x n
-    y = b.op("MatMul", [cols, wt], name=f"{name}_matmul", prov=prov)  # L x N x n
-    y = b.op("Transpose", [y], {"perm": [1, 2, 0]}, name=f"{name}_nchw", prov=prov)  # N x n x L
+    cols = ctx.emit("Transpose", [cols], {"perm": [2, 0, 1]}, suffix="by_location")  # L x N x k
+    wt = ctx.emit("Transpose", [weight], {"perm": [0, 2, 1]}, suffix="weight_t")  # L x k x n
+    y = ctx.emit("MatMul", [cols, wt], suffix="matmul")  # L x N x n
+    y = ctx.emit("Transpose", [y], {"perm": [1, 2, 0]}, suffix="nchw")  # N x n x L
     y = ctx.reshape(sec, y, [n, out_h, out_w], suffix="out")
-    y = b.op("Add", [y, bias], name=name, prov=prov)
+    y = ctx.emit("Add", [y, bias])
     y, ms = ctx.activate(sec, y, act, 1.0)
     return LayerOut(y, n, out_h, out_w, ms, sec.type)
 
@@ -513,16 +498,13 @@ def detection(sec: Section, ctx: DarknetContext) -> LayerOut:
     if prev.size != expected:
         raise ctx.error(sec, f"the input has {prev.size} values, expected side^2 x ((1 + coords) x num + classes) = "
                         f"{expected}")
-    b = ctx.b
-    prov = ctx.prov(sec)
-    name = ctx.name(sec)
-    x = b.op("Flatten", [prev.value], {"axis": 1}, name=f"{name}_flat", prov=prov)
+    x = ctx.emit("Flatten", [prev.value], {"axis": 1}, suffix="flat")
     if softmax:
         cls = ctx.slice(sec, x, [1], [0], [locations * classes], suffix="classes")
         rest = ctx.slice(sec, x, [1], [locations * classes], [prev.size], suffix="boxes")
         cls = ctx.reshape(sec, cls, [locations, classes], suffix="cells")
-        cls = b.op("Softmax", [cls], {"axis": -1}, name=f"{name}_softmax", prov=prov)
+        cls = ctx.emit("Softmax", [cls], {"axis": -1}, suffix="softmax")
         cls = ctx.reshape(sec, cls, [locations * classes], suffix="cells_flat")
-        x = b.op("Concat", [cls, rest], {"axis": 1}, name=f"{name}_join", prov=prov)
+        x = ctx.emit("Concat", [cls, rest], {"axis": 1}, suffix="join")
     y = ctx.reshape(sec, x, [prev.c, prev.h, prev.w], suffix="out")
     return LayerOut(y, prev.c, prev.h, prev.w, 0.3, sec.type)

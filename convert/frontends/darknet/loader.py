@@ -209,6 +209,7 @@ def build_model(cfg: Path, source: WeightSource, options: Options, *, weights_na
     def run(handler: LayerFn, item: tuple[int, Section]) -> None:
         i, sec = item
         ctx.index = i
+        ctx.item = sec
         ctx.next_kind = _kind(body[i + 1]) if i + 1 < len(body) else ""
         ctx.layers.append(handler(sec, ctx))
 

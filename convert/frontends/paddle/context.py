@@ -112,10 +112,10 @@ class PaddleContext(FrontendContext):
         """The Paddle op's type and its first output names."""
         return Provenance(layer=layer_key(item), kind=item.type)
 
-    def node_name(self, item: Op, op_type: str) -> str:
-        """Node names live beside value names: "<first output>/<OpType>" keeps the Paddle
-        variable name free for the value that binds it."""
-        return f"{(item.output_names() or [item.type])[0]}/{op_type}"
+    def node_name(self, item: Op, op_type: str, suffix: str = "") -> str:
+        """Node names live beside value names: "<first output>/<OpType or suffix>" keeps the
+        Paddle variable name free for the value that binds it."""
+        return f"{(item.output_names() or [item.type])[0]}/{suffix or op_type}"
 
     def const(self, array: np.ndarray | np.generic | Sequence[int] | Sequence[float] | float | int,
               dtype: np.dtype | type | str | None = None) -> Value:

@@ -435,8 +435,8 @@ class _Lowering:
             branches.append(sub)
         self.ctx.call = OpCall(op=key, overload="", args={}, metas={}, out=None, where=where, module=prov.layer,
                                prov=prov)
-        cond = self.ctx.op("Cast", [self.ctx.op("Reshape", [pred, self.ctx.ints([])])], {"to": DataType.BOOL})
-        results = self.ctx.op_multi("If", [cond], {"then_branch": branches[0], "else_branch": branches[1]},
+        cond = self.ctx.emit("Cast", [self.ctx.emit("Reshape", [pred, self.ctx.ints([])])], {"to": DataType.BOOL})
+        results = self.ctx.emit_multi("If", [cond], {"then_branch": branches[0], "else_branch": branches[1]},
                                     outputs=count)
         metas = _meta_of(node.meta.get("val"), self.sym_names)  # type: ignore[attr-defined]
         if isinstance(metas, list):

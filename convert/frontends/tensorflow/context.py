@@ -128,9 +128,9 @@ class TFContext(FrontendContext):
         """The TF node's name and op."""
         return Provenance(layer=item.name, kind=item.op) if item else Provenance()
 
-    def node_name(self, item: TFNode | None, op_type: str) -> str:
+    def node_name(self, item: TFNode | None, op_type: str, suffix: str = "") -> str:
         """``<TF node>/<OpType or suffix>`` (``tf/...`` outside a converter)."""
-        return f"{item.name if item else 'tf'}/{op_type}"
+        return f"{item.name if item else 'tf'}/{suffix or op_type}"
 
     def bind(self, value: Value, layout: str = TF, index: int = 0) -> None:
         """Make ``value`` output ``index`` of the current node, held in ``layout``."""

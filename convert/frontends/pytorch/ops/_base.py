@@ -9,7 +9,7 @@ default. A converter returns an IR value, a tuple of values (multi-output ops), 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -26,6 +26,7 @@ from convert.ir import (
     Value,
     from_array,
 )
+from convert.ir.context import FrontendContext
 
 __all__ = ["OPS", "LowerContext", "OpCall", "TensorMeta", "functional_key", "lowers", "resolve"]
 
@@ -109,29 +110,33 @@ class OpCall:
         return ConversionError(self.where, why + (f". {hint}" if hint else ""))
 
 
-class LowerContext:
-    """What converters use: the graph builder, the current call's provenance, options, notes."""
+class LowerContext(FrontendContext):
+    """What converters use: ``emit`` / ``emit_multi`` for the current ATen call (``item``, also
+    ``call``), small constants, options and notes. Nodes are named after the call's module path
+    (``layer1.0.conv1``), else their op type, and carry the call's provenance."""
 
     def __init__(self, builder: GraphBuilder, options: Options) -> None:
-        self.builder = builder
+        super().__init__(builder)
         self.options = options
         self.diagnostics: Diagnostics = options.diagnostics
-        self.call: OpCall | None = None
         self._scalars: dict[tuple[str, bytes], Value] = {}
 
-    def op(self, op_type: str, inputs: Sequence[Value | None], attributes: Mapping[str, object] | None = None,
-           *, outputs: int = 1, name: str | None = None) -> Value:
-        """Emit one node for the current call (named after its module) and return its first output."""
-        return self.op_multi(op_type, inputs, attributes, outputs=outputs, name=name)[0]
+    @property
+    def call(self) -> OpCall | None:
+        """The ATen call being converted (the current item)."""
+        return self.item  # type: ignore[no-any-return]
 
-    def op_multi(self, op_type: str, inputs: Sequence[Value | None],
-                 attributes: Mapping[str, object] | None = None, *, outputs: int = 1,
-                 name: str | None = None) -> tuple[Value, ...]:
-        """Emit one node with several outputs for the current call."""
-        call = self.call
-        base = name or (call.module if call is not None and call.module else op_type)
-        prov = call.prov if call is not None else None
-        return self.builder.op_multi(op_type, inputs, attributes, name=base, outputs=outputs, prov=prov)
+    @call.setter
+    def call(self, value: OpCall | None) -> None:
+        self.item = value
+
+    def provenance(self, item: OpCall) -> Provenance:
+        """The call's module path, ATen op and source line."""
+        return item.prov
+
+    def node_name(self, item: OpCall, op_type: str, suffix: str = "") -> str:
+        """The converter's suffix, else the call's module path, else the op type."""
+        return suffix or item.module or op_type
 
     def const(self, array: object, dtype: DataType | np.dtype | type | None = None, name: str = "const") -> Value:
         """Add a small constant; ``dtype`` may be an IR ``DataType``."""
@@ -189,7 +194,7 @@ class LowerContext:
                 else:
                     n = int(s)
                     parts.append(self.ints([1 if (expand and n == -1) else n]))
-            return self.op("Concat", parts, {"axis": 0})
+            return self.emit("Concat", parts, {"axis": 0})
         where = self.call.where if self.call is not None else "?"
         raise ConversionError(where, f"cannot express the symbolic shape {tuple(shape)}")
 

@@ -18,7 +18,7 @@ __all__ = ["clamp", "gelu", "hardtanh", "silu", "softmax"]
 
 def _unary(op_type: str) -> object:
     def convert(call: OpCall, ctx: LowerContext) -> Value:
-        return ctx.op(op_type, [call.tensor("self")])
+        return ctx.emit(op_type, [call.tensor("self")])
 
     convert.__doc__ = f"Lower to one {op_type}."
     return convert
@@ -40,14 +40,14 @@ for _key, _op in {
 @lowers("aten.rsqrt", to="Sqrt+Reciprocal")
 def rsqrt(call: OpCall, ctx: LowerContext) -> Value:
     """Lower rsqrt to Reciprocal(Sqrt(x))."""
-    return ctx.op("Reciprocal", [ctx.op("Sqrt", [call.tensor("self")])])
+    return ctx.emit("Reciprocal", [ctx.emit("Sqrt", [call.tensor("self")])])
 
 
 @lowers("aten.silu", to="Sigmoid+Mul")
 def silu(call: OpCall, ctx: LowerContext) -> Value:
     """Lower silu to x * Sigmoid(x)."""
     x = call.tensor("self")
-    return ctx.op("Mul", [x, ctx.op("Sigmoid", [x])])
+    return ctx.emit("Mul", [x, ctx.emit("Sigmoid", [x])])
 
 
 @lowers("aten.hardtanh", "aten.relu6", to="Clip")
@@ -56,7 +56,7 @@ def hardtanh(call: OpCall, ctx: LowerContext) -> Value:
     meta = call.meta("self")
     lo = float(call.get("min_val", 0.0))  # type: ignore[arg-type]
     hi = float(call.get("max_val", 6.0))  # type: ignore[arg-type]
-    return ctx.op("Clip", [call.tensor("self"), ctx.scalar_like(lo, meta), ctx.scalar_like(hi, meta)])
+    return ctx.emit("Clip", [call.tensor("self"), ctx.scalar_like(lo, meta), ctx.scalar_like(hi, meta)])
 
 
 @lowers("aten.clamp", "aten.clamp_min", "aten.clamp_max", to="Clip / Max+Min", notes="tensor bounds use Max/Min")
@@ -72,17 +72,17 @@ def clamp(call: OpCall, ctx: LowerContext) -> Value:
                 continue
             if isinstance(bound, Value):
                 if call.meta(name).dtype != meta.dtype:
-                    bound = ctx.op("Cast", [bound], {"to": meta.dtype})
+                    bound = ctx.emit("Cast", [bound], {"to": meta.dtype})
             else:
                 bound = ctx.scalar_like(bound, meta)  # type: ignore[arg-type]
-            y = ctx.op(op_type, [y, bound])
+            y = ctx.emit(op_type, [y, bound])
         return y
     lo_v = ctx.scalar_like(lo, meta) if lo is not None else None  # type: ignore[arg-type]
     hi_v = ctx.scalar_like(hi, meta) if hi is not None else None  # type: ignore[arg-type]
     inputs: list[Value | None] = [call.tensor("self"), lo_v]
     if hi_v is not None:
         inputs.append(hi_v)
-    return ctx.op("Clip", inputs)
+    return ctx.emit("Clip", inputs)
 
 
 @lowers("aten.gelu", to="Div+Erf+Add+Mul+Mul",
@@ -92,26 +92,26 @@ def gelu(call: OpCall, ctx: LowerContext) -> Value:
     x = call.tensor("self")
     meta = call.meta("self")
     if call.get("approximate", "none") == "tanh":
-        cube = ctx.op("Mul", [ctx.op("Mul", [x, x]), x])
-        inner = ctx.op("Add", [x, ctx.op("Mul", [cube, ctx.scalar_like(0.044715, meta)])])
-        t = ctx.op("Tanh", [ctx.op("Mul", [inner, ctx.scalar_like(math.sqrt(2.0 / math.pi), meta)])])
-        half = ctx.op("Mul", [x, ctx.scalar_like(0.5, meta)])
-        return ctx.op("Mul", [half, ctx.op("Add", [t, ctx.scalar_like(1.0, meta)])])
-    e = ctx.op("Erf", [ctx.op("Div", [x, ctx.scalar_like(math.sqrt(2.0), meta)])])
-    return ctx.op("Mul", [ctx.op("Mul", [x, ctx.op("Add", [e, ctx.scalar_like(1.0, meta)])]),
+        cube = ctx.emit("Mul", [ctx.emit("Mul", [x, x]), x])
+        inner = ctx.emit("Add", [x, ctx.emit("Mul", [cube, ctx.scalar_like(0.044715, meta)])])
+        t = ctx.emit("Tanh", [ctx.emit("Mul", [inner, ctx.scalar_like(math.sqrt(2.0 / math.pi), meta)])])
+        half = ctx.emit("Mul", [x, ctx.scalar_like(0.5, meta)])
+        return ctx.emit("Mul", [half, ctx.emit("Add", [t, ctx.scalar_like(1.0, meta)])])
+    e = ctx.emit("Erf", [ctx.emit("Div", [x, ctx.scalar_like(math.sqrt(2.0), meta)])])
+    return ctx.emit("Mul", [ctx.emit("Mul", [x, ctx.emit("Add", [e, ctx.scalar_like(1.0, meta)])]),
                           ctx.scalar_like(0.5, meta)])
 
 
 @lowers("aten.leaky_relu", to="LeakyRelu")
 def leaky_relu(call: OpCall, ctx: LowerContext) -> Value:
     """Lower leaky_relu to LeakyRelu(alpha=negative_slope)."""
-    return ctx.op("LeakyRelu", [call.tensor("self")], {"alpha": float(call.get("negative_slope", 0.01))})  # type: ignore[arg-type]
+    return ctx.emit("LeakyRelu", [call.tensor("self")], {"alpha": float(call.get("negative_slope", 0.01))})  # type: ignore[arg-type]
 
 
 @lowers("aten.hardsigmoid", to="HardSigmoid")
 def hardsigmoid(call: OpCall, ctx: LowerContext) -> Value:
     """Lower hardsigmoid to HardSigmoid(alpha=1/6, beta=0.5)."""
-    return ctx.op("HardSigmoid", [call.tensor("self")], {"alpha": 1.0 / 6.0, "beta": 0.5})
+    return ctx.emit("HardSigmoid", [call.tensor("self")], {"alpha": 1.0 / 6.0, "beta": 0.5})
 
 
 @lowers("aten.elu", to="Elu / Where+Exp+Mul", notes="scale / input_scale (selu, celu) as their formula")
@@ -124,13 +124,13 @@ def elu(call: OpCall, ctx: LowerContext) -> Value:
     input_scale = float(call.get("input_scale", 1))  # type: ignore[arg-type]
     x = call.tensor("self")
     if scale == 1.0 and input_scale == 1.0:
-        return ctx.op("Elu", [x], {"alpha": alpha})
+        return ctx.emit("Elu", [x], {"alpha": alpha})
     meta = call.meta("self")
-    e = ctx.op("Sub", [ctx.op("Exp", [ctx.op("Mul", [x, ctx.scalar_like(input_scale, meta)])]),
+    e = ctx.emit("Sub", [ctx.emit("Exp", [ctx.emit("Mul", [x, ctx.scalar_like(input_scale, meta)])]),
                        ctx.scalar_like(1.0, meta)])
-    y = ctx.op("Where", [ctx.op("Greater", [x, ctx.scalar_like(0.0, meta)]), x,
-                         ctx.op("Mul", [e, ctx.scalar_like(alpha, meta)])])
-    return ctx.op("Mul", [y, ctx.scalar_like(scale, meta)])
+    y = ctx.emit("Where", [ctx.emit("Greater", [x, ctx.scalar_like(0.0, meta)]), x,
+                         ctx.emit("Mul", [e, ctx.scalar_like(alpha, meta)])])
+    return ctx.emit("Mul", [y, ctx.scalar_like(scale, meta)])
 
 
 @lowers("aten.softplus", to="Softplus", notes="beta must be 1")
@@ -138,14 +138,14 @@ def softplus(call: OpCall, ctx: LowerContext) -> Value:
     """Lower softplus (beta=1; the threshold only matters for overflow) to Softplus."""
     if float(call.get("beta", 1)) != 1.0:  # type: ignore[arg-type]
         raise call.unsupported("softplus with beta other than 1")
-    return ctx.op("Softplus", [call.tensor("self")])
+    return ctx.emit("Softplus", [call.tensor("self")])
 
 
 @lowers("aten.mish", to="Softplus+Tanh+Mul")
 def mish(call: OpCall, ctx: LowerContext) -> Value:
     """Lower mish to x * tanh(softplus(x))."""
     x = call.tensor("self")
-    return ctx.op("Mul", [x, ctx.op("Tanh", [ctx.op("Softplus", [x])])])
+    return ctx.emit("Mul", [x, ctx.emit("Tanh", [ctx.emit("Softplus", [x])])])
 
 
 @lowers("aten.prelu", "aten._prelu_kernel", to="PRelu")
@@ -156,22 +156,22 @@ def prelu(call: OpCall, ctx: LowerContext) -> Value:
     w = call.tensor("weight")
     wshape = call.meta("weight").dims()
     if rank > 2 and len(wshape) == 1 and wshape[0] > 1:
-        w = ctx.op("Reshape", [w, ctx.ints([wshape[0]] + [1] * (rank - 2))])
-    return ctx.op("PRelu", [x, w])
+        w = ctx.emit("Reshape", [w, ctx.ints([wshape[0]] + [1] * (rank - 2))])
+    return ctx.emit("PRelu", [x, w])
 
 
 @lowers("aten.softmax", "aten._softmax", to="Softmax")
 def softmax(call: OpCall, ctx: LowerContext) -> Value:
     """Lower softmax to Softmax(axis)."""
     axis = norm_axis(int(call["dim"]), call.meta("self").rank)  # type: ignore[call-overload]
-    return ctx.op("Softmax", [call.tensor("self")], {"axis": axis})
+    return ctx.emit("Softmax", [call.tensor("self")], {"axis": axis})
 
 
 @lowers("aten.log_softmax", "aten._log_softmax", to="LogSoftmax")
 def log_softmax(call: OpCall, ctx: LowerContext) -> Value:
     """Lower log_softmax to LogSoftmax(axis)."""
     axis = norm_axis(int(call["dim"]), call.meta("self").rank)  # type: ignore[call-overload]
-    return ctx.op("LogSoftmax", [call.tensor("self")], {"axis": axis})
+    return ctx.emit("LogSoftmax", [call.tensor("self")], {"axis": axis})
 
 
 
@@ -180,30 +180,30 @@ def log_softmax(call: OpCall, ctx: LowerContext) -> Value:
 def log1p(call: OpCall, ctx: LowerContext) -> Value:
     """Lower log1p to Log(1 + x)."""
     x = call.tensor("self")
-    return ctx.op("Log", [ctx.op("Add", [x, ctx.scalar_like(1.0, call.meta("self"))])])
+    return ctx.emit("Log", [ctx.emit("Add", [x, ctx.scalar_like(1.0, call.meta("self"))])])
 
 
 @lowers("aten.expm1", to="Exp+Sub")
 def expm1(call: OpCall, ctx: LowerContext) -> Value:
     """Lower expm1 to Exp(x) - 1."""
-    return ctx.op("Sub", [ctx.op("Exp", [call.tensor("self")]), ctx.scalar_like(1.0, call.meta("self"))])
+    return ctx.emit("Sub", [ctx.emit("Exp", [call.tensor("self")]), ctx.scalar_like(1.0, call.meta("self"))])
 
 
 @lowers("aten.log2", "aten.log10", to="Log+Div")
 def log_base(call: OpCall, ctx: LowerContext) -> Value:
     """Lower log2 / log10 to Log(x) / Log(base)."""
     base = 2.0 if call.op == "aten.log2" else 10.0
-    return ctx.op("Div", [ctx.op("Log", [call.tensor("self")]), ctx.scalar_like(math.log(base), call.meta("self"))])
+    return ctx.emit("Div", [ctx.emit("Log", [call.tensor("self")]), ctx.scalar_like(math.log(base), call.meta("self"))])
 
 
 @lowers("aten.trunc", "aten.fix", to="Abs+Floor+Sign+Mul")
 def trunc(call: OpCall, ctx: LowerContext) -> Value:
     """Lower trunc to Sign(x) * Floor(Abs(x)) (no Trunc op at opset 17)."""
     x = call.tensor("self")
-    return ctx.op("Mul", [ctx.op("Sign", [x]), ctx.op("Floor", [ctx.op("Abs", [x])])])
+    return ctx.emit("Mul", [ctx.emit("Sign", [x]), ctx.emit("Floor", [ctx.emit("Abs", [x])])])
 
 
 @lowers("aten.isinf", to="IsInf")
 def isinf(call: OpCall, ctx: LowerContext) -> Value:
     """Lower isinf to IsInf (both signs)."""
-    return ctx.op("IsInf", [call.tensor("self")])
+    return ctx.emit("IsInf", [call.tensor("self")])

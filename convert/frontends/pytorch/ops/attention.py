@@ -35,23 +35,23 @@ def scaled_dot_product_attention(call: OpCall, ctx: LowerContext) -> Value:
     scale_f = float(scale) if scale is not None else 1.0 / math.sqrt(qm.shape[-1])  # type: ignore[arg-type]
     perm = list(range(rank))
     perm[-1], perm[-2] = perm[-2], perm[-1]
-    kt = ctx.op("Transpose", [k], {"perm": perm})
-    scores = ctx.op("MatMul", [q, kt])
-    scores = ctx.op("Mul", [scores, ctx.scalar_like(scale_f, qm)])
+    kt = ctx.emit("Transpose", [k], {"perm": perm})
+    scores = ctx.emit("MatMul", [q, kt])
+    scores = ctx.emit("Mul", [scores, ctx.scalar_like(scale_f, qm)])
     length, source = qm.shape[-2], km.shape[-2]
     if call.get("is_causal", False):
         length, source = qm.dim(qm.rank - 2), km.dim(km.rank - 2)
         causal = np.triu(np.full((length, source), -np.inf, dtype=qm.dtype.numpy()), k=1)
-        scores = ctx.op("Add", [scores, ctx.const(causal)])
+        scores = ctx.emit("Add", [scores, ctx.const(causal)])
     mask = call.get("attn_mask")
     valid = None
     if isinstance(mask, Value):
         mask, valid = _additive_mask(ctx, mask, call.meta("attn_mask"), qm)
-        scores = ctx.op("Add", [scores, mask])
-    probs = ctx.op("Softmax", [scores], {"axis": -1})
+        scores = ctx.emit("Add", [scores, mask])
+    probs = ctx.emit("Softmax", [scores], {"axis": -1})
     if valid is not None:
-        probs = ctx.op("Where", [valid, probs, ctx.scalar_like(0.0, qm)])
-    return ctx.op("MatMul", [probs, v])
+        probs = ctx.emit("Where", [valid, probs, ctx.scalar_like(0.0, qm)])
+    return ctx.emit("MatMul", [probs, v])
 
 
 def _additive_mask(ctx: LowerContext, mask: Value, meta: TensorMeta, like: TensorMeta) -> tuple[Value, Value]:
@@ -61,28 +61,29 @@ def _additive_mask(ctx: LowerContext, mask: Value, meta: TensorMeta, like: Tenso
     all-zero attention_mask row); the second value lets the lowering do the same after Softmax.
     """
     if meta.dtype.name == "BOOL":
-        allowed = ctx.op("ReduceMax", [ctx.op("Cast", [mask], {"to": DataType.INT32})], {"axes": [-1], "keepdims": 1})
-        valid = ctx.op("Cast", [allowed], {"to": DataType.BOOL})
-        additive = ctx.op("Where", [mask, ctx.scalar_like(0.0, like), ctx.scalar_like(-np.inf, like)])
+        as_int = ctx.emit("Cast", [mask], {"to": DataType.INT32})
+        allowed = ctx.emit("ReduceMax", [as_int], {"axes": [-1], "keepdims": 1})
+        valid = ctx.emit("Cast", [allowed], {"to": DataType.BOOL})
+        additive = ctx.emit("Where", [mask, ctx.scalar_like(0.0, like), ctx.scalar_like(-np.inf, like)])
         return additive, valid
-    top = ctx.op("ReduceMax", [mask], {"axes": [-1], "keepdims": 1})
-    return mask, ctx.op("Greater", [top, ctx.scalar_like(-np.inf, like)])
+    top = ctx.emit("ReduceMax", [mask], {"axes": [-1], "keepdims": 1})
+    return mask, ctx.emit("Greater", [top, ctx.scalar_like(-np.inf, like)])
 
 
 def _project(ctx: LowerContext, x: Value, w: Value, b: Value | None, rows: tuple[int, int] | None) -> Value:
     """Return x @ W[rows]^T + b[rows] (the rows of a packed q/k/v weight)."""
     if rows is not None:
         start, end = ctx.ints([rows[0]]), ctx.ints([rows[1]])
-        w = ctx.op("Slice", [w, start, end, ctx.ints([0])])
-        b = ctx.op("Slice", [b, start, end, ctx.ints([0])]) if b is not None else None
-    y = ctx.op("MatMul", [x, ctx.op("Transpose", [w], {"perm": [1, 0]})])
-    return ctx.op("Add", [y, b]) if b is not None else y
+        w = ctx.emit("Slice", [w, start, end, ctx.ints([0])])
+        b = ctx.emit("Slice", [b, start, end, ctx.ints([0])]) if b is not None else None
+    y = ctx.emit("MatMul", [x, ctx.emit("Transpose", [w], {"perm": [1, 0]})])
+    return ctx.emit("Add", [y, b]) if b is not None else y
 
 
 def _heads(ctx: LowerContext, x: Value, heads: int, dim: int) -> Value:
     """[B, L, E] -> [B, H, L, E/H]."""
-    y = ctx.op("Reshape", [x, ctx.ints([0, 0, heads, dim // heads])])
-    return ctx.op("Transpose", [y], {"perm": [0, 2, 1, 3]})
+    y = ctx.emit("Reshape", [x, ctx.ints([0, 0, heads, dim // heads])])
+    return ctx.emit("Transpose", [y], {"perm": [0, 2, 1, 3]})
 
 
 def _attend(call: OpCall, ctx: LowerContext, q_in: Value, k_in: Value, v_in: Value, meta: TensorMeta,
@@ -97,21 +98,21 @@ def _attend(call: OpCall, ctx: LowerContext, q_in: Value, k_in: Value, v_in: Val
     q = _heads(ctx, _project(ctx, q_in, w, bias, (0, dim)), heads, dim)
     k = _heads(ctx, _project(ctx, k_in, w, bias, (dim, 2 * dim)), heads, dim)
     v = _heads(ctx, _project(ctx, v_in, w, bias, (2 * dim, 3 * dim)), heads, dim)
-    scores = ctx.op("MatMul", [q, ctx.op("Transpose", [k], {"perm": [0, 1, 3, 2]})])
-    scores = ctx.op("Mul", [scores, ctx.scalar_like(1.0 / math.sqrt(dim // heads), meta)])
+    scores = ctx.emit("MatMul", [q, ctx.emit("Transpose", [k], {"perm": [0, 1, 3, 2]})])
+    scores = ctx.emit("Mul", [scores, ctx.scalar_like(1.0 / math.sqrt(dim // heads), meta)])
     mask = args.get("mask")
     if isinstance(mask, Value):
         mask_meta = call.meta("mask")
         if mask_meta.dtype.name == "BOOL":  # True marks a position that must not be attended
-            mask = ctx.op("Not", [mask])
+            mask = ctx.emit("Not", [mask])
         if args.get("mask_type") == 1 and mask_meta.rank == 2:  # key padding [B, S]
-            mask = ctx.op("Unsqueeze", [mask, ctx.ints([1, 2])])
+            mask = ctx.emit("Unsqueeze", [mask, ctx.ints([1, 2])])
         # unlike scaled_dot_product_attention, this kernel gives NaN where every key is masked: kept
         mask = _additive_mask(ctx, mask, mask_meta, meta)[0]
-        scores = ctx.op("Add", [scores, mask])
-    probs = ctx.op("Softmax", [scores], {"axis": -1})
-    out = ctx.op("Transpose", [ctx.op("MatMul", [probs, v])], {"perm": [0, 2, 1, 3]})
-    out = ctx.op("Reshape", [out, ctx.ints([0, 0, dim])])
+        scores = ctx.emit("Add", [scores, mask])
+    probs = ctx.emit("Softmax", [scores], {"axis": -1})
+    out = ctx.emit("Transpose", [ctx.emit("MatMul", [probs, v])], {"perm": [0, 2, 1, 3]})
+    out = ctx.emit("Reshape", [out, ctx.ints([0, 0, dim])])
     pw, pb = args["proj_weight"], args["proj_bias"]
     if not isinstance(pw, Value):
         raise call.unsupported("attention without an output projection")
@@ -131,7 +132,7 @@ def native_multi_head_attention(call: OpCall, ctx: LowerContext) -> tuple[Value,
     if not call.get("need_weights", True):
         return out, None
     if call.get("average_attn_weights", True):
-        probs = ctx.op("ReduceMean", [probs], {"axes": [1], "keepdims": 0})
+        probs = ctx.emit("ReduceMean", [probs], {"axes": [1], "keepdims": 0})
     return out, probs
 
 
@@ -145,7 +146,7 @@ def transformer_encoder_layer(call: OpCall, ctx: LowerContext) -> Value:
     eps = float(call["eps"])  # type: ignore[arg-type]
 
     def norm(x: Value, i: int) -> Value:
-        return ctx.op("LayerNormalization", [x, call.tensor(f"norm_weight_{i}"), call.tensor(f"norm_bias_{i}")],
+        return ctx.emit("LayerNormalization", [x, call.tensor(f"norm_weight_{i}"), call.tensor(f"norm_bias_{i}")],
                       {"axis": -1, "epsilon": eps})
 
     def attention(x: Value) -> Value:
@@ -154,16 +155,16 @@ def transformer_encoder_layer(call: OpCall, ctx: LowerContext) -> Value:
     def ffn(x: Value) -> Value:
         h = _project(ctx, x, call.tensor("ffn_weight_1"), call.tensor("ffn_bias_1"), None)
         if call.get("use_gelu", False):
-            h = ctx.op("Mul", [ctx.op("Mul", [h, ctx.op("Add", [
-                ctx.op("Erf", [ctx.op("Div", [h, ctx.scalar_like(math.sqrt(2.0), meta)])]),
+            h = ctx.emit("Mul", [ctx.emit("Mul", [h, ctx.emit("Add", [
+                ctx.emit("Erf", [ctx.emit("Div", [h, ctx.scalar_like(math.sqrt(2.0), meta)])]),
                 ctx.scalar_like(1.0, meta)])]), ctx.scalar_like(0.5, meta)])
         else:
-            h = ctx.op("Relu", [h])
+            h = ctx.emit("Relu", [h])
         return _project(ctx, h, call.tensor("ffn_weight_2"), call.tensor("ffn_bias_2"), None)
 
     x = call.tensor("src")
     if call.get("norm_first", False):
-        x = ctx.op("Add", [x, attention(norm(x, 1))])
-        return ctx.op("Add", [x, ffn(norm(x, 2))])
-    x = norm(ctx.op("Add", [x, attention(x)]), 1)
-    return norm(ctx.op("Add", [x, ffn(x)]), 2)
+        x = ctx.emit("Add", [x, attention(norm(x, 1))])
+        return ctx.emit("Add", [x, ffn(norm(x, 2))])
+    x = norm(ctx.emit("Add", [x, attention(x)]), 1)
+    return norm(ctx.emit("Add", [x, ffn(x)]), 2)

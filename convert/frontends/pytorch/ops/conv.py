@@ -48,8 +48,8 @@ def _emit(call: OpCall, ctx: LowerContext, *, transposed: bool, stride: object, 
         outp = as_list(output_padding, nd)
         if any(outp):
             attrs["output_padding"] = outp
-        return ctx.op("ConvTranspose", inputs, attrs)
-    return ctx.op("Conv", inputs, attrs)
+        return ctx.emit("ConvTranspose", inputs, attrs)
+    return ctx.emit("Conv", inputs, attrs)
 
 
 @lowers("aten.conv1d", "aten.conv2d", "aten.conv3d", to="Conv",
@@ -93,7 +93,7 @@ def col2im(call: OpCall, ctx: LowerContext) -> Value:
     channels = meta.dim(1) // k
     blocks_h = (oh + 2 * ph - dh * (kh - 1) - 1) // sh + 1
     blocks_w = (ow + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    x = ctx.op("Reshape", [call.tensor("self"), ctx.ints([meta.dim(0), channels * k, blocks_h, blocks_w])])
+    x = ctx.emit("Reshape", [call.tensor("self"), ctx.ints([meta.dim(0), channels * k, blocks_h, blocks_w])])
     weight = np.zeros((channels * k, 1, kh, kw), dtype=meta.dtype.numpy())
     for c in range(channels):
         for j in range(k):
@@ -106,4 +106,4 @@ def col2im(call: OpCall, ctx: LowerContext) -> Value:
                                 "group": channels, "pads": [ph, pw, ph, pw]}
     if extra_h or extra_w:
         attrs["output_padding"] = [extra_h, extra_w]
-    return ctx.op("ConvTranspose", [x, ctx.const(weight)], attrs)
+    return ctx.emit("ConvTranspose", [x, ctx.const(weight)], attrs)

@@ -25,21 +25,21 @@ def _shape_of(call: OpCall, ctx: LowerContext, like: str | None) -> Value:
     if meta.is_static:
         return ctx.ints(list(meta.dims()))
     if like is not None and isinstance(call.args.get(like), Value) and call.meta(like).shape == meta.shape:
-        return ctx.op("Shape", [call.tensor(like)])
+        return ctx.emit("Shape", [call.tensor(like)])
     return ctx.shape_value(meta.shape, sizes=call.args.get("size"), expand=True)
 
 
 def _filled(call: OpCall, ctx: LowerContext, value: object, like: str | None) -> Value:
     meta = call.out_meta
     if isinstance(value, Value):
-        scalar = ctx.op("Cast", [value], {"to": meta.dtype})
+        scalar = ctx.emit("Cast", [value], {"to": meta.dtype})
         if call.metas.get("value") is not None and call.meta("value").rank:
-            scalar = ctx.op("Reshape", [scalar, ctx.ints([])])
+            scalar = ctx.emit("Reshape", [scalar, ctx.ints([])])
     else:
         scalar = ctx.const(np.asarray(value, dtype=meta.dtype.numpy()))
     if meta.rank == 0:
         return scalar
-    return ctx.op("Expand", [scalar, _shape_of(call, ctx, like)])
+    return ctx.emit("Expand", [scalar, _shape_of(call, ctx, like)])
 
 
 @lowers("aten.full", "aten.new_full", "aten.full_like", to="Expand (of a constant)")
@@ -74,7 +74,7 @@ def scalar_tensor(call: OpCall, ctx: LowerContext) -> Value:
     s = call.args.get("s")
     meta = call.out_meta
     if isinstance(s, Value):
-        return ctx.op("Reshape", [ctx.op("Cast", [s], {"to": meta.dtype}), ctx.ints([])])
+        return ctx.emit("Reshape", [ctx.emit("Cast", [s], {"to": meta.dtype}), ctx.ints([])])
     return ctx.const(np.asarray(s, dtype=meta.dtype.numpy()))
 
 
@@ -84,10 +84,10 @@ def copy(call: OpCall, ctx: LowerContext) -> Value:
     meta = call.out_meta
     src = call.tensor("src")
     if call.meta("src").dtype != meta.dtype:
-        src = ctx.op("Cast", [src], {"to": meta.dtype})
+        src = ctx.emit("Cast", [src], {"to": meta.dtype})
     if call.meta("src").shape == meta.shape:
         return src
-    return ctx.op("Expand", [src, _shape_of(call, ctx, "self")])
+    return ctx.emit("Expand", [src, _shape_of(call, ctx, "self")])
 
 
 @lowers("aten.meshgrid", to="Reshape+Expand", notes="indexing 'ij' (default) and 'xy'")
@@ -115,6 +115,6 @@ def meshgrid(call: OpCall, ctx: LowerContext) -> tuple[Value, ...]:
             raise call.unsupported("meshgrid of a non-tensor")
         shape = [1] * n
         shape[norm_axis(axis, n)] = -1
-        flat = t if m.rank == 1 else ctx.op("Reshape", [t, ctx.ints([-1])])
-        results.append(ctx.op("Expand", [ctx.op("Reshape", [flat, ctx.ints(shape)]), target]))
+        flat = t if m.rank == 1 else ctx.emit("Reshape", [t, ctx.ints([-1])])
+        results.append(ctx.emit("Expand", [ctx.emit("Reshape", [flat, ctx.ints(shape)]), target]))
     return tuple(results)

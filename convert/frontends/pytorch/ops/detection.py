@@ -26,11 +26,11 @@ def nms(call: OpCall, ctx: LowerContext) -> Value:
     ONNX returns [K, 3] (batch, class, box) triples sorted by score; the box column is torch's result.
     IoU is symmetric in the corner order, so x1y1x2y2 boxes need no reordering (center_point_box=0).
     """
-    boxes = ctx.op("Unsqueeze", [call.tensor("dets"), ctx.ints([0])])
-    scores = ctx.op("Unsqueeze", [call.tensor("scores"), ctx.ints([0, 1])])
+    boxes = ctx.emit("Unsqueeze", [call.tensor("dets"), ctx.ints([0])])
+    scores = ctx.emit("Unsqueeze", [call.tensor("scores"), ctx.ints([0, 1])])
     iou = ctx.const(np.asarray(float(call["iou_threshold"]), dtype=np.float32))  # type: ignore[arg-type]
-    selected = ctx.op("NonMaxSuppression", [boxes, scores, ctx.ints(_NO_CAP), iou])
-    return ctx.op("Gather", [selected, ctx.ints(2)], {"axis": 1})
+    selected = ctx.emit("NonMaxSuppression", [boxes, scores, ctx.ints(_NO_CAP), iou])
+    return ctx.emit("Gather", [selected, ctx.ints(2)], {"axis": 1})
 
 
 @lowers("torchvision.roi_align", to="RoiAlign",
@@ -44,8 +44,8 @@ def roi_align(call: OpCall, ctx: LowerContext) -> Value:
     if call.meta("input").rank != 4:
         raise call.unsupported("roi_align of an input that is not 4-D")
     rois = call.tensor("rois")
-    boxes = ctx.op("Slice", [rois, ctx.ints([1]), ctx.ints([5]), ctx.ints([1])])
-    batch = ctx.op("Cast", [ctx.op("Gather", [rois, ctx.ints(0)], {"axis": 1})], {"to": DataType.INT64})
+    boxes = ctx.emit("Slice", [rois, ctx.ints([1]), ctx.ints([5]), ctx.ints([1])])
+    batch = ctx.emit("Cast", [ctx.emit("Gather", [rois, ctx.ints(0)], {"axis": 1})], {"to": DataType.INT64})
     ratio = int(call["sampling_ratio"])  # type: ignore[call-overload]
     attrs = {
         "mode": "avg",
@@ -55,4 +55,4 @@ def roi_align(call: OpCall, ctx: LowerContext) -> Value:
         "spatial_scale": float(call["spatial_scale"]),  # type: ignore[arg-type]
         "coordinate_transformation_mode": "half_pixel" if call["aligned"] else "output_half_pixel",
     }
-    return ctx.op("RoiAlign", [call.tensor("input"), boxes, batch], attrs)
+    return ctx.emit("RoiAlign", [call.tensor("input"), boxes, batch], attrs)

@@ -44,10 +44,10 @@ def _wrap_negative(ctx: LowerContext, idx: Value, size: int | str, data: Value, 
     if isinstance(size, int):
         dim = ctx.ints(size)
     else:
-        dim = ctx.op("Reshape", [ctx.op("Gather", [ctx.op("Shape", [data]), ctx.ints([axis])], {"axis": 0}),
+        dim = ctx.emit("Reshape", [ctx.emit("Gather", [ctx.emit("Shape", [data]), ctx.ints([axis])], {"axis": 0}),
                                  ctx.ints([])])
-    negative = ctx.op("Less", [idx, ctx.ints(0)])
-    return ctx.op("Where", [negative, ctx.op("Add", [idx, dim]), idx])
+    negative = ctx.emit("Less", [idx, ctx.ints(0)])
+    return ctx.emit("Where", [negative, ctx.emit("Add", [idx, dim]), idx])
 
 
 def _plan(call: OpCall, ctx: LowerContext) -> _Plan:
@@ -67,15 +67,15 @@ def _plan(call: OpCall, ctx: LowerContext) -> _Plan:
         if not isinstance(item, Value) or not isinstance(m, TensorMeta):
             raise call.unsupported(f"index of type {type(item).__name__}")
         if m.dtype in (DataType.BOOL, DataType.UINT8):  # a mask over m.rank dims: its coordinates
-            mask = item if m.dtype == DataType.BOOL else ctx.op("Cast", [item], {"to": DataType.BOOL})
-            nz = ctx.op("NonZero", [mask])  # [r, N]
+            mask = item if m.dtype == DataType.BOOL else ctx.emit("Cast", [item], {"to": DataType.BOOL})
+            nz = ctx.emit("NonZero", [mask])  # [r, N]
             for r in range(m.rank):
-                row = ctx.op("Gather", [nz, ctx.ints(r)], {"axis": 0})
+                row = ctx.emit("Gather", [nz, ctx.ints(r)], {"axis": 0})
                 dims.append(pos)
                 idxs.append(row)
                 pos += 1
             continue
-        idx = item if m.dtype == DataType.INT64 else ctx.op("Cast", [item], {"to": DataType.INT64})
+        idx = item if m.dtype == DataType.INT64 else ctx.emit("Cast", [item], {"to": DataType.INT64})
         idxs.append(_wrap_negative(ctx, idx, meta.shape[pos], x, pos))
         dims.append(pos)
         pos += 1
@@ -83,14 +83,14 @@ def _plan(call: OpCall, ctx: LowerContext) -> _Plan:
         raise call.unsupported("indexing without an index tensor")
     rest = [d for d in range(meta.rank) if d not in dims]
     perm = dims + rest
-    data = x if perm == list(range(meta.rank)) else ctx.op("Transpose", [x], {"perm": perm})
+    data = x if perm == list(range(meta.rank)) else ctx.emit("Transpose", [x], {"perm": perm})
     if len(idxs) > 1:  # broadcast the index tensors against each other
-        zero = ctx.op("Mul", [idxs[0], ctx.ints(0)])
+        zero = ctx.emit("Mul", [idxs[0], ctx.ints(0)])
         for other in idxs[1:]:
-            zero = ctx.op("Add", [zero, ctx.op("Mul", [other, ctx.ints(0)])])
-        idxs = [ctx.op("Add", [i, zero]) for i in idxs]
+            zero = ctx.emit("Add", [zero, ctx.emit("Mul", [other, ctx.ints(0)])])
+        idxs = [ctx.emit("Add", [i, zero]) for i in idxs]
     last = ctx.ints([-1])
-    coords = ctx.op("Concat", [ctx.op("Unsqueeze", [i, last]) for i in idxs], {"axis": -1})
+    coords = ctx.emit("Concat", [ctx.emit("Unsqueeze", [i, last]) for i in idxs], {"axis": -1})
     adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
     batch_rank = _batch_rank(call, metas)
     return _Plan(data, perm, coords, batch_rank, rest, dims[0] if adjacent else 0)
@@ -119,9 +119,9 @@ def _torch_order(plan: _Plan) -> list[int] | None:
 def index(call: OpCall, ctx: LowerContext) -> Value:
     """Lower advanced indexing ``x[i0, :, i2]`` to GatherND on the indexed dims moved to the front."""
     plan = _plan(call, ctx)
-    y = ctx.op("GatherND", [plan.data, plan.coords])
+    y = ctx.emit("GatherND", [plan.data, plan.coords])
     perm = _torch_order(plan)
-    return y if perm is None else ctx.op("Transpose", [y], {"perm": perm})
+    return y if perm is None else ctx.emit("Transpose", [y], {"perm": perm})
 
 
 @lowers("aten.index_put", "aten._unsafe_index_put", to="ScatterND (+Transpose)",
@@ -133,24 +133,24 @@ def index_put(call: OpCall, ctx: LowerContext) -> Value:
     values = call.tensor("values")
     vmeta = call.meta("values")
     if vmeta.dtype != meta.dtype:
-        values = ctx.op("Cast", [values], {"to": meta.dtype})
+        values = ctx.emit("Cast", [values], {"to": meta.dtype})
     full = plan.batch_rank + len(plan.rest)
     if vmeta.rank < full:
-        values = ctx.op("Unsqueeze", [values, ctx.ints(list(range(full - vmeta.rank)))])
+        values = ctx.emit("Unsqueeze", [values, ctx.ints(list(range(full - vmeta.rank)))])
     perm = _torch_order(plan)
     if perm is not None:  # torch's layout back to GatherND's
         inverse = [perm.index(i) for i in range(full)]
-        values = ctx.op("Transpose", [values], {"perm": inverse})
-    data_shape = ctx.op("Shape", [plan.data])
-    batch = ctx.op("Slice", [ctx.op("Shape", [plan.coords]), ctx.ints([0]), ctx.ints([-1])])
-    rest = ctx.op("Slice", [data_shape, ctx.ints([len(plan.perm) - len(plan.rest)]), ctx.ints([len(plan.perm)])])
-    values = ctx.op("Expand", [values, ctx.op("Concat", [batch, rest], {"axis": 0})])
+        values = ctx.emit("Transpose", [values], {"perm": inverse})
+    data_shape = ctx.emit("Shape", [plan.data])
+    batch = ctx.emit("Slice", [ctx.emit("Shape", [plan.coords]), ctx.ints([0]), ctx.ints([-1])])
+    rest = ctx.emit("Slice", [data_shape, ctx.ints([len(plan.perm) - len(plan.rest)]), ctx.ints([len(plan.perm)])])
+    values = ctx.emit("Expand", [values, ctx.emit("Concat", [batch, rest], {"axis": 0})])
     attrs = {"reduction": "add"} if call.get("accumulate", False) else {}
-    y = ctx.op("ScatterND", [plan.data, plan.coords, values], attrs)
+    y = ctx.emit("ScatterND", [plan.data, plan.coords, values], attrs)
     if plan.perm == list(range(meta.rank)):
         return y
     back = [plan.perm.index(i) for i in range(meta.rank)]
-    return ctx.op("Transpose", [y], {"perm": back})
+    return ctx.emit("Transpose", [y], {"perm": back})
 
 
 @lowers("aten.index_select", to="Gather")
@@ -160,8 +160,8 @@ def index_select(call: OpCall, ctx: LowerContext) -> Value:
     axis = norm_axis(int(call["dim"]), meta.rank)  # type: ignore[call-overload]
     idx = call.tensor("index")
     if call.meta("index").dtype != DataType.INT64:
-        idx = ctx.op("Cast", [idx], {"to": DataType.INT64})
-    return ctx.op("Gather", [call.tensor("self"), idx], {"axis": axis})
+        idx = ctx.emit("Cast", [idx], {"to": DataType.INT64})
+    return ctx.emit("Gather", [call.tensor("self"), idx], {"axis": axis})
 
 
 @lowers("aten.gather", to="GatherElements")
@@ -169,7 +169,7 @@ def gather(call: OpCall, ctx: LowerContext) -> Value:
     """Lower gather(dim, index) to GatherElements(axis=dim)."""
     meta = call.meta("self")
     axis = norm_axis(int(call["dim"]), meta.rank)  # type: ignore[call-overload]
-    return ctx.op("GatherElements", [call.tensor("self"), call.tensor("index")], {"axis": axis})
+    return ctx.emit("GatherElements", [call.tensor("self"), call.tensor("index")], {"axis": axis})
 
 
 _REDUCE = {"add": "add", "sum": "add", "multiply": "mul", "prod": "mul"}
@@ -185,14 +185,14 @@ def scatter(call: OpCall, ctx: LowerContext) -> Value:
     src = call.args.get("src")
     if not isinstance(src, Value):
         value = ctx.const(np.asarray(call.args.get("value"), dtype=meta.dtype.numpy()))
-        src = ctx.op("Expand", [value, ctx.op("Shape", [idx])])
+        src = ctx.emit("Expand", [value, ctx.emit("Shape", [idx])])
     attrs: dict[str, object] = {"axis": axis}
     reduce = "add" if call.op == "aten.scatter_add" else call.get("reduce")
     if reduce is not None:
         if str(reduce) not in _REDUCE:
             raise call.unsupported(f"scatter reduce '{reduce}'")
         attrs["reduction"] = _REDUCE[str(reduce)]
-    return ctx.op("ScatterElements", [call.tensor("self"), idx, src], attrs)
+    return ctx.emit("ScatterElements", [call.tensor("self"), idx, src], attrs)
 
 
 def _scatter_range(call: OpCall, ctx: LowerContext, src: Value, axis: int, start: int, end: int,
@@ -203,16 +203,16 @@ def _scatter_range(call: OpCall, ctx: LowerContext, src: Value, axis: int, start
     if step == 1:
         parts = []
         if start > 0:
-            parts.append(ctx.op("Slice", [x, ctx.ints([0]), ctx.ints([start]), ctx.ints([axis])]))
+            parts.append(ctx.emit("Slice", [x, ctx.ints([0]), ctx.ints([start]), ctx.ints([axis])]))
         parts.append(src)
         if end < size:
-            parts.append(ctx.op("Slice", [x, ctx.ints([end]), ctx.ints([size]), ctx.ints([axis])]))
-        return parts[0] if len(parts) == 1 else ctx.op("Concat", parts, {"axis": axis})
+            parts.append(ctx.emit("Slice", [x, ctx.ints([end]), ctx.ints([size]), ctx.ints([axis])]))
+        return parts[0] if len(parts) == 1 else ctx.emit("Concat", parts, {"axis": axis})
     positions = np.arange(start, end, step, dtype=np.int64)
     shape = [1] * meta.rank
     shape[axis] = len(positions)
-    idx = ctx.op("Expand", [ctx.const(positions.reshape(shape)), ctx.op("Shape", [src])])
-    return ctx.op("ScatterElements", [x, idx, src], {"axis": axis})
+    idx = ctx.emit("Expand", [ctx.const(positions.reshape(shape)), ctx.emit("Shape", [src])])
+    return ctx.emit("ScatterElements", [x, idx, src], {"axis": axis})
 
 
 @lowers("aten.slice_scatter", to="Slice+Concat / ScatterElements", notes="step > 1 uses ScatterElements")
@@ -224,7 +224,7 @@ def slice_scatter(call: OpCall, ctx: LowerContext) -> Value:
     step = int(call.get("step", 1))  # type: ignore[call-overload]
     src = call.tensor("src")
     if call.meta("src").dtype != meta.dtype:
-        src = ctx.op("Cast", [src], {"to": meta.dtype})
+        src = ctx.emit("Cast", [src], {"to": meta.dtype})
     end_arg = call.get("end")
     if start == 0 and step == 1 and call.meta("src").shape[axis] == meta.shape[axis] \
             and (end_arg is None or int(end_arg) >= 2**62 or not isinstance(meta.shape[axis], int)  # type: ignore[call-overload]
@@ -244,9 +244,9 @@ def select_scatter(call: OpCall, ctx: LowerContext) -> Value:
     axis = norm_axis(int(call["dim"]), meta.rank)  # type: ignore[call-overload]
     i = int(call["index"])  # type: ignore[call-overload]
     i = i + meta.dim(axis) if i < 0 else i
-    src = ctx.op("Unsqueeze", [call.tensor("src"), ctx.ints([axis])])
+    src = ctx.emit("Unsqueeze", [call.tensor("src"), ctx.ints([axis])])
     if call.meta("src").dtype != meta.dtype:
-        src = ctx.op("Cast", [src], {"to": meta.dtype})
+        src = ctx.emit("Cast", [src], {"to": meta.dtype})
     return _scatter_range(call, ctx, src, axis, i, i + 1, 1)
 
 
@@ -267,9 +267,9 @@ def scatter_reduce(call: OpCall, ctx: LowerContext) -> Value:
     reduction, identity = _SCATTER_REDUCE[reduce]
     x, idx, src = call.tensor("self"), call.tensor("index"), call.tensor("src")
     if not call.get("include_self", True):
-        fill = ctx.op("Expand", [ctx.scalar_like(identity, meta), ctx.op("Shape", [idx])])
-        x = ctx.op("ScatterElements", [x, idx, fill], {"axis": axis})
-    return ctx.op("ScatterElements", [x, idx, src], {"axis": axis, "reduction": reduction})
+        fill = ctx.emit("Expand", [ctx.scalar_like(identity, meta), ctx.emit("Shape", [idx])])
+        x = ctx.emit("ScatterElements", [x, idx, fill], {"axis": axis})
+    return ctx.emit("ScatterElements", [x, idx, src], {"axis": axis, "reduction": reduction})
 
 
 @lowers("aten.masked_scatter", to="NonZero+ScatterND", notes="source elements taken in order, as torch does")
@@ -278,12 +278,12 @@ def masked_scatter(call: OpCall, ctx: LowerContext) -> Value:
     leading elements.
     """
     x = call.tensor("self")
-    mask = ctx.op("Expand", [call.tensor("mask"), ctx.op("Shape", [x])])
-    coords = ctx.op("Transpose", [ctx.op("NonZero", [mask])], {"perm": [1, 0]})  # [N, rank]
-    count = ctx.op("Slice", [ctx.op("Shape", [coords]), ctx.ints([0]), ctx.ints([1])])
-    flat = ctx.op("Reshape", [call.tensor("source"), ctx.ints([-1])])
-    updates = ctx.op("Slice", [flat, ctx.ints([0]), count])
-    return ctx.op("ScatterND", [x, coords, updates])
+    mask = ctx.emit("Expand", [call.tensor("mask"), ctx.emit("Shape", [x])])
+    coords = ctx.emit("Transpose", [ctx.emit("NonZero", [mask])], {"perm": [1, 0]})  # [N, rank]
+    count = ctx.emit("Slice", [ctx.emit("Shape", [coords]), ctx.ints([0]), ctx.ints([1])])
+    flat = ctx.emit("Reshape", [call.tensor("source"), ctx.ints([-1])])
+    updates = ctx.emit("Slice", [flat, ctx.ints([0]), count])
+    return ctx.emit("ScatterND", [x, coords, updates])
 
 
 @lowers("aten.embedding_bag", "aten._embedding_bag", to="Gather+CumSum+ScatterND(add)",
@@ -300,39 +300,39 @@ def embedding_bag(call: OpCall, ctx: LowerContext) -> tuple[Value, None, None, N
     wmeta = call.meta("weight")
     out = call.out_meta
     bags = out.dim(0)
-    indices = ctx.op("Reshape", [call.tensor("indices"), ctx.ints([-1])])
+    indices = ctx.emit("Reshape", [call.tensor("indices"), ctx.ints([-1])])
     if call.meta("indices").dtype != DataType.INT64:
-        indices = ctx.op("Cast", [indices], {"to": DataType.INT64})
+        indices = ctx.emit("Cast", [indices], {"to": DataType.INT64})
     offsets = call.tensor("offsets")
     if call.meta("offsets").dtype != DataType.INT64:
-        offsets = ctx.op("Cast", [offsets], {"to": DataType.INT64})
-    offsets = ctx.op("Slice", [offsets, ctx.ints([0]), ctx.ints([bags])])  # drops include_last_offset's end
-    count = ctx.op("Shape", [indices])
-    starts = ctx.op("ScatterElements", [ctx.op("Expand", [ctx.ints(0), count]), offsets,
-                                        ctx.op("Expand", [ctx.ints(1), ctx.op("Shape", [offsets])])],
+        offsets = ctx.emit("Cast", [offsets], {"to": DataType.INT64})
+    offsets = ctx.emit("Slice", [offsets, ctx.ints([0]), ctx.ints([bags])])  # drops include_last_offset's end
+    count = ctx.emit("Shape", [indices])
+    starts = ctx.emit("ScatterElements", [ctx.emit("Expand", [ctx.ints(0), count]), offsets,
+                                        ctx.emit("Expand", [ctx.ints(1), ctx.emit("Shape", [offsets])])],
                     {"axis": 0, "reduction": "add"})
-    bag = ctx.op("Sub", [ctx.op("CumSum", [starts, ctx.ints(0)]), ctx.ints(1)])
-    rows = ctx.op("Gather", [weight, indices], {"axis": 0})
+    bag = ctx.emit("Sub", [ctx.emit("CumSum", [starts, ctx.ints(0)]), ctx.ints(1)])
+    rows = ctx.emit("Gather", [weight, indices], {"axis": 0})
     keep = None
     padding_idx = call.get("padding_idx")
     if padding_idx is not None and int(padding_idx) >= 0:  # type: ignore[call-overload]
-        keep = ctx.op("Cast", [ctx.op("Not", [ctx.op("Equal", [indices, ctx.ints(int(padding_idx))])])],  # type: ignore[call-overload]
+        keep = ctx.emit("Cast", [ctx.emit("Not", [ctx.emit("Equal", [indices, ctx.ints(int(padding_idx))])])],  # type: ignore[call-overload]
                       {"to": wmeta.dtype})
     scale = call.get("per_sample_weights")
     factor = None
     if isinstance(scale, Value):
-        factor = ctx.op("Reshape", [scale, ctx.ints([-1])])
+        factor = ctx.emit("Reshape", [scale, ctx.ints([-1])])
     if keep is not None:
-        factor = keep if factor is None else ctx.op("Mul", [factor, keep])
+        factor = keep if factor is None else ctx.emit("Mul", [factor, keep])
     if factor is not None:
-        rows = ctx.op("Mul", [rows, ctx.op("Unsqueeze", [factor, ctx.ints([1])])])
-    coords = ctx.op("Unsqueeze", [bag, ctx.ints([1])])
-    zeros = ctx.op("Expand", [ctx.scalar_like(0.0, wmeta), ctx.ints([bags, wmeta.dim(1)])])
-    total = ctx.op("ScatterND", [zeros, coords, rows], {"reduction": "add"})
+        rows = ctx.emit("Mul", [rows, ctx.emit("Unsqueeze", [factor, ctx.ints([1])])])
+    coords = ctx.emit("Unsqueeze", [bag, ctx.ints([1])])
+    zeros = ctx.emit("Expand", [ctx.scalar_like(0.0, wmeta), ctx.ints([bags, wmeta.dim(1)])])
+    total = ctx.emit("ScatterND", [zeros, coords, rows], {"reduction": "add"})
     if mode == 0:
         return total, None, None, None
-    ones = keep if keep is not None else ctx.op("Expand", [ctx.scalar_like(1.0, wmeta), count])
-    sizes = ctx.op("ScatterND", [ctx.op("Expand", [ctx.scalar_like(0.0, wmeta), ctx.ints([bags])]), coords, ones],
+    ones = keep if keep is not None else ctx.emit("Expand", [ctx.scalar_like(1.0, wmeta), count])
+    sizes = ctx.emit("ScatterND", [ctx.emit("Expand", [ctx.scalar_like(0.0, wmeta), ctx.ints([bags])]), coords, ones],
                    {"reduction": "add"})
-    sizes = ctx.op("Max", [sizes, ctx.scalar_like(1.0, wmeta)])
-    return ctx.op("Div", [total, ctx.op("Unsqueeze", [sizes, ctx.ints([1])])]), None, None, None
+    sizes = ctx.emit("Max", [sizes, ctx.scalar_like(1.0, wmeta)])
+    return ctx.emit("Div", [total, ctx.emit("Unsqueeze", [sizes, ctx.ints([1])])]), None, None, None

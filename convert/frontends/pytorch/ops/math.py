@@ -29,7 +29,7 @@ def _cast(ctx: LowerContext, value: Value, meta: object, target: TensorMeta) -> 
     tensor = value.const_value
     if tensor is not None and tensor.size <= 16:
         return ctx.const(tensor.numpy().astype(target.dtype.numpy()))
-    return ctx.op("Cast", [value], {"to": target.dtype})
+    return ctx.emit("Cast", [value], {"to": target.dtype})
 
 
 def _like(call: OpCall) -> TensorMeta:
@@ -54,8 +54,8 @@ def _binary(op_type: str, *, reverse: bool = False) -> object:
         b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), target)
         alpha = call.args.get("alpha")
         if alpha is not None and alpha != 1:
-            b = ctx.op("Mul", [b, ctx.scalar_like(alpha, like)])  # type: ignore[arg-type]
-        return ctx.op(op_type, [b, a] if reverse else [a, b])
+            b = ctx.emit("Mul", [b, ctx.scalar_like(alpha, like)])  # type: ignore[arg-type]
+        return ctx.emit(op_type, [b, a] if reverse else [a, b])
 
     convert.__doc__ = f"Lower to {op_type} (Python scalars become constants of the tensor's dtype)."
     return convert
@@ -81,9 +81,9 @@ def remainder(call: OpCall, ctx: LowerContext) -> Value:
     a = _cast(ctx, _operand(call, ctx, "self", like), call.metas.get("self"), like)
     b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), like)
     if like.dtype.is_floating_point():
-        q = ctx.op("Floor", [ctx.op("Div", [a, b])])
-        return ctx.op("Sub", [a, ctx.op("Mul", [q, b])])
-    return ctx.op("Mod", [a, b], {"fmod": 0})
+        q = ctx.emit("Floor", [ctx.emit("Div", [a, b])])
+        return ctx.emit("Sub", [a, ctx.emit("Mul", [q, b])])
+    return ctx.emit("Mod", [a, b], {"fmod": 0})
 
 
 @lowers("aten.div", to="Div", notes="rounding_mode 'floor'/'trunc' add Floor/Cast")
@@ -95,13 +95,13 @@ def div(call: OpCall, ctx: LowerContext) -> Value:
     mode = call.args.get("rounding_mode")
     if not like.dtype.is_floating_point():  # integer Div truncates; floor needs the remainder's sign
         if mode == "floor":
-            return ctx.op("Div", [ctx.op("Sub", [a, ctx.op("Mod", [a, b], {"fmod": 0})]), b])
-        return ctx.op("Div", [a, b])
-    y = ctx.op("Div", [a, b])
+            return ctx.emit("Div", [ctx.emit("Sub", [a, ctx.emit("Mod", [a, b], {"fmod": 0})]), b])
+        return ctx.emit("Div", [a, b])
+    y = ctx.emit("Div", [a, b])
     if mode == "floor":
-        y = ctx.op("Floor", [y])
+        y = ctx.emit("Floor", [y])
     elif mode == "trunc":
-        y = ctx.op("Mul", [ctx.op("Floor", [ctx.op("Abs", [y])]), ctx.op("Sign", [y])])
+        y = ctx.emit("Mul", [ctx.emit("Floor", [ctx.emit("Abs", [y])]), ctx.emit("Sign", [y])])
     return y
 
 
@@ -112,23 +112,23 @@ def pow_(call: OpCall, ctx: LowerContext) -> Value:
     base = _operand(call, ctx, "self", like)
     exponent = call.args.get("exponent")
     if exponent == 2:
-        return ctx.op("Mul", [base, base])
+        return ctx.emit("Mul", [base, base])
     if exponent == 0.5:
-        return ctx.op("Sqrt", [base])
+        return ctx.emit("Sqrt", [base])
     if isinstance(exponent, Value):
-        return ctx.op("Pow", [base, exponent])
-    return ctx.op("Pow", [base, ctx.scalar_like(exponent, like)])  # type: ignore[arg-type]
+        return ctx.emit("Pow", [base, exponent])
+    return ctx.emit("Pow", [base, ctx.scalar_like(exponent, like)])  # type: ignore[arg-type]
 
 
 @lowers("aten.where", to="Where / NonZero+Gather", notes="one argument: the result's length depends on the data")
 def where(call: OpCall, ctx: LowerContext) -> Value:
     """Lower where(condition, self, other) to Where; where(condition) to NonZero's rows."""
     if "self" not in call.args:  # torch.where(mask): one index tensor per dimension, like nonzero(as_tuple)
-        found = ctx.op("NonZero", [call.tensor("condition")])
-        return tuple(ctx.op("Gather", [found, ctx.ints(i)], {"axis": 0})
+        found = ctx.emit("NonZero", [call.tensor("condition")])
+        return tuple(ctx.emit("Gather", [found, ctx.ints(i)], {"axis": 0})
                      for i in range(call.meta("condition").rank))  # type: ignore[return-value]
     like = call.out_meta
-    return ctx.op("Where", [call.tensor("condition"), _operand(call, ctx, "self", like),
+    return ctx.emit("Where", [call.tensor("condition"), _operand(call, ctx, "self", like),
                             _operand(call, ctx, "other", like)])
 
 
@@ -149,9 +149,9 @@ def mean(call: OpCall, ctx: LowerContext) -> Value:
     keep = bool(call.get("keepdim", False))
     x = call.tensor("self")
     if meta.rank == 4 and axes == [2, 3]:
-        y = ctx.op("GlobalAveragePool", [x])
-        return y if keep else ctx.op("Flatten", [y], {"axis": 1})
-    return ctx.op("ReduceMean", [x], {"axes": axes, "keepdims": int(keep)})
+        y = ctx.emit("GlobalAveragePool", [x])
+        return y if keep else ctx.emit("Flatten", [y], {"axis": 1})
+    return ctx.emit("ReduceMean", [x], {"axes": axes, "keepdims": int(keep)})
 
 
 @lowers("aten.sum", to="ReduceSum")
@@ -159,14 +159,14 @@ def sum_(call: OpCall, ctx: LowerContext) -> Value:
     """Lower sum over dims to ReduceSum (axes as an input since opset 13)."""
     meta = call.meta("self")
     axes = _axes(call, meta.rank)
-    return ctx.op("ReduceSum", [call.tensor("self"), ctx.ints(axes)], {"keepdims": int(bool(call.get("keepdim")))})
+    return ctx.emit("ReduceSum", [call.tensor("self"), ctx.ints(axes)], {"keepdims": int(bool(call.get("keepdim")))})
 
 
 @lowers("aten.amax", to="ReduceMax")
 def amax(call: OpCall, ctx: LowerContext) -> Value:
     """Lower amax to ReduceMax (axes attribute at opset 17)."""
     meta = call.meta("self")
-    return ctx.op("ReduceMax", [call.tensor("self")],
+    return ctx.emit("ReduceMax", [call.tensor("self")],
                   {"axes": _axes(call, meta.rank), "keepdims": int(bool(call.get("keepdim")))})
 
 
@@ -174,7 +174,7 @@ def amax(call: OpCall, ctx: LowerContext) -> Value:
 def amin(call: OpCall, ctx: LowerContext) -> Value:
     """Lower amin to ReduceMin (axes attribute at opset 17)."""
     meta = call.meta("self")
-    return ctx.op("ReduceMin", [call.tensor("self")],
+    return ctx.emit("ReduceMin", [call.tensor("self")],
                   {"axes": _axes(call, meta.rank), "keepdims": int(bool(call.get("keepdim")))})
 
 
@@ -182,7 +182,7 @@ def _transposed(ctx: LowerContext, w: Value) -> Value:
     """Return W^T: a lazily transposed initializer when W is constant, else a Transpose node."""
     tensor = w.const_value
     if tensor is None or len(tensor.shape) != 2:
-        return ctx.op("Transpose", [w], {"perm": [1, 0]})
+        return ctx.emit("Transpose", [w], {"perm": [1, 0]})
     rows, cols = (int(d) for d in tensor.shape.numpy())
     t = lazy(lambda: np.ascontiguousarray(tensor.numpy().T), tensor.dtype, (cols, rows), name=f"{w.name}_T")
     return ctx.builder.initializer(t, f"{w.name}_T")
@@ -198,9 +198,9 @@ def linear(call: OpCall, ctx: LowerContext) -> Value:
         inputs: list[Value | None] = [x, w]
         if isinstance(bias, Value):
             inputs.append(bias)
-        return ctx.op("Gemm", inputs, {"transB": 1})
-    y = ctx.op("MatMul", [x, _transposed(ctx, w)])
-    return ctx.op("Add", [y, bias]) if isinstance(bias, Value) else y
+        return ctx.emit("Gemm", inputs, {"transB": 1})
+    y = ctx.emit("MatMul", [x, _transposed(ctx, w)])
+    return ctx.emit("Add", [y, bias]) if isinstance(bias, Value) else y
 
 
 @lowers("aten.addmm", to="Gemm")
@@ -214,28 +214,28 @@ def addmm(call: OpCall, ctx: LowerContext) -> Value:
             and producer.inputs[0].const_value is not None):
         b = producer.inputs[0]
         attrs["transB"] = 1
-    return ctx.op("Gemm", [a, b, call.tensor("self")], attrs)
+    return ctx.emit("Gemm", [a, b, call.tensor("self")], attrs)
 
 
 @lowers("aten.mm", "aten.bmm", "aten.matmul", to="MatMul")
 def matmul(call: OpCall, ctx: LowerContext) -> Value:
     """Lower mm / bmm / matmul to MatMul."""
-    return ctx.op("MatMul", [call.tensor("self"), call.tensor("mat2" if "mat2" in call.args else "other")])
+    return ctx.emit("MatMul", [call.tensor("self"), call.tensor("mat2" if "mat2" in call.args else "other")])
 
 
 @lowers("aten.baddbmm", to="MatMul+Mul+Add")
 def baddbmm(call: OpCall, ctx: LowerContext) -> Value:
     """Lower baddbmm to beta * self + alpha * (batch1 @ batch2)."""
     like = call.out_meta
-    y = ctx.op("MatMul", [call.tensor("batch1"), call.tensor("batch2")])
+    y = ctx.emit("MatMul", [call.tensor("batch1"), call.tensor("batch2")])
     alpha = float(call.get("alpha", 1))  # type: ignore[arg-type]
     beta = float(call.get("beta", 1))  # type: ignore[arg-type]
     if alpha != 1:
-        y = ctx.op("Mul", [y, ctx.scalar_like(alpha, like)])
+        y = ctx.emit("Mul", [y, ctx.scalar_like(alpha, like)])
     s = call.tensor("self")
     if beta != 1:
-        s = ctx.op("Mul", [s, ctx.scalar_like(beta, like)])
-    return ctx.op("Add", [y, s])
+        s = ctx.emit("Mul", [s, ctx.scalar_like(beta, like)])
+    return ctx.emit("Add", [y, s])
 
 
 @lowers("aten.ne", to="Equal+Not")
@@ -244,7 +244,7 @@ def ne(call: OpCall, ctx: LowerContext) -> Value:
     like = _like(call)
     a = _cast(ctx, _operand(call, ctx, "self", like), call.metas.get("self"), like)
     b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), like)
-    return ctx.op("Not", [ctx.op("Equal", [a, b])])
+    return ctx.emit("Not", [ctx.emit("Equal", [a, b])])
 
 
 @lowers("aten.floor_divide", to="Div+Floor / Mod+Sub+Div", notes="rounds towards -inf, as torch does")
@@ -254,16 +254,16 @@ def floor_divide(call: OpCall, ctx: LowerContext) -> Value:
     a = _cast(ctx, _operand(call, ctx, "self", like), call.metas.get("self"), like)
     b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), like)
     if like.dtype.is_floating_point():
-        return ctx.op("Floor", [ctx.op("Div", [a, b])])
-    r = ctx.op("Mod", [a, b], {"fmod": 0})
-    return ctx.op("Div", [ctx.op("Sub", [a, r]), b])
+        return ctx.emit("Floor", [ctx.emit("Div", [a, b])])
+    r = ctx.emit("Mod", [a, b], {"fmod": 0})
+    return ctx.emit("Div", [ctx.emit("Sub", [a, r]), b])
 
 
 @lowers("aten._local_scalar_dense", "aten.item", to="Reshape (0-d)",
         notes="folded when its input is constant; otherwise a 0-d tensor, usable as an arithmetic operand")
 def local_scalar_dense(call: OpCall, ctx: LowerContext) -> Value:
     """Lower ``t.item()`` of a computed one-element tensor to that tensor reshaped to 0-d."""
-    return ctx.op("Reshape", [call.tensor("self"), ctx.ints([])])
+    return ctx.emit("Reshape", [call.tensor("self"), ctx.ints([])])
 
 
 @lowers("aten.fmod", to="Mod(fmod=1)", notes="the sign of the dividend, as C's fmod")
@@ -272,7 +272,7 @@ def fmod(call: OpCall, ctx: LowerContext) -> Value:
     like = call.out_meta
     a = _cast(ctx, _operand(call, ctx, "self", like), call.metas.get("self"), like)
     b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), like)
-    return ctx.op("Mod", [a, b], {"fmod": 1})
+    return ctx.emit("Mod", [a, b], {"fmod": 1})
 
 
 @lowers("aten.atan2", to="Atan+Div+Where", notes="quadrant fixed with Where; atan2(0, 0) = 0")
@@ -283,30 +283,31 @@ def atan2(call: OpCall, ctx: LowerContext) -> Value:
     x = _cast(ctx, call.tensor("other"), call.metas.get("other"), like)
     zero = ctx.scalar_like(0.0, like)
     pi = ctx.scalar_like(np.pi, like)
-    base = ctx.op("Atan", [ctx.op("Div", [y, ctx.op("Where", [ctx.op("Equal", [x, zero]),
+    base = ctx.emit("Atan", [ctx.emit("Div", [y, ctx.emit("Where", [ctx.emit("Equal", [x, zero]),
                                                                ctx.scalar_like(1.0, like), x])])])
-    negative_y = ctx.op("Less", [y, zero])
-    shift = ctx.op("Where", [negative_y, ctx.op("Neg", [pi]), pi])
-    result = ctx.op("Where", [ctx.op("Less", [x, zero]), ctx.op("Add", [base, shift]), base])
-    half = ctx.op("Mul", [ctx.op("Sign", [y]), ctx.scalar_like(np.pi / 2, like)])
-    return ctx.op("Where", [ctx.op("Equal", [x, zero]), half, result])
+    negative_y = ctx.emit("Less", [y, zero])
+    shift = ctx.emit("Where", [negative_y, ctx.emit("Neg", [pi]), pi])
+    result = ctx.emit("Where", [ctx.emit("Less", [x, zero]), ctx.emit("Add", [base, shift]), base])
+    half = ctx.emit("Mul", [ctx.emit("Sign", [y]), ctx.scalar_like(np.pi / 2, like)])
+    return ctx.emit("Where", [ctx.emit("Equal", [x, zero]), half, result])
 
 
 def _pnorm(ctx: LowerContext, diff: Value, p: float, like: TensorMeta) -> Value:
     """Return the p-norm of ``diff`` over its last axis."""
     if p == 2.0:
-        return ctx.op("Sqrt", [ctx.op("ReduceSum", [ctx.op("Mul", [diff, diff]), ctx.ints([-1])], {"keepdims": 0})])
-    a = ctx.op("Abs", [diff])
+        squares = ctx.emit("Mul", [diff, diff])
+        return ctx.emit("Sqrt", [ctx.emit("ReduceSum", [squares, ctx.ints([-1])], {"keepdims": 0})])
+    a = ctx.emit("Abs", [diff])
     if p == 1.0:
-        return ctx.op("ReduceSum", [a, ctx.ints([-1])], {"keepdims": 0})
+        return ctx.emit("ReduceSum", [a, ctx.ints([-1])], {"keepdims": 0})
     if np.isinf(p):
-        return ctx.op("ReduceMax", [a], {"axes": [-1], "keepdims": 0})
+        return ctx.emit("ReduceMax", [a], {"axes": [-1], "keepdims": 0})
     if p == 0.0:
-        nonzero = ctx.op("Cast", [ctx.op("Not", [ctx.op("Equal", [a, ctx.scalar_like(0.0, like)])])],
+        nonzero = ctx.emit("Cast", [ctx.emit("Not", [ctx.emit("Equal", [a, ctx.scalar_like(0.0, like)])])],
                          {"to": like.dtype})
-        return ctx.op("ReduceSum", [nonzero, ctx.ints([-1])], {"keepdims": 0})
-    total = ctx.op("ReduceSum", [ctx.op("Pow", [a, ctx.scalar_like(p, like)]), ctx.ints([-1])], {"keepdims": 0})
-    return ctx.op("Pow", [total, ctx.scalar_like(1.0 / p, like)])
+        return ctx.emit("ReduceSum", [nonzero, ctx.ints([-1])], {"keepdims": 0})
+    total = ctx.emit("ReduceSum", [ctx.emit("Pow", [a, ctx.scalar_like(p, like)]), ctx.ints([-1])], {"keepdims": 0})
+    return ctx.emit("Pow", [total, ctx.scalar_like(1.0 / p, like)])
 
 
 @lowers("aten._cdist_forward", to="Unsqueeze+Sub+(p-norm)", notes="computed directly (torch may use a matmul form)")
@@ -314,7 +315,7 @@ def cdist(call: OpCall, ctx: LowerContext) -> Value:
     """Lower cdist(x1 [.., P, M], x2 [.., R, M], p) to the p-norm of every pairwise difference."""
     like = call.out_meta
     x1, x2 = call.tensor("x1"), call.tensor("x2")
-    diff = ctx.op("Sub", [ctx.op("Unsqueeze", [x1, ctx.ints([-2])]), ctx.op("Unsqueeze", [x2, ctx.ints([-3])])])
+    diff = ctx.emit("Sub", [ctx.emit("Unsqueeze", [x1, ctx.ints([-2])]), ctx.emit("Unsqueeze", [x2, ctx.ints([-3])])])
     return _pnorm(ctx, diff, float(call["p"]), like)  # type: ignore[arg-type]
 
 
@@ -324,7 +325,7 @@ def pdist(call: OpCall, ctx: LowerContext) -> Value:
     like = call.out_meta
     x = call.tensor("self")
     n = call.meta("self").dim(0)
-    diff = ctx.op("Sub", [ctx.op("Unsqueeze", [x, ctx.ints([1])]), ctx.op("Unsqueeze", [x, ctx.ints([0])])])
-    full = ctx.op("Reshape", [_pnorm(ctx, diff, float(call.get("p", 2.0)), like), ctx.ints([-1])])  # type: ignore[arg-type]
+    diff = ctx.emit("Sub", [ctx.emit("Unsqueeze", [x, ctx.ints([1])]), ctx.emit("Unsqueeze", [x, ctx.ints([0])])])
+    full = ctx.emit("Reshape", [_pnorm(ctx, diff, float(call.get("p", 2.0)), like), ctx.ints([-1])])  # type: ignore[arg-type]
     rows, cols = np.triu_indices(n, k=1)
-    return ctx.op("Gather", [full, ctx.const((rows * n + cols).astype(np.int64))], {"axis": 0})
+    return ctx.emit("Gather", [full, ctx.const((rows * n + cols).astype(np.int64))], {"axis": 0})

@@ -32,7 +32,7 @@ def _bn(call: OpCall, ctx: LowerContext, training: bool) -> Value:
         weight = ctx.const(np.ones(channels), meta.dtype)
     if not isinstance(bias, Value):
         bias = ctx.const(np.zeros(channels), meta.dtype)
-    return ctx.op("BatchNormalization", [x, weight, bias, mean, var], {"epsilon": float(call["eps"])})  # type: ignore[arg-type]
+    return ctx.emit("BatchNormalization", [x, weight, bias, mean, var], {"epsilon": float(call["eps"])})  # type: ignore[arg-type]
 
 
 @lowers("aten.batch_norm", to="BatchNormalization", notes="inference form only (model.eval())")
@@ -64,17 +64,17 @@ def _batch_stats_norm(call: OpCall, ctx: LowerContext) -> Value:
     x = call.tensor("input")
     meta = call.meta("input")
     axes = [0, *range(2, meta.rank)]
-    mean = ctx.op("ReduceMean", [x], {"axes": axes, "keepdims": 1})
-    centred = ctx.op("Sub", [x, mean])
-    var = ctx.op("ReduceMean", [ctx.op("Mul", [centred, centred])], {"axes": axes, "keepdims": 1})
+    mean = ctx.emit("ReduceMean", [x], {"axes": axes, "keepdims": 1})
+    centred = ctx.emit("Sub", [x, mean])
+    var = ctx.emit("ReduceMean", [ctx.emit("Mul", [centred, centred])], {"axes": axes, "keepdims": 1})
     eps = ctx.const(np.asarray(float(call["eps"]), dtype=meta.dtype.numpy()))  # type: ignore[arg-type]
-    y = ctx.op("Div", [centred, ctx.op("Sqrt", [ctx.op("Add", [var, eps])])])
+    y = ctx.emit("Div", [centred, ctx.emit("Sqrt", [ctx.emit("Add", [var, eps])])])
     affine = [meta.dim(1)] + [1] * (meta.rank - 2)
     weight, bias = call.get("weight"), call.get("bias")
     if isinstance(weight, Value):
-        y = ctx.op("Mul", [y, ctx.op("Reshape", [weight, ctx.ints(affine)])])
+        y = ctx.emit("Mul", [y, ctx.emit("Reshape", [weight, ctx.ints(affine)])])
     if isinstance(bias, Value):
-        y = ctx.op("Add", [y, ctx.op("Reshape", [bias, ctx.ints(affine)])])
+        y = ctx.emit("Add", [y, ctx.emit("Reshape", [bias, ctx.ints(affine)])])
     return y
 
 
@@ -89,7 +89,7 @@ def _ln(call: OpCall, ctx: LowerContext) -> Value:
     inputs: list[Value | None] = [x, weight]
     if isinstance(bias, Value):
         inputs.append(bias)
-    return ctx.op("LayerNormalization", inputs, {"axis": -len(shape), "epsilon": float(call["eps"])})  # type: ignore[arg-type]
+    return ctx.emit("LayerNormalization", inputs, {"axis": -len(shape), "epsilon": float(call["eps"])})  # type: ignore[arg-type]
 
 
 @lowers("aten.layer_norm", to="LayerNormalization")
@@ -122,17 +122,17 @@ def _gn(call: OpCall, ctx: LowerContext, groups: int) -> Value:
     meta = call.meta("input")
     c = int(meta.shape[1])
     per_group = int(np.prod([int(d) for d in meta.shape[1:]])) // groups
-    y = ctx.op("Reshape", [x, ctx.shape_value([meta.shape[0], groups, per_group], like=meta)])
+    y = ctx.emit("Reshape", [x, ctx.shape_value([meta.shape[0], groups, per_group], like=meta)])
     ones = ctx.const(np.ones(per_group), meta.dtype)
-    y = ctx.op("LayerNormalization", [y, ones], {"axis": -1, "epsilon": float(call["eps"])})  # type: ignore[arg-type]
-    y = ctx.op("Reshape", [y, ctx.shape_value(list(meta.shape), like=meta)])
+    y = ctx.emit("LayerNormalization", [y, ones], {"axis": -1, "epsilon": float(call["eps"])})  # type: ignore[arg-type]
+    y = ctx.emit("Reshape", [y, ctx.shape_value(list(meta.shape), like=meta)])
     affine = [c] + [1] * (meta.rank - 2)
     weight = call.get("weight")
     bias = call.get("bias")
     if isinstance(weight, Value):
-        y = ctx.op("Mul", [y, ctx.op("Reshape", [weight, ctx.ints(affine)])])
+        y = ctx.emit("Mul", [y, ctx.emit("Reshape", [weight, ctx.ints(affine)])])
     if isinstance(bias, Value):
-        y = ctx.op("Add", [y, ctx.op("Reshape", [bias, ctx.ints(affine)])])
+        y = ctx.emit("Add", [y, ctx.emit("Reshape", [bias, ctx.ints(affine)])])
     return y
 
 
@@ -151,4 +151,4 @@ def instance_norm(call: OpCall, ctx: LowerContext) -> Value:
         weight = ctx.const(np.ones(channels), meta.dtype)
     if not isinstance(bias, Value):
         bias = ctx.const(np.zeros(channels), meta.dtype)
-    return ctx.op("InstanceNormalization", [x, weight, bias], {"epsilon": float(call["eps"])})  # type: ignore[arg-type]
+    return ctx.emit("InstanceNormalization", [x, weight, bias], {"epsilon": float(call["eps"])})  # type: ignore[arg-type]

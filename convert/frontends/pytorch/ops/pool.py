@@ -22,7 +22,7 @@ def _max_pool(call: OpCall, ctx: LowerContext) -> Value:
         "kernel_shape": kernel, "strides": as_list(stride, nd), "pads": pads + pads,
         "dilations": as_list(call.get("dilation", 1), nd), "ceil_mode": int(bool(call.get("ceil_mode", False))),
     }
-    return ctx.op("MaxPool", [call.tensor("self")], attrs)
+    return ctx.emit("MaxPool", [call.tensor("self")], attrs)
 
 
 @lowers("aten.max_pool1d", "aten.max_pool2d", "aten.max_pool3d", to="MaxPool")
@@ -53,7 +53,7 @@ def avg_pool(call: OpCall, ctx: LowerContext) -> Value:
         call.args["count_include_pad"] = True
         y = _avg_pool(call, ctx)
         area = int(np.prod(as_list(call["kernel_size"], call.meta("self").rank - 2)))
-        return ctx.op("Mul", [y, ctx.scalar_like(area / float(divisor), call.meta("self"))])  # type: ignore[arg-type]
+        return ctx.emit("Mul", [y, ctx.scalar_like(area / float(divisor), call.meta("self"))])  # type: ignore[arg-type]
     return _avg_pool(call, ctx)
 
 
@@ -67,7 +67,7 @@ def _avg_pool(call: OpCall, ctx: LowerContext) -> Value:
         "ceil_mode": int(bool(call.get("ceil_mode", False))),
         "count_include_pad": int(bool(call.get("count_include_pad", True))),
     }
-    return ctx.op("AveragePool", [call.tensor("self")], attrs)
+    return ctx.emit("AveragePool", [call.tensor("self")], attrs)
 
 
 def _adaptive(call: OpCall, ctx: LowerContext, kind: str) -> Value:
@@ -76,17 +76,17 @@ def _adaptive(call: OpCall, ctx: LowerContext, kind: str) -> Value:
     out = as_list(call["output_size"], len(spatial))
     x = call.tensor("self")
     if all(o == 1 for o in out):
-        return ctx.op(f"Global{kind}Pool", [x])
+        return ctx.emit(f"Global{kind}Pool", [x])
     if all(o > 0 and s % o == 0 for s, o in zip(spatial, out, strict=True)):
         kernel = [s // o for s, o in zip(spatial, out, strict=True)]
-        return ctx.op(f"{kind}Pool", [x], {"kernel_shape": kernel, "strides": kernel})
+        return ctx.emit(f"{kind}Pool", [x], {"kernel_shape": kernel, "strides": kernel})
     if kind == "Average" and len(spatial) <= 2 and all(s > 0 and o > 0 for s, o in zip(spatial, out, strict=True)):
         # Windows of different sizes (VGG's 7x7 pool on a 2x2 map, AlexNet's 6x6 on a 1x1 one): an
         # averaging matrix per axis, x @ A_w^T, then A_h @ (...) (MatMul broadcasts over N, C).
         dtype = meta.dtype.numpy()
-        y = ctx.op("MatMul", [x, ctx.const(_averaging(spatial[-1], out[-1]).T, dtype, name="adaptive_w")])
+        y = ctx.emit("MatMul", [x, ctx.const(_averaging(spatial[-1], out[-1]).T, dtype, name="adaptive_w")])
         if len(spatial) == 2:
-            y = ctx.op("MatMul", [ctx.const(_averaging(spatial[0], out[0]), dtype, name="adaptive_h"), y])
+            y = ctx.emit("MatMul", [ctx.const(_averaging(spatial[0], out[0]), dtype, name="adaptive_h"), y])
         return y
     raise call.unsupported(f"adaptive {kind.lower()} pooling from {tuple(spatial)} to {tuple(out)} (sizes not "
                            "divisible)", "use an input size that is a multiple of the output size")
@@ -142,7 +142,7 @@ def _resize(call: OpCall, ctx: LowerContext, mode: str, scales: object, align_co
         if mode == "cubic":
             attrs["cubic_coeff_a"] = -0.75
     inputs: list[Value | None] = [x, None, scale_v] if size_v is None else [x, None, None, size_v]
-    return ctx.op("Resize", inputs, attrs)
+    return ctx.emit("Resize", inputs, attrs)
 
 
 def _scales_of(call: OpCall) -> object:

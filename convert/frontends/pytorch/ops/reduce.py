@@ -33,13 +33,13 @@ def any_(call: OpCall, ctx: LowerContext) -> Value:
     meta = call.meta("self")
     x = call.tensor("self")
     if meta.dtype != DataType.BOOL:
-        x = ctx.op("Not", [ctx.op("Equal", [x, ctx.scalar_like(0, meta)])])
-    x = ctx.op("Cast", [x], {"to": DataType.INT32})
+        x = ctx.emit("Not", [ctx.emit("Equal", [x, ctx.scalar_like(0, meta)])])
+    x = ctx.emit("Cast", [x], {"to": DataType.INT32})
     if meta.rank == 0:
-        return ctx.op("Cast", [x], {"to": DataType.BOOL})
+        return ctx.emit("Cast", [x], {"to": DataType.BOOL})
     op_type = "ReduceMax" if call.op == "aten.any" else "ReduceMin"
-    y = ctx.op(op_type, [x], {"axes": _dims(call, meta.rank), "keepdims": _keep(call)})
-    return ctx.op("Cast", [y], {"to": DataType.BOOL})
+    y = ctx.emit(op_type, [x], {"axes": _dims(call, meta.rank), "keepdims": _keep(call)})
+    return ctx.emit("Cast", [y], {"to": DataType.BOOL})
 
 
 @lowers("aten.argmax", "aten.argmin", to="ArgMax / ArgMin", notes="dim=None flattens first")
@@ -50,12 +50,12 @@ def argmax(call: OpCall, ctx: LowerContext) -> Value:
     op_type = "ArgMax" if call.op == "aten.argmax" else "ArgMin"
     dim = call.args.get("dim")
     if dim is None:
-        y = ctx.op(op_type, [ctx.op("Reshape", [x, ctx.ints([-1])])], {"axis": 0, "keepdims": 0})
+        y = ctx.emit(op_type, [ctx.emit("Reshape", [x, ctx.ints([-1])])], {"axis": 0, "keepdims": 0})
         if _keep(call):
-            y = ctx.op("Reshape", [y, ctx.ints([1] * meta.rank)])
+            y = ctx.emit("Reshape", [y, ctx.ints([1] * meta.rank)])
         return y
     axis = norm_axis(int(dim), meta.rank)  # type: ignore[call-overload]
-    return ctx.op(op_type, [x], {"axis": axis, "keepdims": _keep(call), "select_last_index": 0})
+    return ctx.emit(op_type, [x], {"axis": axis, "keepdims": _keep(call), "select_last_index": 0})
 
 
 @lowers("aten.max", "aten.min", to="ReduceMax+ArgMax / ReduceMin+ArgMin / Max / Min",
@@ -67,15 +67,15 @@ def max_(call: OpCall, ctx: LowerContext) -> object:
     meta = call.meta("self")
     other = call.args.get("other")
     if isinstance(other, Value):
-        return ctx.op("Max" if is_max else "Min", [x, other])
+        return ctx.emit("Max" if is_max else "Min", [x, other])
     reduce = "ReduceMax" if is_max else "ReduceMin"
     dim = call.args.get("dim")
     if dim is None:
-        return ctx.op(reduce, [x], {"axes": list(range(meta.rank)), "keepdims": 0})
+        return ctx.emit(reduce, [x], {"axes": list(range(meta.rank)), "keepdims": 0})
     axis = norm_axis(int(dim), meta.rank)  # type: ignore[call-overload]
     keep = _keep(call)
-    values = ctx.op(reduce, [x], {"axes": [axis], "keepdims": keep})
-    indices = ctx.op("ArgMax" if is_max else "ArgMin", [x], {"axis": axis, "keepdims": keep})
+    values = ctx.emit(reduce, [x], {"axes": [axis], "keepdims": keep})
+    indices = ctx.emit("ArgMax" if is_max else "ArgMin", [x], {"axis": axis, "keepdims": keep})
     return values, indices
 
 
@@ -85,8 +85,8 @@ def prod(call: OpCall, ctx: LowerContext) -> Value:
     meta = call.meta("self")
     x = call.tensor("self")
     if call.out_meta.dtype != meta.dtype:
-        x = ctx.op("Cast", [x], {"to": call.out_meta.dtype})
-    return ctx.op("ReduceProd", [x], {"axes": _dims(call, meta.rank), "keepdims": _keep(call)})
+        x = ctx.emit("Cast", [x], {"to": call.out_meta.dtype})
+    return ctx.emit("ReduceProd", [x], {"axes": _dims(call, meta.rank), "keepdims": _keep(call)})
 
 
 @lowers("aten.var", "aten.std", to="ReduceMean+Sub+Mul+ReduceSum+Div (+Sqrt)",
@@ -102,11 +102,11 @@ def var(call: OpCall, ctx: LowerContext) -> Value:
     n = 1
     for a in axes:
         n *= meta.dim(a)
-    mean = ctx.op("ReduceMean", [x], {"axes": axes, "keepdims": 1})
-    centred = ctx.op("Sub", [x, mean])
-    total = ctx.op("ReduceSum", [ctx.op("Mul", [centred, centred]), ctx.ints(axes)], {"keepdims": _keep(call)})
-    y = ctx.op("Div", [total, ctx.scalar_like(max(n - float(correction), 0.0), meta)])  # type: ignore[arg-type]
-    return ctx.op("Sqrt", [y]) if call.op == "aten.std" else y
+    mean = ctx.emit("ReduceMean", [x], {"axes": axes, "keepdims": 1})
+    centred = ctx.emit("Sub", [x, mean])
+    total = ctx.emit("ReduceSum", [ctx.emit("Mul", [centred, centred]), ctx.ints(axes)], {"keepdims": _keep(call)})
+    y = ctx.emit("Div", [total, ctx.scalar_like(max(n - float(correction), 0.0), meta)])  # type: ignore[arg-type]
+    return ctx.emit("Sqrt", [y]) if call.op == "aten.std" else y
 
 
 @lowers("aten.cumsum", to="CumSum")
@@ -115,14 +115,14 @@ def cumsum(call: OpCall, ctx: LowerContext) -> Value:
     meta = call.meta("self")
     x = call.tensor("self")
     if call.out_meta.dtype != meta.dtype:
-        x = ctx.op("Cast", [x], {"to": call.out_meta.dtype})
+        x = ctx.emit("Cast", [x], {"to": call.out_meta.dtype})
     axis = norm_axis(int(call["dim"]), meta.rank)  # type: ignore[call-overload]
-    return ctx.op("CumSum", [x, ctx.ints(axis)])
+    return ctx.emit("CumSum", [x, ctx.ints(axis)])
 
 
 def _topk(ctx: LowerContext, x: Value, k: int | Value, axis: int, largest: bool) -> tuple[Value, Value]:
     kk = k if isinstance(k, Value) else ctx.ints([k])  # a computed k (min(1000, count)) is an int64 [1]
-    values, indices = ctx.op_multi("TopK", [x, kk], {"axis": axis, "largest": int(largest),
+    values, indices = ctx.emit_multi("TopK", [x, kk], {"axis": axis, "largest": int(largest),
                                                               "sorted": 1}, outputs=2)
     return values, indices
 

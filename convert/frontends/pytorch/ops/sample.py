@@ -23,4 +23,4 @@ def grid_sampler(call: OpCall, ctx: LowerContext) -> Value:
     if mode is None or padding is None:
         raise call.unsupported(f"grid_sample mode {call['interpolation_mode']} / padding {call['padding_mode']}")
     attrs = {"mode": mode, "padding_mode": padding, "align_corners": int(bool(call["align_corners"]))}
-    return ctx.op("GridSample", [call.tensor("input"), call.tensor("grid")], attrs)
+    return ctx.emit("GridSample", [call.tensor("input"), call.tensor("grid")], attrs)

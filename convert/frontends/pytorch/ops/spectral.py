@@ -52,7 +52,7 @@ def _complex(*keys: str, to: str, notes: str = "", table: bool = True) -> Callab
 def _scale(ctx: LowerContext, x: Value, factor: float, meta: TensorMeta) -> Value:
     if factor == 1.0:
         return x
-    return ctx.op("Mul", [x, ctx.const(factor, real_dtype(meta.dtype))])
+    return ctx.emit("Mul", [x, ctx.const(factor, real_dtype(meta.dtype))])
 
 
 def _norm_factor(sizes: Sequence[int], normalization: int) -> float:
@@ -62,7 +62,7 @@ def _norm_factor(sizes: Sequence[int], normalization: int) -> float:
 
 def _dft(ctx: LowerContext, x: Value, axis: int, *, inverse: bool = False, onesided: bool = False) -> Value:
     """One ONNX DFT along ``axis`` of the signal (never the trailing pair)."""
-    return ctx.op("DFT", [x], {"axis": axis, "inverse": int(inverse), "onesided": int(onesided)})
+    return ctx.emit("DFT", [x], {"axis": axis, "inverse": int(inverse), "onesided": int(onesided)})
 
 
 def _dims(call: OpCall, rank: int) -> list[int]:
@@ -75,7 +75,7 @@ def fft_r2c(call: OpCall, ctx: LowerContext) -> Value:
     meta = call.meta("self")
     dims = _dims(call, meta.rank)
     onesided = bool(call.get("onesided", False))
-    x = ctx.op("Unsqueeze", [call.tensor("self"), ctx.ints([-1])])
+    x = ctx.emit("Unsqueeze", [call.tensor("self"), ctx.ints([-1])])
     x = _dft(ctx, x, dims[-1], onesided=onesided)
     for d in reversed(dims[:-1]):
         x = _dft(ctx, x, d)
@@ -114,14 +114,14 @@ def fft_c2r(call: OpCall, ctx: LowerContext) -> Value:
     last = dims[-1]
     half = length // 2 + 1
     if meta.dim(last) != half:
-        x = ctx.op("Slice", [x, ctx.ints([0]), ctx.ints([half]), ctx.ints([last])])
+        x = ctx.emit("Slice", [x, ctx.ints([0]), ctx.ints([half]), ctx.ints([last])])
     mirror_count = length - half
     if mirror_count > 0:  # bins mirror_count .. 1 of the input, conjugated
-        mirror = ctx.op("Slice", [x, ctx.ints([mirror_count]), ctx.ints([0]), ctx.ints([last]), ctx.ints([-1])])
-        mirror = ctx.op("Mul", [mirror, ctx.const([1.0, -1.0], real_dtype(meta.dtype))])
-        x = ctx.op("Concat", [x, mirror], {"axis": last})
+        mirror = ctx.emit("Slice", [x, ctx.ints([mirror_count]), ctx.ints([0]), ctx.ints([last]), ctx.ints([-1])])
+        mirror = ctx.emit("Mul", [mirror, ctx.const([1.0, -1.0], real_dtype(meta.dtype))])
+        x = ctx.emit("Concat", [x, mirror], {"axis": last})
     x = _dft(ctx, x, last, inverse=True)
-    real = ctx.op("Gather", [x, ctx.ints(0)], {"axis": -1})
+    real = ctx.emit("Gather", [x, ctx.ints(0)], {"axis": -1})
     sizes = [meta.dim(d) for d in dims[:-1]] + [length]
     factor = _norm_factor(sizes, call.get("normalization", 0)) * float(np.prod(sizes))
     return _scale(ctx, real, factor, meta)
@@ -143,8 +143,8 @@ def view_as_complex(call: OpCall, ctx: LowerContext) -> Value:
 def make_complex(call: OpCall, ctx: LowerContext) -> Value:
     """torch.complex(real, imag): stack the two on a new trailing axis."""
     axes = ctx.ints([-1])
-    parts = [ctx.op("Unsqueeze", [call.tensor(n), axes]) for n in ("real", "imag")]
-    return ctx.op("Concat", parts, {"axis": -1})
+    parts = [ctx.emit("Unsqueeze", [call.tensor(n), axes]) for n in ("real", "imag")]
+    return ctx.emit("Concat", parts, {"axis": -1})
 
 
 def _part(index: int) -> Callable[[OpCall, LowerContext], Value]:
@@ -152,7 +152,7 @@ def _part(index: int) -> Callable[[OpCall, LowerContext], Value]:
         x = call.tensor("self")
         if call.meta("self").dtype not in _REAL_OF:
             return x  # torch.real of a real tensor is the tensor
-        return ctx.op("Gather", [x, ctx.ints(index)], {"axis": -1})
+        return ctx.emit("Gather", [x, ctx.ints(index)], {"axis": -1})
 
     return convert
 
@@ -166,9 +166,9 @@ def complex_abs(call: OpCall, ctx: LowerContext) -> Value:
     """|z| of a complex tensor: sqrt(re^2 + im^2)."""
     x = call.tensor("self")
     if call.meta("self").dtype not in _REAL_OF:
-        return ctx.op("Abs", [x])
-    squares = ctx.op("Mul", [x, x])
-    return ctx.op("Sqrt", [ctx.op("ReduceSum", [squares, ctx.ints([-1])], {"keepdims": 0})])
+        return ctx.emit("Abs", [x])
+    squares = ctx.emit("Mul", [x, x])
+    return ctx.emit("Sqrt", [ctx.emit("ReduceSum", [squares, ctx.ints([-1])], {"keepdims": 0})])
 
 
 def _is_complex(meta: object) -> bool:
@@ -182,14 +182,14 @@ def complex_to(call: OpCall, ctx: LowerContext) -> Value:
     x = call.tensor("self")
     src, dst = call.meta("self"), call.out_meta
     if not _is_complex(src) and _is_complex(dst):
-        x = ctx.op("Unsqueeze", [x, ctx.ints([-1])])
+        x = ctx.emit("Unsqueeze", [x, ctx.ints([-1])])
         if src.dtype != real_dtype(dst.dtype):
-            x = ctx.op("Cast", [x], {"to": real_dtype(dst.dtype)})
-        return ctx.op("Concat", [x, ctx.op("Mul", [x, ctx.const(0.0, real_dtype(dst.dtype))])], {"axis": -1})
+            x = ctx.emit("Cast", [x], {"to": real_dtype(dst.dtype)})
+        return ctx.emit("Concat", [x, ctx.emit("Mul", [x, ctx.const(0.0, real_dtype(dst.dtype))])], {"axis": -1})
     if _is_complex(src) and not _is_complex(dst):  # torch keeps the real part (with a warning)
-        x = ctx.op("Gather", [x, ctx.ints(0)], {"axis": -1})
+        x = ctx.emit("Gather", [x, ctx.ints(0)], {"axis": -1})
     if real_dtype(src.dtype) != real_dtype(dst.dtype):
-        x = ctx.op("Cast", [x], {"to": real_dtype(dst.dtype)})
+        x = ctx.emit("Cast", [x], {"to": real_dtype(dst.dtype)})
     return x
 
 
@@ -200,9 +200,9 @@ def _operand(call: OpCall, ctx: LowerContext, name: str, like: TensorMeta) -> tu
     if isinstance(value, Value):
         if _is_complex(meta):
             return value, True
-        real = ctx.op("Unsqueeze", [value, ctx.ints([-1])])
+        real = ctx.emit("Unsqueeze", [value, ctx.ints([-1])])
         if isinstance(meta, TensorMeta) and meta.dtype != real_dtype(like.dtype):
-            real = ctx.op("Cast", [real], {"to": real_dtype(like.dtype)})
+            real = ctx.emit("Cast", [real], {"to": real_dtype(like.dtype)})
         return real, False
     if isinstance(value, complex):
         return ctx.const([value.real, value.imag], real_dtype(like.dtype)), True
@@ -217,13 +217,13 @@ def complex_add(call: OpCall, ctx: LowerContext) -> Value:
     b, b_complex = _operand(call, ctx, "other", out)
     alpha = call.get("alpha", 1)
     if alpha != 1:
-        b = ctx.op("Mul", [b, ctx.const(float(alpha), real_dtype(out.dtype))])  # type: ignore[arg-type]
+        b = ctx.emit("Mul", [b, ctx.const(float(alpha), real_dtype(out.dtype))])  # type: ignore[arg-type]
     pad = ctx.const([1.0, 0.0], real_dtype(out.dtype))
     if not a_complex:
-        a = ctx.op("Mul", [a, pad])
+        a = ctx.emit("Mul", [a, pad])
     if not b_complex:
-        b = ctx.op("Mul", [b, pad])
-    return ctx.op("Sub" if call.op == "aten.sub" else "Add", [a, b])
+        b = ctx.emit("Mul", [b, pad])
+    return ctx.emit("Sub" if call.op == "aten.sub" else "Add", [a, b])
 
 
 @_complex("aten.mul", to="Mul (+ the cross terms)", table=False)
@@ -233,11 +233,11 @@ def complex_mul(call: OpCall, ctx: LowerContext) -> Value:
     x, x_complex = _operand(call, ctx, "self", out)
     y, y_complex = _operand(call, ctx, "other", out)
     if not (x_complex and y_complex):
-        return ctx.op("Mul", [x, y])
+        return ctx.emit("Mul", [x, y])
     zero, one = ctx.ints(0), ctx.ints(1)
-    re = [ctx.op("Gather", [v, zero], {"axis": -1}) for v in (x, y)]
-    im = [ctx.op("Gather", [v, one], {"axis": -1}) for v in (x, y)]
-    real = ctx.op("Sub", [ctx.op("Mul", [re[0], re[1]]), ctx.op("Mul", [im[0], im[1]])])
-    imag = ctx.op("Add", [ctx.op("Mul", [re[0], im[1]]), ctx.op("Mul", [im[0], re[1]])])
+    re = [ctx.emit("Gather", [v, zero], {"axis": -1}) for v in (x, y)]
+    im = [ctx.emit("Gather", [v, one], {"axis": -1}) for v in (x, y)]
+    real = ctx.emit("Sub", [ctx.emit("Mul", [re[0], re[1]]), ctx.emit("Mul", [im[0], im[1]])])
+    imag = ctx.emit("Add", [ctx.emit("Mul", [re[0], im[1]]), ctx.emit("Mul", [im[0], re[1]])])
     axis = ctx.ints([-1])
-    return ctx.op("Concat", [ctx.op("Unsqueeze", [real, axis]), ctx.op("Unsqueeze", [imag, axis])], {"axis": -1})
+    return ctx.emit("Concat", [ctx.emit("Unsqueeze", [real, axis]), ctx.emit("Unsqueeze", [imag, axis])], {"axis": -1})

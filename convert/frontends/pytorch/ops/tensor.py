@@ -53,13 +53,13 @@ def _target(call: OpCall, ctx: LowerContext, *, expand: bool = False) -> Value:
 @lowers("aten.view", "aten.reshape", "aten._unsafe_view", "aten.view_copy", to="Reshape")
 def reshape(call: OpCall, ctx: LowerContext) -> Value:
     """Lower view/reshape to Reshape with the static output shape."""
-    return ctx.op("Reshape", [call.tensor("self"), _target(call, ctx)])
+    return ctx.emit("Reshape", [call.tensor("self"), _target(call, ctx)])
 
 
 @lowers("aten.unflatten", to="Reshape")
 def unflatten(call: OpCall, ctx: LowerContext) -> Value:
     """Lower unflatten(dim, sizes) to Reshape with the output shape."""
-    return ctx.op("Reshape", [call.tensor("self"), ctx.shape_value(call.out_meta.shape, like=call.meta("self"))])
+    return ctx.emit("Reshape", [call.tensor("self"), ctx.shape_value(call.out_meta.shape, like=call.meta("self"))])
 
 
 @lowers("aten.flatten", to="Flatten / Reshape", notes="Flatten for flatten(1) , Reshape otherwise")
@@ -69,8 +69,8 @@ def flatten(call: OpCall, ctx: LowerContext) -> Value:
     start = norm_axis(int(call.get("start_dim", 0)), rank)  # type: ignore[call-overload]
     end = norm_axis(int(call.get("end_dim", -1)), rank)  # type: ignore[call-overload]
     if start == 1 and end == rank - 1:
-        return ctx.op("Flatten", [call.tensor("self")], {"axis": 1})
-    return ctx.op("Reshape", [call.tensor("self"), _target(call, ctx)])
+        return ctx.emit("Flatten", [call.tensor("self")], {"axis": 1})
+    return ctx.emit("Reshape", [call.tensor("self"), _target(call, ctx)])
 
 
 @lowers("aten.permute", to="Transpose")
@@ -78,7 +78,7 @@ def permute(call: OpCall, ctx: LowerContext) -> Value:
     """Lower permute to Transpose(perm)."""
     rank = call.meta("self").rank
     perm = [norm_axis(int(d), rank) for d in call["dims"]]  # type: ignore[attr-defined]
-    return ctx.op("Transpose", [call.tensor("self")], {"perm": perm})
+    return ctx.emit("Transpose", [call.tensor("self")], {"perm": perm})
 
 
 @lowers("aten.transpose", "aten.t", "aten.numpy_T", to="Transpose")
@@ -93,14 +93,14 @@ def transpose(call: OpCall, ctx: LowerContext) -> Value:
     perm[a], perm[b] = perm[b], perm[a]
     if call.op != "aten.transpose":
         perm = list(reversed(range(rank)))
-    return ctx.op("Transpose", [call.tensor("self")], {"perm": perm})
+    return ctx.emit("Transpose", [call.tensor("self")], {"perm": perm})
 
 
 @lowers("aten.unsqueeze", to="Unsqueeze")
 def unsqueeze(call: OpCall, ctx: LowerContext) -> Value:
     """Lower unsqueeze to Unsqueeze (axes as an input since opset 13)."""
     axis = norm_axis(int(call["dim"]), call.out_meta.rank)  # type: ignore[call-overload]
-    return ctx.op("Unsqueeze", [call.tensor("self"), ctx.ints([axis])])
+    return ctx.emit("Unsqueeze", [call.tensor("self"), ctx.ints([axis])])
 
 
 @lowers("aten.squeeze", to="Squeeze / Identity", notes="only dims of size 1 are removed, as in torch")
@@ -118,7 +118,7 @@ def squeeze(call: OpCall, ctx: LowerContext) -> Value:
         axes = [a for a in picked if meta.shape[a] == 1]
     if not axes:
         return call.tensor("self")
-    return ctx.op("Squeeze", [call.tensor("self"), ctx.ints(axes)])
+    return ctx.emit("Squeeze", [call.tensor("self"), ctx.ints(axes)])
 
 
 def _tensors(call: OpCall, name: str) -> list[Value]:
@@ -138,7 +138,7 @@ def cat(call: OpCall, ctx: LowerContext) -> Value:
         tensors = [t for t, m in zip(tensors, metas, strict=True) if not (m.rank == 1 and m.shape[0] == 0)]
     if len(tensors) == 1:
         return tensors[0]
-    return ctx.op("Concat", tensors, {"axis": axis})
+    return ctx.emit("Concat", tensors, {"axis": axis})
 
 
 @lowers("aten.stack", to="Unsqueeze+Concat")
@@ -146,15 +146,15 @@ def stack(call: OpCall, ctx: LowerContext) -> Value:
     """Lower stack to an Unsqueeze of each input and one Concat."""
     axis = norm_axis(int(call.get("dim", 0)), call.out_meta.rank)  # type: ignore[call-overload]
     axes = ctx.ints([axis])
-    parts = [ctx.op("Unsqueeze", [t, axes]) for t in _tensors(call, "tensors")]
-    return ctx.op("Concat", parts, {"axis": axis})
+    parts = [ctx.emit("Unsqueeze", [t, axes]) for t in _tensors(call, "tensors")]
+    return ctx.emit("Concat", parts, {"axis": axis})
 
 
 def _split(call: OpCall, ctx: LowerContext, sizes: list[int], axis: int) -> tuple[Value, ...]:
     x = call.tensor("self")
     if len(sizes) == 1:
         return (x,)
-    return ctx.op_multi("Split", [x, ctx.ints(sizes)], {"axis": axis}, outputs=len(sizes))
+    return ctx.emit_multi("Split", [x, ctx.ints(sizes)], {"axis": axis}, outputs=len(sizes))
 
 
 @lowers("aten.split", "aten.split_with_sizes", "aten.chunk", "aten.tensor_split", "aten.unsafe_split",
@@ -172,8 +172,8 @@ def split(call: OpCall, ctx: LowerContext) -> tuple[Value, ...]:
     given = call.args.get("split_sizes")  # computed sizes (a detector's per-image counts)
     if not isinstance(given, (list, tuple)) or len(given) != len(outs):
         raise ConversionError(call.where, f"cannot split into the symbolic sizes {tuple(dims)}")
-    sizes = ctx.op("Concat", [s if isinstance(s, Value) else ctx.ints([int(s)]) for s in given], {"axis": 0})
-    return ctx.op_multi("Split", [call.tensor("self"), sizes], {"axis": axis}, outputs=len(outs))
+    sizes = ctx.emit("Concat", [s if isinstance(s, Value) else ctx.ints([int(s)]) for s in given], {"axis": 0})
+    return ctx.emit_multi("Split", [call.tensor("self"), sizes], {"axis": axis}, outputs=len(outs))
 
 
 @lowers("aten.unbind", to="Split+Squeeze")
@@ -183,7 +183,7 @@ def unbind(call: OpCall, ctx: LowerContext) -> tuple[Value, ...]:
     axis = norm_axis(int(call.get("dim", 0)), meta.rank)  # type: ignore[call-overload]
     pieces = _split(call, ctx, [1] * meta.dim(axis), axis)
     axes = ctx.ints([axis])
-    return tuple(ctx.op("Squeeze", [p, axes]) for p in pieces)
+    return tuple(ctx.emit("Squeeze", [p, axes]) for p in pieces)
 
 
 @lowers("aten.select", to="Gather", notes="a scalar index drops the dimension, as in torch")
@@ -194,12 +194,12 @@ def select(call: OpCall, ctx: LowerContext) -> Value:
     index = int(call["index"])  # type: ignore[call-overload]
     if index < 0:
         index += meta.dim(axis)
-    return ctx.op("Gather", [call.tensor("self"), ctx.ints(index)], {"axis": axis})
+    return ctx.emit("Gather", [call.tensor("self"), ctx.ints(index)], {"axis": axis})
 
 
 def _slice_bound(ctx: LowerContext, bound: Value) -> Value:
     """Return a computed slice bound (a 0-d or 1-element integer tensor) as a 1-element int64 input."""
-    return ctx.op("Reshape", [ctx.op("Cast", [bound], {"to": DataType.INT64}), ctx.ints([1])])
+    return ctx.emit("Reshape", [ctx.emit("Cast", [bound], {"to": DataType.INT64}), ctx.ints([1])])
 
 
 @lowers("aten.slice", to="Slice", notes="start/end may be computed (a traced x[:, :n + k]): Slice inputs at run time")
@@ -218,13 +218,13 @@ def slice_(call: OpCall, ctx: LowerContext) -> Value:
         starts = _slice_bound(ctx, start) if isinstance(start, Value) else ctx.ints([int(start)])  # type: ignore[call-overload]
         ends = _slice_bound(ctx, end) if isinstance(end, Value) else \
             ctx.ints([min(int(end), _INT64_MAX)])  # type: ignore[call-overload]
-        return ctx.op("Slice", [call.tensor("self"), starts, ends, ctx.ints([axis]), ctx.ints([step])])
+        return ctx.emit("Slice", [call.tensor("self"), starts, ends, ctx.ints([axis]), ctx.ints([step])])
     start_i = int(start)  # type: ignore[call-overload]
     end_i = min(int(end), _INT64_MAX)  # type: ignore[call-overload]
     size = meta.shape[axis]
     if start_i == 0 and step == 1 and (end_i >= _INT64_MAX // 2 or (isinstance(size, int) and end_i >= size)):
         return call.tensor("self")
-    return ctx.op("Slice", [call.tensor("self"), ctx.ints([start_i]), ctx.ints([end_i]), ctx.ints([axis]),
+    return ctx.emit("Slice", [call.tensor("self"), ctx.ints([start_i]), ctx.ints([end_i]), ctx.ints([axis]),
                             ctx.ints([step])])
 
 
@@ -237,7 +237,7 @@ def narrow(call: OpCall, ctx: LowerContext) -> Value:
     if start < 0:
         start += meta.dim(axis)
     end = start + int(call["length"])  # type: ignore[call-overload]
-    return ctx.op("Slice", [call.tensor("self"), ctx.ints([start]), ctx.ints([end]), ctx.ints([axis])])
+    return ctx.emit("Slice", [call.tensor("self"), ctx.ints([start]), ctx.ints([end]), ctx.ints([axis])])
 
 
 @lowers("aten.expand", "aten.expand_copy", "aten.broadcast_to", "aten.expand_as", to="Expand")
@@ -245,8 +245,8 @@ def expand(call: OpCall, ctx: LowerContext) -> Value:
     """Lower expand to Expand with the static output shape (expand_as: the other tensor's run-time shape)."""
     other = call.args.get("other")
     if isinstance(other, Value) and not call.out_meta.is_static:
-        return ctx.op("Expand", [call.tensor("self"), ctx.op("Shape", [other])])
-    return ctx.op("Expand", [call.tensor("self"), _target(call, ctx, expand=True)])
+        return ctx.emit("Expand", [call.tensor("self"), ctx.emit("Shape", [other])])
+    return ctx.emit("Expand", [call.tensor("self"), _target(call, ctx, expand=True)])
 
 
 @lowers("aten.repeat", to="Tile")
@@ -256,8 +256,8 @@ def repeat(call: OpCall, ctx: LowerContext) -> Value:
     reps = [int(r) for r in call["repeats"]]  # type: ignore[attr-defined]
     x = call.tensor("self")
     if len(reps) > meta.rank:
-        x = ctx.op("Reshape", [x, ctx.ints([1] * (len(reps) - meta.rank) + meta.dims())])
-    return ctx.op("Tile", [x, ctx.ints(reps)])
+        x = ctx.emit("Reshape", [x, ctx.ints([1] * (len(reps) - meta.rank) + meta.dims())])
+    return ctx.emit("Tile", [x, ctx.ints(reps)])
 
 
 def _pads(call: OpCall, rank: int) -> list[int]:
@@ -290,7 +290,7 @@ def pad(call: OpCall, ctx: LowerContext) -> Value:
     inputs: list[Value | None] = [call.tensor("self"), ctx.ints(_pads(call, meta.rank))]
     if mode == "constant":
         inputs.append(ctx.scalar_like(value, meta))
-    return ctx.op("Pad", inputs, {"mode": mode})
+    return ctx.emit("Pad", inputs, {"mode": mode})
 
 
 @lowers("aten._to_copy", "aten.to", "aten.type_as", "aten._to_dtype", to="Cast / (nothing)")
@@ -301,19 +301,19 @@ def to(call: OpCall, ctx: LowerContext) -> Value:
     dst = call.out_meta.dtype
     if src == dst:
         return x
-    return ctx.op("Cast", [x], {"to": dst})
+    return ctx.emit("Cast", [x], {"to": dst})
 
 
 @lowers("aten.embedding", to="Gather")
 def embedding(call: OpCall, ctx: LowerContext) -> Value:
     """Lower embedding(weight, indices) to Gather on axis 0."""
-    return ctx.op("Gather", [call.tensor("weight"), call.tensor("indices")], {"axis": 0})
+    return ctx.emit("Gather", [call.tensor("weight"), call.tensor("indices")], {"axis": 0})
 
 
 @lowers("aten.pixel_shuffle", to="DepthToSpace(CRD)")
 def pixel_shuffle(call: OpCall, ctx: LowerContext) -> Value:
     """Lower pixel_shuffle to DepthToSpace(mode='CRD')."""
-    return ctx.op("DepthToSpace", [call.tensor("self")],
+    return ctx.emit("DepthToSpace", [call.tensor("self")],
                   {"blocksize": int(call["upscale_factor"]), "mode": "CRD"})  # type: ignore[call-overload]
 
 
@@ -323,7 +323,7 @@ def masked_fill(call: OpCall, ctx: LowerContext) -> Value:
     meta = call.meta("self")
     value = call.args.get("value")
     v = value if isinstance(value, Value) else ctx.scalar_like(value, meta)  # type: ignore[arg-type]
-    return ctx.op("Where", [call.tensor("mask"), v, call.tensor("self")])
+    return ctx.emit("Where", [call.tensor("mask"), v, call.tensor("self")])
 
 
 @lowers("aten.roll", to="Slice+Concat")
@@ -342,9 +342,9 @@ def roll(call: OpCall, ctx: LowerContext) -> Value:
         if s == 0:
             continue
         ax = ctx.ints([axis])
-        tail = ctx.op("Slice", [x, ctx.ints([size - s]), ctx.ints([size]), ax])
-        head = ctx.op("Slice", [x, ctx.ints([0]), ctx.ints([size - s]), ax])
-        x = ctx.op("Concat", [tail, head], {"axis": axis})
+        tail = ctx.emit("Slice", [x, ctx.ints([size - s]), ctx.ints([size]), ax])
+        head = ctx.emit("Slice", [x, ctx.ints([0]), ctx.ints([size - s]), ax])
+        x = ctx.emit("Concat", [tail, head], {"axis": axis})
     return x
 
 
@@ -361,7 +361,7 @@ def sym_size(call: OpCall, ctx: LowerContext) -> object:
     if isinstance(shape[axis], int):
         return shape[axis]
     # A symbolic size (--dynamic-batch) is computed at run time as a 1-element int64 tensor.
-    return ctx.op("Gather", [ctx.op("Shape", [call.tensor("self")]), ctx.ints([axis])], {"axis": 0})
+    return ctx.emit("Gather", [ctx.emit("Shape", [call.tensor("self")]), ctx.ints([axis])], {"axis": 0})
 
 
 @lowers("aten.sym_stride", "aten.stride", "aten.sym_storage_offset", "aten.storage_offset", to="(a constant)",
@@ -378,7 +378,7 @@ def sym_numel(call: OpCall, ctx: LowerContext) -> int:
     """Return the static element count as a Python int."""
     shape = call.meta("self").shape
     if not all(isinstance(d, int) for d in shape):
-        return ctx.op("Reshape", [ctx.op("Size", [call.tensor("self")]), ctx.ints([1])])  # type: ignore[return-value]
+        return ctx.emit("Reshape", [ctx.emit("Size", [call.tensor("self")]), ctx.ints([1])])  # type: ignore[return-value]
     count = 1
     for d in shape:
         count *= int(d)
@@ -398,7 +398,7 @@ def _sym_operand(ctx: LowerContext, value: object) -> Value:
 def _sym_arith(op_type: str) -> object:
     def convert(call: OpCall, ctx: LowerContext) -> Value:
         a, b = call.args.get("self"), call.args.get("index")
-        y = ctx.op(op_type, [_sym_operand(ctx, a), _sym_operand(ctx, b)])
+        y = ctx.emit(op_type, [_sym_operand(ctx, a), _sym_operand(ctx, b)])
         return y
 
     convert.__doc__ = f"Lower size arithmetic on symbolic sizes to an int64 {op_type}."
@@ -417,7 +417,7 @@ def _sym_extreme(op_type: str, pick: object) -> object:
         a, b = call.args.get("self"), call.args.get("index")
         if not isinstance(a, Value) and not isinstance(b, Value):
             return pick(a, b)  # type: ignore[operator,no-any-return]
-        return ctx.op(op_type, [_sym_operand(ctx, a), _sym_operand(ctx, b)])
+        return ctx.emit(op_type, [_sym_operand(ctx, a), _sym_operand(ctx, b)])
 
     convert.__doc__ = f"Lower torch.sym_{op_type.lower()} of symbolic sizes to an int64 {op_type}."
     return convert
@@ -427,7 +427,7 @@ def _sym_logic(op_type: str) -> object:
     def convert(call: OpCall, ctx: LowerContext) -> Value:
         a, b = call.args.get("self"), call.args.get("index")
         parts = [v if isinstance(v, Value) else ctx.const(np.asarray([bool(v)])) for v in (a, b)]
-        return ctx.op(op_type, [ctx.op("Cast", [v], {"to": DataType.BOOL}) for v in parts])
+        return ctx.emit(op_type, [ctx.emit("Cast", [v], {"to": DataType.BOOL}) for v in parts])
 
     convert.__doc__ = f"Lower a logical {op_type.lower()} of conditions on symbolic sizes to {op_type}."
     return convert
@@ -443,7 +443,7 @@ lowers("torch.sym_max", to="Max (int64)")(_sym_extreme("Max", max))  # type: ign
 def sym_not(call: OpCall, ctx: LowerContext) -> Value | bool:
     """Lower torch.sym_not of a computed condition to Not (a Python bool folds)."""
     a = call.args.get("self")
-    return ctx.op("Not", [a]) if isinstance(a, Value) else not a
+    return ctx.emit("Not", [a]) if isinstance(a, Value) else not a
 
 
 @lowers("torch.sym_ite", to="Where", notes="a size chosen by a condition on symbolic sizes")
@@ -452,7 +452,7 @@ def sym_ite(call: OpCall, ctx: LowerContext) -> Value | int:
     cond, a, b = call.args.get("self"), call.args.get("index"), call.args.get("other")
     if not isinstance(cond, Value):
         return a if cond else b  # type: ignore[return-value]
-    return ctx.op("Where", [ctx.op("Cast", [cond], {"to": DataType.BOOL}), _sym_operand(ctx, a),
+    return ctx.emit("Where", [ctx.emit("Cast", [cond], {"to": DataType.BOOL}), _sym_operand(ctx, a),
                             _sym_operand(ctx, b)])
 
 
@@ -464,14 +464,14 @@ def flip(call: OpCall, ctx: LowerContext) -> Value:
     if not axes:
         return call.tensor("self")
     n = len(axes)
-    return ctx.op("Slice", [call.tensor("self"), ctx.ints([-1] * n), ctx.ints([-_INT64_MAX] * n), ctx.ints(axes),
+    return ctx.emit("Slice", [call.tensor("self"), ctx.ints([-1] * n), ctx.ints([-_INT64_MAX] * n), ctx.ints(axes),
                             ctx.ints([-1] * n)])
 
 
 @lowers("aten.nonzero", to="NonZero+Transpose", notes="the result's length depends on the data")
 def nonzero(call: OpCall, ctx: LowerContext) -> Value:
     """Lower nonzero to NonZero transposed to torch's [count, rank] layout."""
-    return ctx.op("Transpose", [ctx.op("NonZero", [call.tensor("self")])], {"perm": [1, 0]})
+    return ctx.emit("Transpose", [ctx.emit("NonZero", [call.tensor("self")])], {"perm": [1, 0]})
 
 
 @lowers("aten.arange", to="Range", notes="computed bounds only; constant ranges are folded")
@@ -483,10 +483,10 @@ def arange(call: OpCall, ctx: LowerContext) -> Value:
     for name, default in (("start", 0), ("end", None), ("step", 1)):
         v = call.args.get(name, default)
         if isinstance(v, Value):
-            parts.append(ctx.op("Reshape", [ctx.op("Cast", [v], {"to": meta.dtype}), ctx.ints([])]))
+            parts.append(ctx.emit("Reshape", [ctx.emit("Cast", [v], {"to": meta.dtype}), ctx.ints([])]))
         else:
             parts.append(ctx.const(np.asarray(v, dtype=dtype)))
-    return ctx.op("Range", parts)
+    return ctx.emit("Range", parts)
 
 
 @lowers("aten.diagonal", to="Transpose+Reshape+Gather", notes="static shapes")
@@ -498,11 +498,11 @@ def diagonal(call: OpCall, ctx: LowerContext) -> Value:
     offset = int(call.get("offset", 0))  # type: ignore[call-overload]
     rest = [d for d in range(meta.rank) if d not in (d1, d2)]
     n1, n2 = meta.dim(d1), meta.dim(d2)
-    x = ctx.op("Transpose", [call.tensor("self")], {"perm": [*rest, d1, d2]})
-    x = ctx.op("Reshape", [x, ctx.ints([*(meta.dim(d) for d in rest), n1 * n2])])
+    x = ctx.emit("Transpose", [call.tensor("self")], {"perm": [*rest, d1, d2]})
+    x = ctx.emit("Reshape", [x, ctx.ints([*(meta.dim(d) for d in rest), n1 * n2])])
     rows = np.arange(max(0, -offset), min(n1, n2 - offset)) if n2 - offset > 0 else np.arange(0)
     positions = (rows * n2 + rows + offset).astype(np.int64)
-    return ctx.op("Gather", [x, ctx.const(positions)], {"axis": len(rest)})
+    return ctx.emit("Gather", [x, ctx.const(positions)], {"axis": len(rest)})
 
 
 @lowers("aten.as_strided", "aten.as_strided_copy", to="Reshape+Gather",
@@ -525,5 +525,5 @@ def as_strided(call: OpCall, ctx: LowerContext) -> Value:
         positions = positions + (np.arange(n, dtype=np.int64) * st).reshape(shape)
     if positions.size and (positions.min() < 0 or positions.max() >= numel):
         raise call.unsupported(f"as_strided reading outside the input's {numel} elements")
-    flat = ctx.op("Reshape", [call.tensor("self"), ctx.ints([-1])])
-    return ctx.op("Gather", [flat, ctx.const(positions)], {"axis": 0})
+    flat = ctx.emit("Reshape", [call.tensor("self"), ctx.ints([-1])])
+    return ctx.emit("Gather", [flat, ctx.const(positions)], {"axis": 0})
