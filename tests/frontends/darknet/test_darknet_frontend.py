@@ -93,6 +93,19 @@ def test_decode_matches_darknet_boxes(name: str, tmp_path: Path) -> None:
     assert err[4:].max() <= 1e-5, err[4:].max()
 
 
+def test_decode_nodes_name_their_head(tmp_path: Path) -> None:
+    """Each head's decoding is named and traced after that head's layer (--locate, error messages)."""
+    src = Path(__file__).resolve().parents[3] / "models" / "darknet" / "yolov4-tiny.cfg"
+    model = FRONTEND.load([src], Options(extra={"random_weights": True, "decode": True}))
+    heads = {i for i, s in enumerate(parse_cfg(src)[1:]) if s.type == "yolo"}
+    decoded = {}
+    for node in model.graph:
+        if node.name.startswith("decode_"):
+            decoded.setdefault(int(node.name.split("_")[1]), set()).add(node.metadata_props["convert:source_layer"])
+    assert len(heads) == 2 and set(decoded) == heads
+    assert all(layers == {str(i)} for i, layers in decoded.items()), decoded
+
+
 def test_decode_without_heads_warns(tmp_path: Path) -> None:
     cfg = write_cfg(tmp_path, NET + "[convolutional]\nfilters=4\nsize=1\nactivation=linear\n")
     options = Options(extra={"random_weights": True, "decode": True})
