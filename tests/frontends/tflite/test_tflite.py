@@ -69,7 +69,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Path]
     import build
 
     folder = tmp_path_factory.mktemp("tflite")
-    return {net: build.build(net, folder, int8=net == "mobilenet_v2")
+    return {net: build.build(net, folder, int8=net in INT8_NETS)
             for net in FLOAT_NETS}
 
 
@@ -80,6 +80,10 @@ FLOAT_BOUNDS = {"mobilenet_v2": 1e-5, "resnet50": 1e-4, "mobilenet_v3_small": 1e
                 "convnext_tiny": 1e-5, "nasnet_mobile": 1e-4, "densenet121": 1e-4, "xception": 1e-4,
                 "vgg16": 1e-5, "inception_v3": 1e-4}
 FLOAT_NETS = list(FLOAT_BOUNDS)
+# int8 nets and the quantized tensors each has at least: depthwise and 1x1 convs, ReLU6
+# (MobileNetV2), hard-swish and squeeze-excite (MobileNetV3Small), swish, sigmoid gates and their
+# Mul (EfficientNetB0)
+INT8_NETS = {"mobilenet_v2": 60, "mobilenet_v3_small": 100, "efficientnet_b0": 240}
 
 
 @pytest.mark.parametrize(("net", "bound"), list(FLOAT_BOUNDS.items()))
@@ -159,38 +163,42 @@ def _quantized_tensors(tflite: Path, onnx_path: Path, x: np.ndarray) -> list[tup
     return found
 
 
-def test_int8_mobilenet_v2_layers_match_tflites_reference_kernels(built: dict[str, dict[str, Path]],
-                                                                    tmp_path: Path) -> None:
+@pytest.mark.parametrize("net", list(INT8_NETS))
+def test_int8_layers_match_tflites_reference_kernels(built: dict[str, dict[str, Path]], net: str,
+                                                     tmp_path: Path) -> None:
     """Op by op, our int8 tensors are TFLite's reference kernels' up to rounding; the output is as
     close to them as TFLite's own optimised kernels are, and the check says NOT VERIFIED, not FAIL.
 
-    With random weights this net amplifies rounding: one step changed in an early layer moves the
+    With random weights these nets amplify rounding: one step changed in an early layer moves the
     logits by up to a third of their range. TFLite's optimised kernels (XNNPACK: float
     requantization) and its reference kernels (fixed point) then disagree by ~30 steps of an output
     spanning ~100, and so do we: a comparison of the output alone cannot judge this conversion, which
     is why the first layers are compared one by one (there the rounding has not been amplified yet).
+    From the fifth on, a layer can differ by more than two steps (checked by hand once: each such
+    element of MobileNetV3Small's fifth layer, a depthwise conv, reads an input one or two steps off).
     """
     from convert.parity.compare import compare_one
     from convert.parity.runtimes.onnxruntime import OnnxRuntime
     from convert.parity.runtimes.tflite import TFLiteRuntime
 
-    path = built["mobilenet_v2"]["int8"]
+    path = built[net]["int8"]
     out = _convert(path, tmp_path / "q.onnx")
-    x = np.random.default_rng(0).standard_normal((1, 3, 96, 96)).astype(np.float32)
+    ref_rt, ours_rt = TFLiteRuntime(path), OnnxRuntime(out)
+    shape = [1 if d is None else d for d in ref_rt.inputs()[0].shape]
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     tensors = _quantized_tensors(path, out, x)
-    assert len(tensors) >= 60, len(tensors)  # every quantized op output was found
+    assert len(tensors) >= INT8_NETS[net], len(tensors)  # every quantized op output was found
     for layer, ref, got in tensors[:4]:  # QUANTIZE, then conv, depthwise, conv: rounding only
         diff = np.abs(got - ref)
         assert diff.max() <= 2 and (diff > 0).mean() <= 0.03, (layer, diff.max(), (diff > 0).mean())
-    ref_rt, ours_rt = TFLiteRuntime(path), OnnxRuntime(out)
     assert "reference kernels" in ref_rt.name
     for seed in range(3):
-        feed = np.random.default_rng(seed).standard_normal((1, 3, 96, 96)).astype(np.float32)
+        feed = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
         ref_rt.output_spread.clear()
         (name, ref), = ref_rt.run({ref_rt.inputs()[0].name: feed}).items()
         got = next(iter(ours_rt.run({ours_rt.inputs()[0].name: feed}).values()))
         step, spread = ref_rt.output_steps[name], ref_rt.output_spread[name]
-        assert np.abs(ref).max() > 50 * step
+        assert np.abs(ref).max() > 20 * step  # the output spans 20 steps or more: not saturated
         result = compare_one(name, ref, name, got, 1e-4, 1e-3, step=step, spread=spread)
         assert result.verdict in ("PASS", "NOT VERIFIED"), (seed, result.note)
         assert np.abs(got - ref).max() <= 2 * spread + 2 * step, (seed, np.abs(got - ref).max() / step, spread / step)
