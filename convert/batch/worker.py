@@ -67,10 +67,11 @@ class ModelResult:
 
     @property
     def worst(self) -> tuple[str, float] | None:
-        """The output with the largest error relative to its scale, and that error."""
+        """The output with the largest error relative to its scale, and that error (an output not
+        measured, NaN, ranks last)."""
         if self.report is None or not self.report.outputs:
             return None
-        out = max(self.report.outputs, key=lambda o: o.rel_to_scale)
+        out = max(self.report.outputs, key=lambda o: -1.0 if o.rel_to_scale != o.rel_to_scale else o.rel_to_scale)
         return out.name, out.rel_to_scale
 
 

@@ -211,10 +211,11 @@ def run_parity(
         raise UsageError(str(exc)) from exc
     steps = getattr(src, "output_steps", {})  # quantized references: the step of each output
     spreads = getattr(src, "output_spread", {})  # ... and how far its own two kernel paths are apart
+    randoms = getattr(dst, "random_outputs", {})  # converted outputs computed from random draws
     report.outputs = [compare_one(r, ref[r], g, got[g], atol, rtol, tol, step=float(steps.get(r, 0.0)),
-                                  spread=float(spreads.get(r, 0.0)))
+                                  spread=float(spreads.get(r, 0.0)), random=randoms.get(g, ""))
                       for r, g in pairs]
-    if locate or (locate is None and not report.passed):
+    if locate or (locate is None and any(not o.passed and not o.random for o in report.outputs)):
         report.location = _locate(source_format, source_paths, dest_format, dest_paths, src, feeds, dst_feeds,
                                   options, tol)
     return report

@@ -53,13 +53,16 @@ class OutputResult:
     #: The reference's own implementations disagree on this output by more than the allowance (a
     #: quantized output whose rounding the net amplifies), and ours is within that disagreement.
     unstable: bool = False
+    #: The converted model computes this output from random draws (ONNX RandomNormal...): the two
+    #: runtimes' generators differ, so only its shape was compared.
+    random: bool = False
 
     @property
     def verdict(self) -> str:
-        """PASS, FAIL, or NOT VERIFIED (a degenerate or unstable reference on which both sides agree)."""
+        """PASS, FAIL, or NOT VERIFIED (a degenerate, unstable or random output whose shape agrees)."""
         if self.passed:
             return "PASS"
-        return "NOT VERIFIED" if (self.degenerate or self.unstable) and not self.differs else "FAIL"
+        return "NOT VERIFIED" if (self.degenerate or self.unstable or self.random) and not self.differs else "FAIL"
 
 
 @dataclass(slots=True)
@@ -94,6 +97,9 @@ class ParityReport:
         data["criterion"] = "max|ours-ref| / max|ref| <= tol, reference spread required"
         for item, out in zip(data["outputs"], self.outputs, strict=True):
             item["verdict"] = out.verdict
+            for key, value in item.items():  # strict JSON: a random output's errors, a shape mismatch's
+                if isinstance(value, float) and not math.isfinite(value):
+                    item[key] = None
         return json.dumps(data, indent=2, default=_json_default)
 
     def table(self) -> str:
@@ -101,9 +107,9 @@ class ParityReport:
         head = (f"parity: {self.source} on {self.source_runtime} [{self.source_device}]  vs  "
                 f"{self.dest} on {self.dest_runtime} [{self.dest_device}]")
         cols = ["output", "shape", "max abs", "max rel", "err/scale", "cosine", "allclose", "result"]
-        rows = [[o.name, "x".join(map(str, o.shape)) or "scalar", f"{o.max_abs:.3g}", f"{o.max_rel:.3g}",
-                 f"{o.rel_to_scale:.3g}", f"{o.cosine:.6f}",
-                 "yes" if not o.allclose_bad else f"no ({o.allclose_bad} el.)",
+        rows = [[o.name, "x".join(map(str, o.shape)) or "scalar", *(["-"] * 5 if o.random else [
+                 f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", f"{o.rel_to_scale:.3g}", f"{o.cosine:.6f}",
+                 "yes" if not o.allclose_bad else f"no ({o.allclose_bad} el.)"]),
                  o.verdict + (f" ({o.note})" if o.note else "")] for o in self.outputs]
         widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
         line = "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))
@@ -116,7 +122,13 @@ class ParityReport:
                    f"allclose: atol={self.atol:g} rtol={self.rtol:g}; inputs: {shapes}")
         out += [f"NOTE: {note}" for note in self.notes]
         unverified = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.degenerate]
-        unstable = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and not o.degenerate]
+        unstable = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.unstable]
+        random = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.random]
+        if random:
+            verb = "depend" if len(random) > 1 else "depends"
+            out.append(f"NOT VERIFIED: {', '.join(repr(n) for n in random)} {verb} on random draws (see the "
+                       "output's note), which no seed makes equal across runtimes; only shapes were compared. "
+                       "Pass the noise as an input to check the rest of the model.")
         if unstable:
             out.append(f"NOT VERIFIED: on {', '.join(repr(n) for n in unstable)} the reference's own kernels "
                        "(its reference and its optimised implementation) disagree by more than the "
@@ -158,8 +170,12 @@ QUANT_STEPS = 2
 
 
 def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol: float, rtol: float,
-                tol: float = 1e-4, step: float = 0.0, spread: float = 0.0) -> OutputResult:
+                tol: float = 1e-4, step: float = 0.0, spread: float = 0.0, random: str = "") -> OutputResult:
     """Compare one pair of arrays.
+
+    ``random``: the random op the converted output depends on (``RandomNormal 'eps' from
+    aten.randn_like at vae.py:9``); such an output is NOT VERIFIED when its shape and dtype kind
+    agree, never PASS.
 
     ``step``: the reference's quantization step (0 for float outputs). ``spread``: how far the
     reference's own two implementations are apart on this output (max abs); when that is more than
@@ -177,6 +193,12 @@ def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol
                                 False, f"shape {tuple(got.shape)} != reference {tuple(ref.shape)}", differs=True)
     else:
         note = ""
+    if random:
+        same_kind = (ref.dtype.kind in "biu") == (got.dtype.kind in "biu")
+        return OutputResult(name, ref_name, tuple(ref.shape), math.nan, math.nan, math.nan, math.nan, 0.0, 0.0,
+                            False, f"draws random numbers ({random}): the runtimes' generators differ, only the "
+                            "shape was compared" if same_kind else f"dtype {got.dtype} != reference {ref.dtype}",
+                            differs=not same_kind, random=True)
     if ref.dtype.kind in "biu" and got.dtype.kind in "biu":
         r64, g64 = ref.astype(np.int64).astype(np.float64), got.astype(np.int64).astype(np.float64)
     else:

@@ -152,3 +152,17 @@ def test_quantized_output_verdict_by_steps_and_by_the_references_own_spread() ->
         result = compare_one("y", ref, "y", got, 1e-4, 1e-3, step=step, spread=spread * step)
         assert result.verdict == verdict, (offset, spread, result.verdict, result.note)
         assert result.passed == (verdict == "PASS")
+
+
+def test_random_output_is_not_verified_never_pass() -> None:
+    """An output the converted model draws at random: NOT VERIFIED when its shape agrees (even if,
+    by chance or by a constant draw, the values happen to agree), FAIL when its shape does not."""
+    from convert.parity.compare import compare_one
+
+    ref = np.random.default_rng(0).standard_normal((2, 8)).astype(np.float32)
+    source = "RandomNormalLike 'eps' from aten.randn_like at vae.py:9"
+    for got in (np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32), ref.copy()):
+        result = compare_one("z", ref, "z", got, 1e-4, 1e-3, random=source)
+        assert result.verdict == "NOT VERIFIED" and not result.passed and source in result.note
+    wrong = compare_one("z", ref, "z", np.zeros((3, 8), np.float32), 1e-4, 1e-3, random=source)
+    assert wrong.verdict == "FAIL"

@@ -246,6 +246,8 @@ class _Lowering:
                 for w in _written(node):
                     foldable.discard(w)
                 continue
+            if _draws_random(node):  # folding would freeze one draw into the file
+                continue
             if not deps or _nbytes(node.meta.get("val")) <= FOLD_MAX_BYTES:
                 foldable.add(node)
         return foldable
@@ -500,6 +502,13 @@ class _Lowering:
             self.alias_root[node] = r
             for m in members:
                 self.env[m] = result
+
+
+def _draws_random(node: object) -> bool:
+    """Return True for an op torch tags as drawing from its generator (rand, randn, dropout...)."""
+    import torch
+
+    return torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())  # type: ignore[attr-defined]
 
 
 def _is_complex(val: object) -> bool:

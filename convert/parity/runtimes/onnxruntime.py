@@ -37,8 +37,8 @@ def _thread_limit() -> int:
         return 0
 
 
-def _is_qdq(path: Path) -> bool:
-    """Return True when the model names the op QuantizeLinear (a scan of the mapped file, no parse).
+def _mentions(path: Path, *words: bytes) -> bool:
+    """Return True when the model file holds one of ``words`` (a scan of the mapped file, no parse).
 
     Node op types are stored as plain strings; a scan keeps memory flat on multi-GB files where
     parsing would load every inline weight.
@@ -47,9 +47,57 @@ def _is_qdq(path: Path) -> bool:
 
     try:
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            return mapped.find(b"QuantizeLinear") >= 0
+            return any(mapped.find(w) >= 0 for w in words)
     except (OSError, ValueError):  # unreadable or empty: the session below reports it
         return False
+
+
+def _is_qdq(path: Path) -> bool:
+    """Return True when the model names the op QuantizeLinear."""
+    return _mentions(path, b"QuantizeLinear")
+
+
+# ONNX ops whose values come from a random generator: no seed makes them match another framework's.
+RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                        "Bernoulli"})
+
+
+def random_outputs(path: Path) -> dict[str, str]:
+    """Map each graph output that depends on a random op to that op (``RandomNormal from aten.randn
+    at model.py:12``). Parsed only when the file names such an op."""
+    if not _mentions(path, *(op.encode() for op in RANDOM_OPS)):
+        return {}
+    from convert.ir import AttributeType, load_file
+
+    try:
+        graph = load_file(path).graph
+    except Exception:  # not parseable: the session reports it
+        return {}
+
+    def draws(node: object) -> bool:
+        if node.op_type in RANDOM_OPS:  # type: ignore[attr-defined]
+            return True
+        for attr in node.attributes.values():  # type: ignore[attr-defined]
+            graphs = [attr.value] if attr.type == AttributeType.GRAPH else \
+                list(attr.value) if attr.type == AttributeType.GRAPHS else []
+            if any(draws(n) for g in graphs for n in g):
+                return True
+        return False
+
+    origin: dict[str, str] = {}
+    for node in graph:  # a valid graph lists its nodes in topological order
+        if draws(node):
+            meta = node.metadata_props
+            kind, line = meta.get("convert:source_type", ""), meta.get("convert:source_line", "")
+            where = f" from {kind}" if kind else ""
+            where += f" at {meta.get('convert:source_file', '')}:{line}" if line else ""
+            source: str | None = f"{node.op_type} '{node.name}'{where}"
+        else:
+            source = next((origin[v.name] for v in node.inputs if v is not None and v.name in origin), None)
+        if source is not None:
+            for out in node.outputs:
+                origin[out.name] = source
+    return {o.name: origin[o.name] for o in graph.outputs if o.name in origin}
 
 
 class OnnxRuntime:
@@ -81,6 +129,7 @@ class OnnxRuntime:
             self.session = ort.InferenceSession(os.fspath(path), sess_options=so, providers=providers)
         except Exception as exc:  # ORT raises its own exception types for bad models
             raise UsageError(f"ONNX Runtime cannot load {path.name}: {str(exc).strip().splitlines()[0]}") from exc
+        self.random_outputs = random_outputs(path)  # compared by shape only
         self.name = f"ONNX Runtime {ort.__version__}"
         self.device = self.session.get_providers()[0]
         if want_cuda and self.device != "CUDAExecutionProvider":

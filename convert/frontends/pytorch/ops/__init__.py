@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 from . import (
-           activation,
-           attention,
-           conv,
-           creation,
-           detection,
-           index,
-           math,
-           norm,
-           pool,
-           reduce,
-           sample,
-           spectral,
-           tensor,
+    activation,
+    attention,
+    conv,
+    creation,
+    detection,
+    index,
+    math,
+    norm,
+    pool,
+    random,
+    reduce,
+    sample,
+    spectral,
+    tensor,
 )
 from ._base import OPS, LowerContext, OpCall, TensorMeta, functional_key, lowers, resolve
 
 __all__ = ["OPS", "LowerContext", "OpCall", "TensorMeta", "activation", "attention", "conv", "creation", "detection",
-           "functional_key", "index", "lowers", "math", "norm", "pool", "reduce", "resolve", "sample", "spectral",
-           "tensor"]
+           "functional_key", "index", "lowers", "math", "norm", "pool", "random", "reduce", "resolve", "sample",
+           "spectral", "tensor"]

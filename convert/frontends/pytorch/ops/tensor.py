@@ -364,13 +364,25 @@ def sym_size(call: OpCall, ctx: LowerContext) -> object:
     return ctx.emit("Gather", [ctx.emit("Shape", [call.tensor("self")]), ctx.ints([axis])], {"axis": 0})
 
 
-@lowers("aten.sym_stride", "aten.stride", "aten.sym_storage_offset", "aten.storage_offset", to="(a constant)",
+@lowers("aten.sym_stride", "aten.stride", "aten.sym_storage_offset", "aten.storage_offset",
+        "aten.sym_is_contiguous", "aten.is_contiguous", to="(a constant)",
         notes="the value torch recorded; a symbolic one is refused")
 def sym_stride(call: OpCall, ctx: LowerContext) -> object:
-    """Return the stride or storage offset torch.export recorded for the call (a Python int)."""
-    if isinstance(call.out, int):
+    """Return the stride, storage offset or contiguity torch.export recorded for the call (a
+    Python int or bool)."""
+    if isinstance(call.out, (int, bool)):
         return call.out
     raise call.unsupported(f"{call.op} with a symbolic value", "drop --dynamic-batch")
+
+
+@lowers("aten.resize_", to="Reshape", notes="to the same number of elements only (more would be uninitialised)")
+def resize(call: OpCall, ctx: LowerContext) -> Value:
+    """x.resize_(sizes) keeping the element count: the same buffer read in the new shape."""
+    src, out = call.meta("self"), call.out_meta
+    if not (src.is_static and out.is_static) or int(np.prod(src.dims())) != int(np.prod(out.dims())):
+        raise call.unsupported(f"resize_ from {list(src.shape)} to {list(out.shape)}",
+                               "only a resize to the same number of elements has defined contents")
+    return ctx.emit("Reshape", [call.tensor("self"), ctx.ints(list(out.dims()))])
 
 
 @lowers("aten.sym_numel", "aten.numel", to="(a constant)", notes="shapes are static")
