@@ -484,7 +484,8 @@ class _Lowering:
         if converter is None:  # missing() was checked first; this is a bug
             raise InternalError(where, LookupError("no converter"))
         call = OpCall(op=key, overload=str(getattr(node.target, "_overloadname", "")), args=bound, metas=metas,  # type: ignore[attr-defined]
-                      out=_meta_of(node.meta.get("val"), self.sym_names), where=where, module=prov.layer, prov=prov)  # type: ignore[attr-defined]
+                      out=_meta_of(node.meta.get("val"), self.sym_names), where=where, module=prov.layer, prov=prov,  # type: ignore[attr-defined]
+                      used=_used_results(node))
         self.ctx.call = call
         try:
             result = converter(call, self.ctx)
@@ -502,6 +503,18 @@ class _Lowering:
             self.alias_root[node] = r
             for m in members:
                 self.env[m] = result
+
+
+def _used_results(node: object) -> frozenset[int] | None:
+    """Return which results of a multi-result op later nodes read (``operator.getitem`` indices),
+    or None when a user takes the whole result."""
+    used: set[int] = set()
+    for user in node.users:  # type: ignore[attr-defined]
+        if user.op == "call_function" and user.target is operator.getitem and isinstance(user.args[1], int):
+            used.add(user.args[1])
+        else:
+            return None
+    return frozenset(used)
 
 
 def _draws_random(node: object) -> bool:

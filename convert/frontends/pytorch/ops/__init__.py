@@ -8,6 +8,7 @@ from . import (
     conv,
     creation,
     detection,
+    grad,
     index,
     math,
     norm,
@@ -21,5 +22,5 @@ from . import (
 from ._base import OPS, LowerContext, OpCall, TensorMeta, functional_key, lowers, resolve
 
 __all__ = ["OPS", "LowerContext", "OpCall", "TensorMeta", "activation", "attention", "conv", "creation", "detection",
-           "functional_key", "index", "lowers", "math", "norm", "pool", "random", "reduce", "resolve", "sample",
+           "functional_key", "grad", "index", "lowers", "math", "norm", "pool", "random", "reduce", "resolve", "sample",
            "spectral", "tensor"]

@@ -72,6 +72,11 @@ class OpCall:
     where: str
     module: str = ""
     prov: Provenance = field(default_factory=Provenance)
+    used: frozenset[int] | None = None  # the results of a multi-result op later nodes read; None: all
+
+    def uses(self, index: int) -> bool:
+        """Return True when result ``index`` of the call is read later."""
+        return self.used is None or index in self.used
 
     def __getitem__(self, name: str) -> object:
         return self.args[name]

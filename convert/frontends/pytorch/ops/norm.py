@@ -78,7 +78,7 @@ def _batch_stats_norm(call: OpCall, ctx: LowerContext) -> Value:
     return y
 
 
-def _ln(call: OpCall, ctx: LowerContext) -> Value:
+def _ln(call: OpCall, ctx: LowerContext, outputs: int = 1) -> tuple[Value, ...]:
     x = call.tensor("input")
     meta = call.meta("input")
     shape = [int(d) for d in call["normalized_shape"]]  # type: ignore[attr-defined]
@@ -89,42 +89,54 @@ def _ln(call: OpCall, ctx: LowerContext) -> Value:
     inputs: list[Value | None] = [x, weight]
     if isinstance(bias, Value):
         inputs.append(bias)
-    return ctx.emit("LayerNormalization", inputs, {"axis": -len(shape), "epsilon": float(call["eps"])})  # type: ignore[arg-type]
+    return ctx.emit_multi("LayerNormalization", inputs, {"axis": -len(shape), "epsilon": float(call["eps"])},  # type: ignore[arg-type]
+                          outputs=outputs)
 
 
 @lowers("aten.layer_norm", to="LayerNormalization")
 def layer_norm(call: OpCall, ctx: LowerContext) -> Value:
     """Lower layer_norm to one LayerNormalization (axis = -len(normalized_shape))."""
-    return _ln(call, ctx)
+    return _ln(call, ctx)[0]
 
 
-@lowers("aten.native_layer_norm", to="LayerNormalization")
-def native_layer_norm(call: OpCall, ctx: LowerContext) -> tuple[Value, None, None]:
-    """Lower native_layer_norm; only its first output may be used."""
-    return _ln(call, ctx), None, None
+@lowers("aten.native_layer_norm", to="LayerNormalization", notes="mean and rstd too (its Mean, InvStdDev)")
+def native_layer_norm(call: OpCall, ctx: LowerContext) -> tuple[Value, Value | None, Value | None]:
+    """Lower native_layer_norm; its mean and rstd (read by a backward op) are LayerNormalization's
+    optional outputs, of torch's shape (the normalised dims kept as 1)."""
+    if call.uses(1) or call.uses(2):
+        y, mean, rstd = _ln(call, ctx, outputs=3)
+        return y, mean, rstd
+    return _ln(call, ctx)[0], None, None
 
 
 @lowers("aten.group_norm", to="Reshape+LayerNormalization+Reshape+Mul+Add")
 def group_norm(call: OpCall, ctx: LowerContext) -> Value:
     """Lower group_norm: normalise [N, G, C/G*spatial] over its last axis, then scale per channel."""
-    return _gn(call, ctx, int(call["num_groups"]))  # type: ignore[call-overload]
+    return _gn(call, ctx, int(call["num_groups"]))[0]  # type: ignore[call-overload]
 
 
 @lowers("aten.native_group_norm", to="Reshape+LayerNormalization+Reshape+Mul+Add",
-        notes="only the normalised output (not mean/rstd)")
-def native_group_norm(call: OpCall, ctx: LowerContext) -> tuple[Value, None, None]:
-    """Lower the Core ATen group norm like group_norm; only its first output may be used."""
-    return _gn(call, ctx, int(call["group"])), None, None  # type: ignore[call-overload]
+        notes="mean and rstd too, [N, G]")
+def native_group_norm(call: OpCall, ctx: LowerContext) -> tuple[Value, Value | None, Value | None]:
+    """Lower the Core ATen group norm like group_norm; its mean and rstd (read by a backward op)
+    are the group LayerNormalization's optional outputs, squeezed to torch's [N, G]."""
+    stats = call.uses(1) or call.uses(2)
+    y, *extra = _gn(call, ctx, int(call["group"]), stats=stats)  # type: ignore[call-overload]
+    if not stats:
+        return y, None, None
+    last = ctx.ints([2])
+    return y, ctx.emit("Squeeze", [extra[0], last]), ctx.emit("Squeeze", [extra[1], last])
 
 
-def _gn(call: OpCall, ctx: LowerContext, groups: int) -> Value:
+def _gn(call: OpCall, ctx: LowerContext, groups: int, stats: bool = False) -> list[Value]:
     x = call.tensor("input")
     meta = call.meta("input")
     c = int(meta.shape[1])
     per_group = int(np.prod([int(d) for d in meta.shape[1:]])) // groups
     y = ctx.emit("Reshape", [x, ctx.shape_value([meta.shape[0], groups, per_group], like=meta)])
     ones = ctx.const(np.ones(per_group), meta.dtype)
-    y = ctx.emit("LayerNormalization", [y, ones], {"axis": -1, "epsilon": float(call["eps"])})  # type: ignore[arg-type]
+    y, *extra = ctx.emit_multi("LayerNormalization", [y, ones], {"axis": -1, "epsilon": float(call["eps"])},  # type: ignore[arg-type]
+                               outputs=3 if stats else 1)
     y = ctx.emit("Reshape", [y, ctx.shape_value(list(meta.shape), like=meta)])
     affine = [c] + [1] * (meta.rank - 2)
     weight = call.get("weight")
@@ -133,7 +145,7 @@ def _gn(call: OpCall, ctx: LowerContext, groups: int) -> Value:
         y = ctx.emit("Mul", [y, ctx.emit("Reshape", [weight, ctx.ints(affine)])])
     if isinstance(bias, Value):
         y = ctx.emit("Add", [y, ctx.emit("Reshape", [bias, ctx.ints(affine)])])
-    return y
+    return [y, *extra]
 
 
 @lowers("aten.instance_norm", to="InstanceNormalization / BatchNormalization",

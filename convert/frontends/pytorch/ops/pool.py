@@ -13,7 +13,7 @@ from ._base import LowerContext, OpCall, as_list, lowers
 __all__ = ["adaptive_avg_pool", "avg_pool", "max_pool", "upsample"]
 
 
-def _max_pool(call: OpCall, ctx: LowerContext) -> Value:
+def _max_pool(call: OpCall, ctx: LowerContext, indices: bool = False) -> tuple[Value, ...]:
     kernel = as_list(call["kernel_size"], call.meta("self").rank - 2)
     nd = len(kernel)
     stride = call.get("stride") or kernel
@@ -22,20 +22,26 @@ def _max_pool(call: OpCall, ctx: LowerContext) -> Value:
         "kernel_shape": kernel, "strides": as_list(stride, nd), "pads": pads + pads,
         "dilations": as_list(call.get("dilation", 1), nd), "ceil_mode": int(bool(call.get("ceil_mode", False))),
     }
-    return ctx.emit("MaxPool", [call.tensor("self")], attrs)
+    return ctx.emit_multi("MaxPool", [call.tensor("self")], attrs, outputs=2 if indices else 1)
 
 
 @lowers("aten.max_pool1d", "aten.max_pool2d", "aten.max_pool3d", to="MaxPool")
 def max_pool(call: OpCall, ctx: LowerContext) -> Value:
     """Lower max_pool{1,2,3}d to MaxPool (an empty stride means stride = kernel)."""
-    return _max_pool(call, ctx)
+    return _max_pool(call, ctx)[0]
 
 
-@lowers("aten.max_pool2d_with_indices", "aten.max_pool3d_with_indices", to="MaxPool",
-        notes="the indices output is not supported")
-def max_pool_with_indices(call: OpCall, ctx: LowerContext) -> tuple[Value, None]:
-    """Lower max_pool*_with_indices to MaxPool; only the values output may be used."""
-    return _max_pool(call, ctx), None
+@lowers("aten.max_pool2d_with_indices", "aten.max_pool3d_with_indices", to="MaxPool (+Mod for the indices)",
+        notes="indices into each plane, as torch (ONNX's run over the whole tensor)")
+def max_pool_with_indices(call: OpCall, ctx: LowerContext) -> tuple[Value, Value | None]:
+    """Lower max_pool*_with_indices to MaxPool. ONNX indexes the flattened tensor, torch each
+    (N, C) plane: torch's index is ONNX's modulo the plane's size."""
+    if not call.uses(1):
+        return _max_pool(call, ctx)[0], None
+    meta = call.meta("self")
+    y, flat = _max_pool(call, ctx, indices=True)
+    plane = int(np.prod(meta.dims(2)))
+    return y, ctx.emit("Mod", [flat, ctx.ints(plane)])
 
 
 @lowers("aten.avg_pool1d", "aten.avg_pool2d", "aten.avg_pool3d", to="AveragePool (+Mul)",

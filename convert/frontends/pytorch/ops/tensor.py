@@ -375,7 +375,7 @@ def sym_stride(call: OpCall, ctx: LowerContext) -> object:
     raise call.unsupported(f"{call.op} with a symbolic value", "drop --dynamic-batch")
 
 
-@lowers("aten.resize_", to="Reshape", notes="to the same number of elements only (more would be uninitialised)")
+@lowers("aten.resize", to="Reshape", notes="resize_: to the same number of elements only (more would be uninitialised)")
 def resize(call: OpCall, ctx: LowerContext) -> Value:
     """x.resize_(sizes) keeping the element count: the same buffer read in the new shape."""
     src, out = call.meta("self"), call.out_meta
