@@ -18,6 +18,9 @@ pytorch    the ExportedProgram torch captured, run node by node by ``torch.fx.In
            (key: module path; the FX node name for ops outside any module)
 paddle     Paddle Inference on a copy of the PIR program with a fetch op per op's main
            output (key: the op's output names); a legacy .pdmodel is not supported
+tflite     TFLite's interpreter keeping every tensor (key: each op's first output tensor);
+           NHWC values are compared in whichever layout the converted value is held
+
 =========  ===========================================================================
 
 and the converted side in ONNX Runtime or OpenCV DNN. Layers are visited in the source's
@@ -397,7 +400,18 @@ def _paddle_source(paths: Sequence[Path], runtime: Runtime, feeds: Mapping[str, 
     return {keys[n]: [values[n]] for n in keys if n in values}
 
 
+# -- TFLite -------------------------------------------------------------------------------------
+def _tflite_source(paths: Sequence[Path], runtime: Runtime, feeds: Mapping[str, np.ndarray],
+                   options: Options) -> dict[str, list[np.ndarray]]:
+    if getattr(runtime, "output_steps", None) or getattr(runtime, "quantized", False):
+        raise LocateUnavailableError("a quantized model's layers differ by rounding steps, which the layer check's "
+                                     "tolerance (a fraction of each layer's scale) does not model")
+    tensors = runtime.all_tensors(feeds)  # type: ignore[attr-defined]
+    return {name: [value] for name, value in tensors.items()}
+
+
 _SOURCES: dict[str, Callable[..., dict[str, list[np.ndarray]]]] = {
+    "tflite": _tflite_source,
     "paddle": _paddle_source,
     "onnx": _onnx_source,
     "caffe": _caffe_source,
@@ -437,6 +451,27 @@ def _pair(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray]) -> tuple[np.nd
     return None
 
 
+def _pair_nhwc(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Pair a TensorFlow layer's value (NHWC when rank 4) with its converted counterpart, which the
+    converter holds in NCHW or, around ops that need it, in NHWC: the orientation whose shape is
+    the counterpart's is compared; where both fit (C = H = W), the closer one. A counterpart of
+    another rank or shape is not paired."""
+    for r in refs:
+        r = np.asarray(r)
+        if r.dtype.kind != "f" or r.size == 0:
+            continue
+        for g in gots:
+            g = np.asarray(g)
+            if g.dtype.kind != "f" or g.size != r.size:
+                continue
+            fits = [c for c in ([r.transpose(0, 3, 1, 2)] if r.ndim == 4 else []) + [r] if c.shape == g.shape]
+            if not fits:
+                return None
+            return min(((c, g) for c in fits), key=lambda pair: _error(*pair))
+        return None
+    return None
+
+
 def locate(source_format: str, source_paths: Sequence[Path], dest_format: str, dest_paths: Sequence[Path],
            runtime: Runtime, feeds: Mapping[str, np.ndarray], dest_feeds: Mapping[str, np.ndarray],
            options: Options, tol: float) -> Location:
@@ -457,12 +492,13 @@ def locate(source_format: str, source_paths: Sequence[Path], dest_format: str, d
         result.unavailable = f"no intermediate layers can be read from a {dst} model"
         return result
     gots = dest([Path(p) for p in dest_paths], list(refs), dest_feeds, options)
+    pairing = _pair_nhwc if src == "tflite" else _pair
     for key, ref_values in refs.items():
         if key not in gots:
             result.skipped += 1
             continue
         where, got_values = gots[key]
-        pair = _pair(ref_values, got_values)
+        pair = pairing(ref_values, got_values)
         if pair is None:
             result.skipped += 1
             continue

@@ -351,3 +351,27 @@ def test_in_place_activations_do_not_rewrite_the_recorded_layers(tmp_path: Path)
     assert result.report is not None and result.report.passed
     assert result.report.location is not None
     _assert_clean(result.report)
+
+
+# -- TFLite -----------------------------------------------------------------------------------------
+def test_tflite_onnx_names_the_perturbed_op(tmp_path: Path) -> None:
+    """TFLite's interpreter keeps every tensor (NHWC); the converted values are NCHW: each layer is
+    compared in the converted value's layout, and a 2 % change to one conv's weights is named."""
+    pytest.importorskip("tensorflow")
+    source = REPO / "models/tflite/small_cnn.tflite"
+    good = tmp_path / "o.onnx"
+    api.convert([source], to="onnx", out=good, check=False)
+    _assert_clean(_locate([source], [good]))
+    layer = "small_cnn_1/conv2d_1_2/convolution1"
+    _scale_onnx_weight(good, tmp_path / "bad.onnx", layer)
+    _assert_named(_locate([source], [tmp_path / "bad.onnx"]), layer, "CONV_2D")
+
+
+def test_quantized_tflite_says_localisation_is_unavailable(tmp_path: Path) -> None:
+    """int8 layers differ by rounding steps: --locate says it cannot judge them, names no layer."""
+    pytest.importorskip("tensorflow")
+    source = REPO / "models/tflite/small_cnn_int8.tflite"
+    api.convert([source], to="onnx", out=tmp_path / "q.onnx", check=False)
+    report = api.verify([source], [tmp_path / "q.onnx"], locate=True)
+    assert report.location is not None and report.location.first_bad is None
+    assert "quantized" in report.location.unavailable

@@ -59,6 +59,7 @@ class TFLiteRuntime:
 
         cls, resolvers, self.name = _interpreter_class()
         model = read_model(path, signature or None)  # names as the converter gives them
+        self._path, self._cls, self._resolvers, self._model = path, cls, resolvers, model
         self._keep = keep_nhwc
         self._interp = cls(model_path=str(path), num_threads=1)
         self._interp.allocate_tensors()
@@ -69,6 +70,8 @@ class TFLiteRuntime:
             raise UsageError(f"{path.name}: the interpreter's inputs differ from the main subgraph's")
         self._outputs = dict(model.outputs)
         self.device = "cpu"
+        # int8/uint8 activations anywhere (not only at the outputs): --locate cannot judge their layers
+        self.quantized = any(t.quant is not None and t.span is None and t.dtype.kind in "iu" for t in model.tensors)
         # --input-shape names TFLite's NHWC shape; rank-4 inputs are presented NCHW.
         self.input_perms = {} if keep_nhwc else {name: _TO_NCHW for name, d in self._inputs if len(d["shape"]) == 4}
         self.notes: list[str] = []
@@ -138,6 +141,36 @@ class TFLiteRuntime:
         for name, index in self._outputs.items():
             arr = np.array(interp.get_tensor(index))  # type: ignore[attr-defined]
             out[name] = np.ascontiguousarray(arr.transpose(_TO_NCHW)) if arr.ndim == 4 and not self._keep else arr
+        return out
+
+
+    def all_tensors(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every op's first output as TFLite computes it (NHWC, in op order), keyed by tensor name
+        (the converted nodes' source layer), for ``convert check --locate``.
+
+        A third interpreter keeps every tensor (``experimental_preserve_all_tensors``, which also
+        keeps TFLite's default delegates out so that the intermediate tensors exist). Quantized
+        tensors are dequantized (scale * (q - zero point)), as the converted model's float values.
+        """
+        resolver = getattr(self._resolvers, "BUILTIN_WITHOUT_DEFAULT_DELEGATES", None)
+        kwargs = {"experimental_op_resolver_type": resolver} if resolver is not None else {}
+        interp = self._cls(model_path=str(self._path), num_threads=1, experimental_preserve_all_tensors=True,
+                           **kwargs)
+        interp.allocate_tensors()  # type: ignore[attr-defined]
+        self._invoke(interp, feeds)
+        out: dict[str, np.ndarray] = {}
+        for op in self._model.ops:
+            index = op.outputs[0] if op.outputs else -1
+            if index < 0:
+                continue
+            tensor = self._model.tensors[index]
+            try:
+                arr = np.array(interp.get_tensor(index))  # type: ignore[attr-defined]
+            except ValueError:  # a tensor the interpreter did not keep
+                continue
+            if tensor.quant is not None and arr.dtype.kind in "iu" and tensor.quant.scale.size == 1:
+                arr = (tensor.quant.scale[0] * (arr.astype(np.float64) - tensor.quant.zero_point[0])).astype(np.float32)
+            out[tensor.name] = arr
         return out
 
 
