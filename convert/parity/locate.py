@@ -20,6 +20,8 @@ paddle     Paddle Inference on a copy of the PIR program with a fetch op per op'
            output (key: the op's output names); a legacy .pdmodel is not supported
 tflite     TFLite's interpreter keeping every tensor (key: each op's first output tensor);
            NHWC values are compared in whichever layout the converted value is held
+tensorflow the frozen, folded graph the converter read, run in a session (key: node name);
+           NHWC as for TFLite
 
 =========  ===========================================================================
 
@@ -410,7 +412,13 @@ def _tflite_source(paths: Sequence[Path], runtime: Runtime, feeds: Mapping[str, 
     return {name: [value] for name, value in tensors.items()}
 
 
+def _tensorflow_source(paths: Sequence[Path], runtime: Runtime, feeds: Mapping[str, np.ndarray],
+                       options: Options) -> dict[str, list[np.ndarray]]:
+    return {name: [value] for name, value in runtime.all_tensors(feeds).items()}  # type: ignore[attr-defined]
+
+
 _SOURCES: dict[str, Callable[..., dict[str, list[np.ndarray]]]] = {
+    "tensorflow": _tensorflow_source,
     "tflite": _tflite_source,
     "paddle": _paddle_source,
     "onnx": _onnx_source,
@@ -492,7 +500,7 @@ def locate(source_format: str, source_paths: Sequence[Path], dest_format: str, d
         result.unavailable = f"no intermediate layers can be read from a {dst} model"
         return result
     gots = dest([Path(p) for p in dest_paths], list(refs), dest_feeds, options)
-    pairing = _pair_nhwc if src == "tflite" else _pair
+    pairing = _pair_nhwc if src in ("tflite", "tensorflow") else _pair
     for key, ref_values in refs.items():
         if key not in gots:
             result.skipped += 1

@@ -375,3 +375,21 @@ def test_quantized_tflite_says_localisation_is_unavailable(tmp_path: Path) -> No
     report = api.verify([source], [tmp_path / "q.onnx"], locate=True)
     assert report.location is not None and report.location.first_bad is None
     assert "quantized" in report.location.unavailable
+
+
+def test_tensorflow_onnx_names_the_perturbed_node(tmp_path: Path) -> None:
+    """A SavedModel: the frozen, folded graph the converter read runs in a session with every node
+    fetched (NHWC), compared in the converted value's layout; a 2 % weight change is named."""
+    pytest.importorskip("tensorflow")
+    sys.path.insert(0, str(REPO / "tests/frontends/tensorflow"))
+    try:
+        import tf_models
+    finally:
+        sys.path.pop(0)
+    source = tf_models.build("small_cnn", tmp_path)["savedmodel"]
+    good = tmp_path / "o.onnx"
+    api.convert([source], format="tensorflow", to="onnx", out=good, check=False)
+    _assert_clean(_locate([source], [good], format="tensorflow"))
+    layer = "StatefulPartitionedCall/small_cnn_1/conv2d_1_2/convolution"
+    _scale_onnx_weight(good, tmp_path / "bad.onnx", layer)
+    _assert_named(_locate([source], [tmp_path / "bad.onnx"], format="tensorflow"), layer, "Conv2D")

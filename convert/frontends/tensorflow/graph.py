@@ -331,6 +331,26 @@ def graph_from_function(fn: object, in_names: Sequence[str] = (), out_names: Seq
     (``_concrete_function``'s result): the list is emptied once the function is frozen, so the
     function and its owner (the loaded model, with its variables) can be freed before grappler runs.
     """
+    graph, inputs, outputs = frozen_graph(fn, in_names, out_names, source=source, what=what)
+    nodes = []
+    for op in graph.get_operations():
+        nodes.append(TFNode(
+            name=op.name,
+            op=op.type,
+            inputs=[t.name for t in op.inputs],
+            attrs={k: _attr(v) for k, v in op.node_def.attr.items() if not k.startswith("_")},
+            shapes=[None if o.shape.rank is None else tuple(o.shape.as_list()) for o in op.outputs],
+            dtypes=[np.dtype(o.dtype.as_numpy_dtype) if o.dtype.is_numpy_compatible else np.dtype(object)
+                    for o in op.outputs],
+        ))
+    return TFGraph(source=source, nodes=nodes, inputs=inputs, outputs=outputs)
+
+
+def frozen_graph(fn: object, in_names: Sequence[str] = (), out_names: Sequence[str] = (), *,
+                 source: str, what: str = "the function") -> tuple[object, dict[str, str], dict[str, str]]:
+    """Freeze and fold a concrete function (or ``_concrete_function``'s list, see
+    ``graph_from_function``) into a ``tf.Graph``; return it with its inputs and outputs by
+    user-facing name (tensor names). The graph the converter reads, and ``--locate`` runs."""
     tf = tf_module()
     owner: object = None
     if isinstance(fn, list):
@@ -349,25 +369,16 @@ def graph_from_function(fn: object, in_names: Sequence[str] = (), out_names: Seq
         tf.graph_util.import_graph_def(graph_def, name="")  # type: ignore[attr-defined]
     del graph_def
     _release_memory()
-    nodes = []
-    for op in graph.get_operations():
-        nodes.append(TFNode(
-            name=op.name,
-            op=op.type,
-            inputs=[t.name for t in op.inputs],
-            attrs={k: _attr(v) for k, v in op.node_def.attr.items() if not k.startswith("_")},
-            shapes=[None if o.shape.rank is None else tuple(o.shape.as_list()) for o in op.outputs],
-            dtypes=[np.dtype(o.dtype.as_numpy_dtype) if o.dtype.is_numpy_compatible else np.dtype(object)
-                    for o in op.outputs],
-        ))
-    result = TFGraph(source=source, nodes=nodes)
     if len(placeholders) != len(in_names):
         raise ModelFormatError(f"{source}: {what} has {len(in_names)} inputs but its graph "
                                f"takes {len(placeholders)} tensors")
     # A signature's inputs are its Placeholders in the order of its structured input signature.
-    result.inputs = dict(zip(input_order, placeholders, strict=True))
-    result.outputs = dict(zip(out_names, outs, strict=True))
-    return result
+    return graph, dict(zip(input_order, placeholders, strict=True)), dict(zip(out_names, outs, strict=True))
+
+
+def read_frozen_graph(path: Path, signature: str = DEFAULT_SIGNATURE) -> tuple[object, dict[str, str], dict[str, str]]:
+    """``frozen_graph`` of a SavedModel signature, a ``.keras`` model's call or a frozen ``.pb``."""
+    return frozen_graph(list(_concrete_function(path, signature)), source=path.name, what=f"signature '{signature}'")
 
 
 def _ordered_inputs(fn: object, names: Sequence[str]) -> list[str]:

@@ -37,6 +37,7 @@ class TensorFlowRuntime:
         tf = tf_module()
         self._tf = tf
         self._keep = keep_nhwc
+        self._path, self._signature = path, signature
         if is_saved_model(path):
             loaded = tf.saved_model.load(str(path))  # type: ignore[attr-defined]
             if signature not in loaded.signatures:
@@ -114,6 +115,34 @@ class TensorFlowRuntime:
             arr = np.asarray(result[name])
             out[name] = np.ascontiguousarray(arr.transpose(_TO_NCHW)) if arr.ndim == 4 and not self._keep else arr
         return out
+
+
+    def all_tensors(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Every float op output of the frozen, folded graph the converter read, as TensorFlow
+        computes it (NHWC, in graph order), keyed by node name (the converted nodes' source
+        layer), for ``convert check --locate``. The graph is frozen again here and run in a
+        session; every value is held at once."""
+        from convert.frontends.tensorflow.graph import quiet_stderr, read_frozen_graph
+
+        tf = self._tf
+        with quiet_stderr():
+            graph, inputs, _ = read_frozen_graph(self._path, self._signature)
+        feed_dict = {}
+        for name, dtype, _ in self._specs:
+            arr = np.asarray(feeds[name], dtype=dtype)
+            if arr.ndim == 4 and not self._keep:
+                arr = arr.transpose(_TO_NHWC)
+            feed_dict[graph.get_tensor_by_name(inputs[name])] = np.ascontiguousarray(arr)  # type: ignore[attr-defined]
+        ops = [op for op in graph.get_operations()  # type: ignore[attr-defined]
+               if op.outputs and op.type not in ("Const", "Placeholder", "Identity")
+               and op.outputs[0].dtype.is_floating]
+        # the graph as the converter read it: the session's own grappler pass would fuse ops away
+        config = tf.compat.v1.ConfigProto()  # type: ignore[attr-defined]
+        config.graph_options.rewrite_options.disable_meta_optimizer = True
+        config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0  # type: ignore[attr-defined]
+        with tf.compat.v1.Session(graph=graph, config=config) as session:  # type: ignore[attr-defined]
+            values = session.run([op.outputs[0] for op in ops], feed_dict)
+        return {op.name: np.asarray(v) for op, v in zip(ops, values, strict=True)}
 
 
 def open_runtime(paths: Sequence[Path], options: Options) -> TensorFlowRuntime:
