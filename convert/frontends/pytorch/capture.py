@@ -161,7 +161,8 @@ def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Te
         raise ConversionError(f"TorchScript model {source}",
                               f"torch could not convert the scripted graph: {_first_line(exc)}{where}. "
                               "Save the model with torch.export.save instead (a Python loop is unrolled there, "
-                              "a data-dependent branch can be written with torch.cond)") from exc
+                              "a data-dependent branch can be written with torch.cond, a data-dependent loop "
+                              "with torch._higher_order_ops.while_loop)") from exc
 
 
 def _script_node_place(script: torch.jit.ScriptModule, message: str) -> str:

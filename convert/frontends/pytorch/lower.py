@@ -32,6 +32,8 @@ from convert.ir import (
     Node,
     Options,
     Provenance,
+    Shape,
+    TensorType,
     Unsupported,
     UnsupportedOpsError,
     Value,
@@ -258,7 +260,7 @@ class _Lowering:
             if node.op != "call_function" or node in self.foldable:
                 continue
             key = op_key(node.target)
-            if key == _COND:
+            if key in _SUBGRAPH_ARGS:
                 continue
             if _touches_complex(node) and key not in COMPLEX_FORMS and resolve(key) is not None:
                 gaps.add(f"{key} on a complex tensor", _where(key, node, self.source)[0].split(" in ", 1)[1])
@@ -446,6 +448,60 @@ class _Lowering:
                 _annotate(r, m)
         self.env[node] = tuple(results)
 
+    def _while(self, node: object) -> None:
+        """Lower torch's while_loop(cond_fn, body_fn, carried, additional) to ONNX Loop.
+
+        The condition is computed once before the loop, on the initial values, and again at the
+        end of each iteration on the new ones (ONNX Loop's cond input and output). The body graph
+        takes ONNX's iteration number and condition, then the carried values; the additional
+        inputs are read from the enclosing scope.
+        """
+        key = _WHILE
+        where, prov = _where(key, node, self.source)
+        cond_ref, body_ref, carried, additional = node.args[:4]  # type: ignore[attr-defined]
+        cond_module, body_module = _get_attr(self.ep, cond_ref.target), _get_attr(self.ep, body_ref.target)
+        initial = [self.value(c) for c in carried]
+        extra = [self.value(a) for a in additional]
+        if not all(isinstance(v, Value) for v in initial):
+            raise ConversionError(where, "a loop-carried value is a Python value; ONNX Loop carries tensors")
+        self.ctx.call = OpCall(op=key, overload="", args={}, metas={}, out=None, where=where, module=prov.layer,
+                               prov=prov)
+        (first,) = self._lower_branch(cond_module, [*initial, *extra], where)
+        first = self.ctx.emit("Cast", [self.ctx.emit("Reshape", [first, self.ctx.ints([])])], {"to": DataType.BOOL})
+        metas = [_meta_of(c.meta.get("val"), self.sym_names) for c in carried]  # type: ignore[attr-defined]
+        name = self.builder.names.fresh(f"{prov.layer or 'while_loop'}_body")
+        step = Value(name=f"{name}_i", type=TensorType(DataType.INT64), shape=Shape([]))
+        cond_in = Value(name=f"{name}_cond", type=TensorType(DataType.BOOL), shape=Shape([]))
+        state = []
+        for i, m in enumerate(metas):
+            v = Value(name=f"{name}_in{i}")
+            _annotate(v, m)
+            state.append(v)
+        sub = Graph([step, cond_in, *state], [], nodes=[], name=name)
+        saved = self.builder.graph, dict(self.builder._consts), dict(self.ctx._scalars)
+        self.builder.graph = sub
+        try:
+            outs = self._lower_branch(body_module, [*state, *extra], where)
+            (again,) = self._lower_branch(cond_module, [*outs, *extra], where)
+            self.ctx.call = OpCall(op=key, overload="", args={}, metas={}, out=None, where=where,
+                                   module=prov.layer, prov=prov)
+            again = self.ctx.emit("Cast", [self.ctx.emit("Reshape", [again, self.ctx.ints([])])],
+                                  {"to": DataType.BOOL})
+        finally:
+            self.builder.graph, self.builder._consts, self.ctx._scalars = saved
+        for i, v in enumerate([again, *outs]):
+            if v.producer() is None or v.producer().graph is not sub or v.is_graph_output():
+                ident = Value(name=self.builder.names.fresh(f"{name}_out{i}"), type=v.type, shape=v.shape)
+                sub.append(Node("", "Identity", [v], outputs=[ident], name=self.builder.names.fresh("Identity")))
+                v = ident
+            sub.outputs.append(v)
+        self.ctx.call = OpCall(op=key, overload="", args={}, metas={}, out=None, where=where, module=prov.layer,
+                               prov=prov)
+        results = self.ctx.emit_multi("Loop", [None, first, *initial], {"body": sub}, outputs=len(initial))
+        for r, m in zip(results, metas, strict=True):
+            _annotate(r, m)
+        self.env[node] = tuple(results)
+
     def _lower_branch(self, module: object, operands: Sequence[object], where: str) -> list[Value]:
         placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]  # type: ignore[attr-defined]
         if len(placeholders) != len(operands):
@@ -459,7 +515,8 @@ class _Lowering:
             elif n.op == "get_attr":
                 self.consts[n] = _get_attr_of(module, n.target)
             elif n.op == "output":
-                for o in n.args[0]:
+                returned = n.args[0]
+                for o in returned if isinstance(returned, (list, tuple)) else [returned]:
                     v = self.value(o)
                     if not isinstance(v, Value):
                         raise ConversionError(where, "a branch returns a Python value; ONNX If needs tensors")
@@ -471,6 +528,9 @@ class _Lowering:
         self.seen[key] += 1
         if key == _COND:
             self._cond(node)
+            return
+        if key == _WHILE:
+            self._while(node)
             return
         if node in self.foldable:
             self._fold(node)
@@ -815,17 +875,20 @@ def _get_attr_of(module: object, target: str) -> object:
 
 
 _COND = "torch.ops.higher_order.cond"
+_WHILE = "torch.ops.higher_order.while_loop"
+_SUBGRAPH_ARGS = {_COND: (1, 3), _WHILE: (0, 2)}  # which arguments of the call are its graphs
 
 
 def _all_nodes(module: object) -> list[object]:
-    """Return the nodes of ``module``'s graph and of every branch graph its torch.cond calls hold."""
+    """Return the nodes of ``module``'s graph and of every graph its torch.cond and while_loop calls hold."""
     import torch.fx
 
     nodes: list[object] = []
     for node in module.graph.nodes:  # type: ignore[attr-defined]
         nodes.append(node)
-        if node.op == "call_function" and op_key(node.target) == _COND:
-            for ref in node.args[1:3]:
+        if node.op == "call_function" and op_key(node.target) in _SUBGRAPH_ARGS:
+            lo, hi = _SUBGRAPH_ARGS[op_key(node.target)]
+            for ref in node.args[lo:hi]:
                 if isinstance(ref, torch.fx.Node) and ref.op == "get_attr":
                     branch = _all_nodes(_get_attr_of(module, ref.target))
                     for inner in branch:  # a branch node without a place of its own is at the torch.cond call

@@ -1,5 +1,6 @@
-"""Control flow: torch.cond -> ONNX If (both branches lowered as subgraphs); a TorchScript loop that
-torch cannot convert is refused in one line naming where the loop is."""
+"""Control flow: torch.cond -> ONNX If (both branches lowered as subgraphs), torch's while_loop ->
+ONNX Loop; a TorchScript loop that torch cannot convert is refused in one line naming where the
+loop is."""
 
 from __future__ import annotations
 
@@ -80,6 +81,47 @@ def test_scripted_data_dependent_loop_is_refused_in_one_line(tmp_path: Path) -> 
     assert "prim::Loop" in lines[0]
     assert f"test_pytorch_control_flow.py:{loop_line}" in lines[0]
     assert "torch.export.save" in lines[0]
+
+
+class _Iterate(torch.nn.Module):
+    """A data-dependent loop: n steps of a learned map (a module and an outer input in the body)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from torch._higher_order_ops.while_loop import while_loop
+
+        def cond(i: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return i < n.sum()
+
+        def body(i: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return i + 1, torch.tanh(self.lin(y)) + y * 0.5
+
+        i, y = while_loop(cond, body, (torch.zeros((), dtype=torch.int64), x))
+        return y, i
+
+
+def test_while_loop_becomes_loop_with_a_data_dependent_trip_count(tmp_path: Path) -> None:
+    """Trip counts 0, 1 and 5 from one file: the condition is checked before the first step."""
+    import numpy as np
+
+    from convert.frontends.pytorch import load_module
+    from convert.ir import Options
+
+    net = _Iterate().eval()
+    model = load_module(net, (torch.randn(3, 4), torch.tensor([3])), Options())
+    assert "Loop" in {n.op_type for n in model.graph}
+    path = to_onnx(model, tmp_path / "loop.onnx")
+    names = [v.name for v in model.graph.inputs]
+    for steps in (0, 1, 5):
+        x = torch.randn(3, 4, generator=torch.Generator().manual_seed(steps))
+        with torch.no_grad():
+            ref_y, ref_i = net(x, torch.tensor([steps]))
+        y, i = run_onnx(path, {names[0]: x.numpy(), names[1]: np.array([steps])})
+        assert int(i) == int(ref_i) == steps
+        assert rel_to_scale(y, ref_y.numpy()) <= REL_TO_SCALE
 
 
 class _Mystery(torch.nn.Module):
