@@ -283,6 +283,48 @@ def _torchvision_batched_nms_for_capture() -> Iterator[None]:
             m.batched_nms = original  # type: ignore[union-attr]
 
 
+@contextlib.contextmanager
+def _torchvision_roi_pooling_for_capture() -> Iterator[None]:
+    """Make torchvision's multi-scale RoIAlign pool every box at every level and keep, per box, the
+    level its size selects, while a model is captured.
+
+    torchvision's own version takes ``len(rois)`` (a Python int of a data-dependent count, which a
+    capture can only settle from the example) and pools each level's boxes by data-dependent
+    indexing. RoIAlign pools each box on its own, so pooling all boxes at every level and selecting
+    by level gives the same values for every box, at a few times the RoIAlign work.
+    """
+    poolers = sys.modules.get("torchvision.ops.poolers")
+    original = getattr(poolers, "_multiscale_roi_align", None)
+    roi_align = getattr(poolers, "roi_align", None)
+    if original is None or roi_align is None:
+        yield
+        return
+    import torch
+
+    def multiscale_roi_align(x_filtered: list[torch.Tensor], boxes: list[torch.Tensor], output_size: list[int],
+                             sampling_ratio: int, scales: list[float] | None, mapper: object) -> torch.Tensor:
+        if scales is None or mapper is None:
+            return original(x_filtered, boxes, output_size, sampling_ratio, scales, mapper)  # type: ignore[misc]
+        first = x_filtered[0]
+        image_of = torch.cat([torch.full_like(b[:, :1], i, dtype=first.dtype) for i, b in enumerate(boxes)])
+        rois = torch.cat([image_of, torch.cat(boxes).to(first.dtype)], dim=1)
+        pooled = [roi_align(feature, rois, output_size=output_size, spatial_scale=scale,  # type: ignore[misc]
+                            sampling_ratio=sampling_ratio) for feature, scale in zip(x_filtered, scales, strict=True)]
+        if len(pooled) == 1:
+            return pooled[0]
+        levels = mapper(boxes).reshape(-1, 1, 1, 1)  # type: ignore[operator]
+        result = pooled[0]
+        for level, values in enumerate(pooled[1:], start=1):
+            result = torch.where(levels == level, values, result)
+        return result
+
+    poolers._multiscale_roi_align = multiscale_roi_align  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        poolers._multiscale_roi_align = original  # type: ignore[union-attr]
+
+
 def _keep_example(options: Options, example: Sequence[torch.Tensor]) -> None:
     """Record the example the capture settled sizes from: the parity check runs on it."""
     options.extra[EXAMPLE_FEEDS] = tuple(x.detach().cpu().numpy() for x in example)
@@ -336,7 +378,7 @@ def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], opti
     The module is left in eval mode with its attributes as they were (``attributes_kept``).
     """
     module.eval()
-    with attributes_kept(module), _torchvision_batched_nms_for_capture():
+    with attributes_kept(module), _torchvision_batched_nms_for_capture(), _torchvision_roi_pooling_for_capture():
         return _export_module(module, example, options, source)
 
 

@@ -294,3 +294,25 @@ def test_batched_nms_used_during_capture_is_torchvisions() -> None:
         if len(b) == 0 or b.min() >= 0:
             assert kept.tolist() == original(b, s, c, 0.5).tolist(), len(b)
     assert sum(len(k) for k in ours) > 100
+
+
+def test_roi_pooling_used_during_capture_is_torchvisions() -> None:
+    """The multi-scale RoIAlign put in place while a model is captured (every box pooled at every
+    level, the box's own level kept) gives torchvision's values, box by box."""
+    torchvision = pytest.importorskip("torchvision")
+    from convert.frontends.pytorch.capture import _torchvision_roi_pooling_for_capture
+
+    gen = torch.Generator().manual_seed(0)
+    pooler = torchvision.ops.MultiScaleRoIAlign(["0", "1", "2", "3"], 7, 2)
+    features = {str(i): torch.randn(2, 8, 64 // 2**i, 64 // 2**i, generator=gen) for i in range(4)}
+    boxes = []
+    for n in (37, 0):  # an image without boxes too
+        xy = torch.rand(n, 2, generator=gen) * 200
+        boxes.append(torch.cat([xy, xy + 4 + torch.rand(n, 2, generator=gen) * 250], 1))
+    sizes = [(256, 256), (256, 256)]
+    theirs = pooler(features, boxes, sizes)
+    with _torchvision_roi_pooling_for_capture():
+        ours = pooler(features, boxes, sizes)
+    levels = pooler.map_levels(boxes)
+    assert len(set(levels.tolist())) >= 3, "boxes of several levels"
+    assert ours.shape == theirs.shape and torch.equal(ours, theirs)
