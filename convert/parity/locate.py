@@ -445,25 +445,15 @@ def _error(ref: np.ndarray, got: np.ndarray) -> float:
     return 0.0 if worst == 0 else math.inf
 
 
-def _pair(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
-    """Pair the layer's first float reference output with the converted output of the same size."""
-    for r in refs:
-        r = np.asarray(r)
-        if r.dtype.kind != "f" or r.size == 0:
-            continue
-        for g in gots:
-            g = np.asarray(g)
-            if g.dtype.kind == "f" and g.size == r.size:
-                return r, g.reshape(r.shape)
-        return None
-    return None
+def _pair(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray], *,
+          nhwc: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
+    """Pair the layer's first float reference output with the converted output of the same size.
 
-
-def _pair_nhwc(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
-    """Pair a TensorFlow layer's value (NHWC when rank 4) with its converted counterpart, which the
-    converter holds in NCHW or, around ops that need it, in NHWC: the orientation whose shape is
-    the counterpart's is compared; where both fit (C = H = W), the closer one. A counterpart of
-    another rank or shape is not paired."""
+    ``nhwc``: the reference is a TensorFlow value (NHWC when rank 4) and the converter holds it in
+    NCHW or, around ops that need it, in NHWC: the orientation whose shape is the counterpart's is
+    compared; where both fit (C = H = W), the closer one; a counterpart of another shape is not
+    paired. Otherwise the counterpart is read in the reference's shape.
+    """
     for r in refs:
         r = np.asarray(r)
         if r.dtype.kind != "f" or r.size == 0:
@@ -472,6 +462,8 @@ def _pair_nhwc(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray]) -> tuple[
             g = np.asarray(g)
             if g.dtype.kind != "f" or g.size != r.size:
                 continue
+            if not nhwc:
+                return r, g.reshape(r.shape)
             fits = [c for c in ([r.transpose(0, 3, 1, 2)] if r.ndim == 4 else []) + [r] if c.shape == g.shape]
             if not fits:
                 return None
@@ -500,13 +492,13 @@ def locate(source_format: str, source_paths: Sequence[Path], dest_format: str, d
         result.unavailable = f"no intermediate layers can be read from a {dst} model"
         return result
     gots = dest([Path(p) for p in dest_paths], list(refs), dest_feeds, options)
-    pairing = _pair_nhwc if src in ("tflite", "tensorflow") else _pair
+    nhwc = src in ("tflite", "tensorflow")
     for key, ref_values in refs.items():
         if key not in gots:
             result.skipped += 1
             continue
         where, got_values = gots[key]
-        pair = pairing(ref_values, got_values)
+        pair = _pair(ref_values, got_values, nhwc=nhwc)
         if pair is None:
             result.skipped += 1
             continue

@@ -244,6 +244,22 @@ def attributes_kept(module: torch.nn.Module) -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _replaced(modules: Sequence[str], name: str, replacement: object) -> Iterator[None]:
+    """Put ``replacement`` in place of attribute ``name`` of each loaded module of ``modules`` that
+    holds the first one's object (a re-export), and restore them afterwards."""
+    loaded = [sys.modules.get(m) for m in modules]
+    original = getattr(loaded[0], name, None)
+    patched = [m for m in loaded if m is not None and original is not None and getattr(m, name, None) is original]
+    for module in patched:
+        setattr(module, name, replacement)
+    try:
+        yield
+    finally:
+        for module in patched:
+            setattr(module, name, original)
+
+
+@contextlib.contextmanager
 def _torchvision_batched_nms_for_capture() -> Iterator[None]:
     """Make torchvision's ``batched_nms`` one NMS over class-separated boxes while a model is captured.
 
@@ -259,10 +275,8 @@ def _torchvision_batched_nms_for_capture() -> Iterator[None]:
     per-class path.
     """
     boxes = sys.modules.get("torchvision.ops.boxes")
-    ops = sys.modules.get("torchvision.ops")
-    original = getattr(boxes, "batched_nms", None)
     nms = getattr(boxes, "nms", None)
-    if original is None or nms is None:
+    if nms is None:
         yield
         return
     import torch
@@ -273,14 +287,8 @@ def _torchvision_batched_nms_for_capture() -> Iterator[None]:
         offsets = idxs.to(boxes_) * (coords.max() - coords.min() + 1)
         return nms(boxes_ + offsets[:, None], scores, iou_threshold)  # type: ignore[misc]
 
-    patched = [m for m in (boxes, ops) if getattr(m, "batched_nms", None) is original]
-    for m in patched:
-        m.batched_nms = batched_nms  # type: ignore[union-attr]
-    try:
+    with _replaced(("torchvision.ops.boxes", "torchvision.ops"), "batched_nms", batched_nms):
         yield
-    finally:
-        for m in patched:
-            m.batched_nms = original  # type: ignore[union-attr]
 
 
 @contextlib.contextmanager
@@ -318,11 +326,8 @@ def _torchvision_roi_pooling_for_capture() -> Iterator[None]:
             result = torch.where(levels == level, values, result)
         return result
 
-    poolers._multiscale_roi_align = multiscale_roi_align  # type: ignore[union-attr]
-    try:
+    with _replaced(("torchvision.ops.poolers",), "_multiscale_roi_align", multiscale_roi_align):
         yield
-    finally:
-        poolers._multiscale_roi_align = original  # type: ignore[union-attr]
 
 
 def _keep_example(options: Options, example: Sequence[torch.Tensor]) -> None:
