@@ -464,8 +464,9 @@ class _Lowering:
         extra = [self.value(a) for a in additional]
         if not all(isinstance(v, Value) for v in initial):
             raise ConversionError(where, "a loop-carried value is a Python value; ONNX Loop carries tensors")
-        self.ctx.call = OpCall(op=key, overload="", args={}, metas={}, out=None, where=where, module=prov.layer,
-                               prov=prov)
+        call = OpCall(op=key, overload="", args={}, metas={}, out=None, where=where, module=prov.layer,
+                      prov=prov)
+        self.ctx.call = call
         (first,) = self._lower_branch(cond_module, [*initial, *extra], where)
         first = self.ctx.emit("Cast", [self.ctx.emit("Reshape", [first, self.ctx.ints([])])], {"to": DataType.BOOL})
         metas = [_meta_of(c.meta.get("val"), self.sym_names) for c in carried]  # type: ignore[attr-defined]
@@ -483,8 +484,7 @@ class _Lowering:
         try:
             outs = self._lower_branch(body_module, [*state, *extra], where)
             (again,) = self._lower_branch(cond_module, [*outs, *extra], where)
-            self.ctx.call = OpCall(op=key, overload="", args={}, metas={}, out=None, where=where,
-                                   module=prov.layer, prov=prov)
+            self.ctx.call = call  # the body's ops made their own calls current
             again = self.ctx.emit("Cast", [self.ctx.emit("Reshape", [again, self.ctx.ints([])])],
                                   {"to": DataType.BOOL})
         finally:
@@ -495,8 +495,7 @@ class _Lowering:
                 sub.append(Node("", "Identity", [v], outputs=[ident], name=self.builder.names.fresh("Identity")))
                 v = ident
             sub.outputs.append(v)
-        self.ctx.call = OpCall(op=key, overload="", args={}, metas={}, out=None, where=where, module=prov.layer,
-                               prov=prov)
+        self.ctx.call = call
         results = self.ctx.emit_multi("Loop", [None, first, *initial], {"body": sub}, outputs=len(initial))
         for r, m in zip(results, metas, strict=True):
             _annotate(r, m)

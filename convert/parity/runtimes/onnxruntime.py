@@ -37,24 +37,21 @@ def _thread_limit() -> int:
         return 0
 
 
-def _mentions(path: Path, *words: bytes) -> bool:
-    """Return True when the model file holds one of ``words`` (a scan of the mapped file, no parse).
+def _op_names_in(path: Path, words: Sequence[str]) -> set[str]:
+    """Return which of ``words`` (op types) the model file holds: one pass over the mapped file, no parse.
 
     Node op types are stored as plain strings; a scan keeps memory flat on multi-GB files where
     parsing would load every inline weight.
     """
     import mmap
+    import re
 
+    pattern = re.compile(b"|".join(re.escape(w.encode()) for w in sorted(words, key=len, reverse=True)))
     try:
         with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            return any(mapped.find(w) >= 0 for w in words)
+            return {m.group().decode() for m in pattern.finditer(mapped)}
     except (OSError, ValueError):  # unreadable or empty: the session below reports it
-        return False
-
-
-def _is_qdq(path: Path) -> bool:
-    """Return True when the model names the op QuantizeLinear."""
-    return _mentions(path, b"QuantizeLinear")
+        return set()
 
 
 # ONNX ops whose values come from a random generator: no seed makes them match another framework's.
@@ -64,9 +61,8 @@ RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "Ra
 
 def random_outputs(path: Path) -> dict[str, str]:
     """Map each graph output that depends on a random op to that op (``RandomNormal from aten.randn
-    at model.py:12``). Parsed only when the file names such an op."""
-    if not _mentions(path, *(op.encode() for op in RANDOM_OPS)):
-        return {}
+    at model.py:12``). The file is parsed (structure only) by the caller's choice: when its op names
+    include a random op."""
     from convert.ir import AttributeType, load_file
 
     try:
@@ -118,7 +114,8 @@ class OnnxRuntime:
         if threads:  # `convert batch` workers share the cores: no more threads than OpenMP is given
             so.intra_op_num_threads = threads
         self.notes: list[str] = []
-        if _is_qdq(path):
+        named = _op_names_in(path, ["QuantizeLinear", *RANDOM_OPS])
+        if "QuantizeLinear" in named:
             # ORT's full optimisation fuses QDQ groups into its integer kernels, which on x86 CPUs
             # without VNNI saturate (ORT's documented U8S8 issue): the check would then measure ORT's
             # kernels, not the model. BASIC keeps the QDQ semantics (float compute, exact rounding).
@@ -129,7 +126,7 @@ class OnnxRuntime:
             self.session = ort.InferenceSession(os.fspath(path), sess_options=so, providers=providers)
         except Exception as exc:  # ORT raises its own exception types for bad models
             raise UsageError(f"ONNX Runtime cannot load {path.name}: {str(exc).strip().splitlines()[0]}") from exc
-        self.random_outputs = random_outputs(path)  # compared by shape only
+        self.random_outputs = random_outputs(path) if named & RANDOM_OPS else {}  # compared by shape only
         self.name = f"ONNX Runtime {ort.__version__}"
         self.device = self.session.get_providers()[0]
         if want_cuda and self.device != "CUDAExecutionProvider":
