@@ -9,10 +9,10 @@ CPU cores in minutes, with seeded weights and BatchNorm statistics measured on s
 ``build(name)`` returns ``(model, inputs(seed))``: the eval-mode model and a function giving its
 example inputs for a seed. Segmentation models return their ``"out"`` tensor (``Out`` wrapper).
 
-``det:NAME`` entries are torchvision detectors (Faster R-CNN, SSDlite), whose BatchNorm is
-calibrated on the backbone and whose class logits are scaled so that scores are spread apart (tied
-scores would make the kept set arbitrary). ``Detections`` returns image 0's boxes, scores and
-labels; their count depends on the data, so they are compared as sets.
+``det:NAME`` entries are torchvision detectors (Faster R-CNN, SSDlite, RetinaNet, Mask R-CNN), whose
+BatchNorm is calibrated on the backbone and whose class logits are scaled so that scores are spread
+apart (tied scores would make the kept set arbitrary). ``Detections`` returns image 0's boxes,
+scores and labels (and masks); their count depends on the data, so they are compared as sets.
 
 ``yolo:NAME`` entries are ultralytics' YOLOv8 / YOLO11 detect and segment models built from the
 yaml files ultralytics ships (``DetectionModel("yolov8n.yaml")``), when ultralytics is importable.
@@ -74,14 +74,21 @@ TIMM: dict[str, int] = {
 }
 # ultralytics models built from their yaml: name -> input size (square, a multiple of the stride 32)
 YOLO: dict[str, int] = {"yolov8n": 320, "yolo11n": 320, "yolov8n-seg": 320, "yolo11n-seg": 320}
-# torchvision detectors: name -> (constructor, keyword arguments, class-logit gain, input size, the
-# layers the gain scales)
-DETECTION: dict[str, tuple[str, dict[str, object], float, int, str]] = {
-    "fasterrcnn_mobilenet_v3_large_320_fpn": ("fasterrcnn_mobilenet_v3_large_320_fpn", {}, 1.0, 320, "cls_score"),
-    "ssdlite320_mobilenet_v3_large": ("ssdlite320_mobilenet_v3_large", {}, 10.0, 320, "classification_head"),
+# torchvision detectors: name -> (constructor, keyword arguments, input size, gains: layer-name part ->
+# the factor its weights are scaled by). Class logits are scaled up so that scores are spread apart;
+# Mask R-CNN's mask logits are scaled down: with random weights their spread is ~54, which saturates
+# the sigmoid (2 % of mask pixels between 0.05 and 0.95); at 1/20 the masks have a real spread.
+DETECTION: dict[str, tuple[str, dict[str, object], int, dict[str, float]]] = {
+    "fasterrcnn_mobilenet_v3_large_320_fpn": ("fasterrcnn_mobilenet_v3_large_320_fpn", {}, 320, {}),
+    "ssdlite320_mobilenet_v3_large": ("ssdlite320_mobilenet_v3_large", {}, 320, {"classification_head": 10.0}),
     # 100 detections: ranks past that are near-ties (1e-6 apart) between overlapping boxes
     "retinanet_resnet50_fpn": ("retinanet_resnet50_fpn", {"min_size": 256, "max_size": 256, "detections_per_img": 100},
-                               10.0, 256, "classification_head.cls_logits"),
+                               256, {"classification_head.cls_logits": 10.0}),
+    "maskrcnn_resnet50_fpn": ("maskrcnn_resnet50_fpn", {"min_size": 256, "max_size": 256}, 256,
+                              {"mask_predictor.mask_fcn_logits": 0.05}),
+    "keypointrcnn_resnet50_fpn": ("keypointrcnn_resnet50_fpn", {"min_size": 256, "max_size": 256,
+                                                              "box_detections_per_img": 30}, 256,
+                                  {"box_predictor.cls_score": 3.0}),
 }
 _IMG_SIZE = ("vit", "deit", "swin", "levit", "mobilevit")  # timm models told their input size
 
@@ -129,28 +136,32 @@ def _timm(name: str) -> tuple[nn.Module, tuple[int, ...]]:
 
 
 class Detections(nn.Module):
-    """A torchvision detector on a batch-1 image tensor: image 0's boxes, scores and labels."""
+    """A torchvision detector on a batch-1 image tensor: image 0's boxes, scores and labels, then its
+    masks (Mask R-CNN: one probability map per detection, the size of the image) or its keypoints
+    and their scores (Keypoint R-CNN: 17 per detection)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         found = self.model(list(x))[0]
-        return found["boxes"], found["scores"], found["labels"]
+        return tuple(found[k] for k in ("boxes", "scores", "labels", "masks", "keypoints", "keypoints_scores")
+                     if k in found)
 
 
 def _detector(name: str) -> tuple[nn.Module, tuple[int, ...]]:
     import torchvision
 
-    ctor, kwargs, gain, size, scaled = DETECTION[name]
+    ctor, kwargs, size, gains = DETECTION[name]
     model = getattr(torchvision.models.detection, ctor)(weights=None, weights_backbone=None, num_classes=5,
                                                         **kwargs)
     _nets().recalibrate(model.backbone, (1, 3, size, size))  # type: ignore[attr-defined]
     with torch.no_grad():
         for key, module in model.named_modules():
-            if isinstance(module, (nn.Linear, nn.Conv2d)) and scaled in key:
-                module.weight.mul_(gain)
+            gain = [g for part, g in gains.items() if part in key]
+            if isinstance(module, (nn.Linear, nn.Conv2d)) and gain:
+                module.weight.mul_(gain[0])
     return Detections(model), (1, 3, size, size)
 
 
@@ -202,7 +213,7 @@ def shape_of(name: str) -> tuple[int, ...]:
     source, _, short = name.partition(":")
     if source == "tv":
         return TORCHVISION[short][2]
-    size = TIMM[short] if source == "timm" else YOLO[short] if source == "yolo" else DETECTION[short][3]
+    size = TIMM[short] if source == "timm" else YOLO[short] if source == "yolo" else DETECTION[short][2]
     return (1, 3, size, size)
 
 if __name__ == "__main__":

@@ -330,6 +330,120 @@ def _torchvision_roi_pooling_for_capture() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _torchvision_mask_paste_for_capture() -> Iterator[None]:
+    """Make torchvision's ``paste_masks_in_image`` (Mask R-CNN) one batched computation while a
+    model is captured.
+
+    torchvision's own version loops in Python over the detections (a data-dependent count) and
+    resizes each mask to its box's size (data-dependent too). Bilinear resizing is separable: a
+    box's resized mask, placed in the image, is ``rows @ mask @ cols.T``, where ``rows`` holds, for
+    each image row inside the box, the two source rows and weights that ``F.interpolate(mode=
+    "bilinear", align_corners=False)`` takes (source index ``(r + 0.5) * side / extent - 0.5``,
+    clamped at 0, as torch computes it), and zeros outside the box; ``cols`` likewise. The values
+    are torchvision's up to float rounding of the source index (a few 1e-6 on masks in [0, 1]:
+    torch's own float32 kernel is as far from its float64 one), for any number of detections.
+    """
+    roi_heads = sys.modules.get("torchvision.models.detection.roi_heads")
+    expand_masks = getattr(roi_heads, "expand_masks", None)
+    expand_boxes = getattr(roi_heads, "expand_boxes", None)
+    if expand_masks is None or expand_boxes is None:
+        yield
+        return
+    import torch
+
+    def paste_masks_in_image(masks: torch.Tensor, boxes: torch.Tensor, img_shape: tuple[int, int],
+                             padding: int = 1) -> torch.Tensor:
+        masks, scale = expand_masks(masks, padding=padding)  # type: ignore[misc]
+        boxes = expand_boxes(boxes, scale).to(dtype=torch.int64)  # type: ignore[misc]
+        side = masks.shape[-1]
+        grid = torch.arange(side, device=boxes.device)
+
+        def weights(start: torch.Tensor, stop: torch.Tensor, size: int) -> torch.Tensor:
+            # [boxes, size, side]: image position -> weights over the padded mask's rows (columns)
+            extent = (stop - start + 1).clamp(min=1)
+            pos = torch.arange(size, device=boxes.device)
+            inside = (pos >= start.clamp(min=0)[:, None]) & (pos < (stop + 1).clamp(max=size)[:, None])
+            ratio = side / extent.to(masks.dtype)
+            src = (ratio[:, None] * ((pos - start[:, None]).to(masks.dtype) + 0.5) - 0.5).clamp(min=0)
+            low = src.floor().clamp(max=side - 1)
+            frac = (src - low).clamp(0, 1)
+            low = low.to(torch.int64)
+            high = (low + 1).clamp(max=side - 1)
+            taken = (1 - frac)[..., None] * (low[..., None] == grid) + frac[..., None] * (high[..., None] == grid)
+            return taken * inside[..., None]
+
+        rows = weights(boxes[:, 1], boxes[:, 3], img_shape[0])
+        cols = weights(boxes[:, 0], boxes[:, 2], img_shape[1])
+        return (rows @ masks[:, 0] @ cols.transpose(1, 2))[:, None]
+
+    with _replaced(("torchvision.models.detection.roi_heads", "torchvision.models.detection.transform"),
+                   "paste_masks_in_image", paste_masks_in_image):
+        yield
+
+
+@contextlib.contextmanager
+def _torchvision_keypoint_decoding_for_capture() -> Iterator[None]:
+    """Make torchvision's ``heatmaps_to_keypoints`` (Keypoint R-CNN) one batched computation while a
+    model is captured.
+
+    torchvision's own version loops in Python over the detections and resizes each one's heatmaps
+    (bicubic, ``align_corners=False``) to its box's size in whole pixels, then takes each keypoint's
+    first maximum. Bicubic resizing is separable, so each box's resized heatmaps are ``rows @ maps @
+    cols.T``, with torch's source index (``(r + 0.5) * side / extent - 0.5``), its a = -0.75 taps and
+    its clamping at the borders in ``rows`` and ``cols``. All boxes are resized at once to the
+    tallest and widest box's size, the positions outside a box's own size set to -inf, so each
+    box's maximum and its row-major position (the first on ties, as torch's) are taken over the
+    same pixels as torchvision's. Memory: detections x keypoints x tallest x widest floats (100
+    detections of boxes up to 400 x 300 pixels: 816 MB), where torchvision's loop holds one box's.
+    """
+    roi_heads = sys.modules.get("torchvision.models.detection.roi_heads")
+    if getattr(roi_heads, "heatmaps_to_keypoints", None) is None:
+        yield
+        return
+    import torch
+
+    cubic = -0.75  # torch's bicubic coefficient
+
+    def heatmaps_to_keypoints(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        widths = (rois[:, 2] - rois[:, 0]).clamp(min=1)
+        heights = (rois[:, 3] - rois[:, 1]).clamp(min=1)
+        widths_ceil, heights_ceil = widths.ceil(), heights.ceil()
+        one = widths.new_ones(1)  # no detections: a 1 x 1 canvas
+        tallest = torch.cat([heights_ceil, one]).max().to(torch.int64).item()
+        widest = torch.cat([widths_ceil, one]).max().to(torch.int64).item()
+
+        def weights(extent: torch.Tensor, side: int, size: object) -> tuple[torch.Tensor, torch.Tensor]:
+            # [boxes, size, side]: resized position -> weights over the heatmap's rows (columns)
+            pos = torch.arange(size, device=maps.device)  # type: ignore[call-overload]
+            src = (side / extent)[:, None] * (pos.to(maps.dtype) + 0.5) - 0.5
+            low = src.floor()
+            t = src - low
+            taps = (((cubic * (t + 1) - 5 * cubic) * (t + 1) + 8 * cubic) * (t + 1) - 4 * cubic,
+                    ((cubic + 2) * t - (cubic + 3)) * t * t + 1,
+                    ((cubic + 2) * (1 - t) - (cubic + 3)) * (1 - t) * (1 - t) + 1,
+                    ((cubic * (2 - t) - 5 * cubic) * (2 - t) + 8 * cubic) * (2 - t) - 4 * cubic)
+            grid = torch.arange(side, device=maps.device)
+            first = low.to(torch.int64) - 1
+            taken = sum(c[..., None] * ((first + k).clamp(0, side - 1)[..., None] == grid)
+                        for k, c in enumerate(taps))
+            return taken, pos < extent[:, None]  # type: ignore[return-value]
+
+        rows, rows_in = weights(heights_ceil, maps.shape[-2], tallest)
+        cols, cols_in = weights(widths_ceil, maps.shape[-1], widest)
+        resized = rows[:, None] @ maps @ cols[:, None].transpose(-1, -2)
+        inside = rows_in[:, :, None] & cols_in[:, None, :]
+        scores, pos = resized.masked_fill(~inside[:, None], float("-inf")).flatten(2).max(dim=2)
+        x_int = pos % widest
+        y_int = torch.div(pos - x_int, widest, rounding_mode="floor")
+        x = (x_int.float() + 0.5) * (widths / widths_ceil)[:, None] + rois[:, :1]
+        y = (y_int.float() + 0.5) * (heights / heights_ceil)[:, None] + rois[:, 1:2]
+        return torch.stack([x, y, torch.ones_like(x)], dim=2), scores
+
+    with _replaced(("torchvision.models.detection.roi_heads",), "heatmaps_to_keypoints", heatmaps_to_keypoints):
+        yield
+
+
 def _keep_example(options: Options, example: Sequence[torch.Tensor]) -> None:
     """Record the example the capture settled sizes from: the parity check runs on it."""
     options.extra[EXAMPLE_FEEDS] = tuple(x.detach().cpu().numpy() for x in example)
@@ -383,7 +497,8 @@ def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], opti
     The module is left in eval mode with its attributes as they were (``attributes_kept``).
     """
     module.eval()
-    with attributes_kept(module), _torchvision_batched_nms_for_capture(), _torchvision_roi_pooling_for_capture():
+    with (attributes_kept(module), _torchvision_batched_nms_for_capture(), _torchvision_roi_pooling_for_capture(),
+          _torchvision_mask_paste_for_capture(), _torchvision_keypoint_decoding_for_capture()):
         return _export_module(module, example, options, source)
 
 

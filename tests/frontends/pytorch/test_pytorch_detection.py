@@ -316,3 +316,75 @@ def test_roi_pooling_used_during_capture_is_torchvisions() -> None:
     levels = pooler.map_levels(boxes)
     assert len(set(levels.tolist())) >= 3, "boxes of several levels"
     assert ours.shape == theirs.shape and torch.equal(ours, theirs)
+
+
+def test_mask_paste_used_during_capture_is_torchvisions() -> None:
+    """The batched mask paste put in place while a model is captured gives torchvision's pasted
+    masks: boxes inside the image, across its edges, smaller than the 28x28 mask (downsampling) and
+    far larger, a one-pixel box, a box covering the image, and no boxes at all; padded as torchvision
+pads and unpadded. torch's own float32
+    bilinear kernel is 2e-6 from its float64 one on such masks (rounding of the source index), so
+    the bound is 1e-5 of values in [0, 1]; a sub-pixel shift of the source index gives 0.4."""
+    torchvision = pytest.importorskip("torchvision")
+    from convert.frontends.pytorch.capture import _torchvision_mask_paste_for_capture
+
+    roi_heads = torchvision.models.detection.roi_heads
+    transform = torchvision.models.detection.transform
+    original = roi_heads.paste_masks_in_image
+    gen = torch.Generator().manual_seed(0)
+    for count, (height, width) in ((0, (50, 60)), (1, (50, 60)), (40, (97, 130)), (60, (256, 200))):
+        masks = torch.rand(count, 1, 28, 28, generator=gen)
+        xy = torch.rand(count, 2, generator=gen) * torch.tensor([width, height])
+        wh = torch.rand(count, 2, generator=gen) * torch.tensor([width, height]) * 0.8
+        boxes = torch.cat([xy, xy + wh], 1)
+        if count > 3:
+            boxes[:4] = torch.tensor([[0, 0, width, height], [5.0, 5.0, 5.0, 5.0], [width - 1.0, height - 2.0, width,
+                                      height], [3.0, 4.0, 12.5, 9.0]])
+        boxes[:, 0::2] = boxes[:, 0::2].clamp(0, width)
+        boxes[:, 1::2] = boxes[:, 1::2].clamp(0, height)
+        for padding in (1, 0):  # torchvision pads by 1; unpadded, the mask's edge rows are not zero
+            theirs = original(masks, boxes, (height, width), padding)
+            with _torchvision_mask_paste_for_capture():
+                assert transform.paste_masks_in_image is not original
+                ours = transform.paste_masks_in_image(masks, boxes, (height, width), padding)
+            assert transform.paste_masks_in_image is original and roi_heads.paste_masks_in_image is original
+            assert ours.shape == theirs.shape, (ours.shape, theirs.shape)
+            if count:
+                assert float((ours - theirs).abs().max()) <= 1e-5, (count, padding)
+                assert float((theirs > 0).float().mean()) > (0.05 if count > 3 else 0.0)
+
+
+def test_keypoint_decoding_used_during_capture_is_torchvisions() -> None:
+    """The batched keypoint decoding put in place while a model is captured finds torchvision's
+    keypoints and scores: boxes smaller and larger than the 56x56 heatmaps, of fractional and
+    sub-pixel sizes (clamped to 1), and no boxes at all. Scores within 1e-5 of their scale (the
+    resize's sums run in another order); keypoints equal, but for a near-tie between two resized
+    pixels that float rounding may settle the other way (then one resized pixel apart)."""
+    torchvision = pytest.importorskip("torchvision")
+    from convert.frontends.pytorch.capture import _torchvision_keypoint_decoding_for_capture
+
+    roi_heads = torchvision.models.detection.roi_heads
+    original = roi_heads.heatmaps_to_keypoints
+    gen = torch.Generator().manual_seed(0)
+    equal = total = 0
+    for count, extent in ((0, 50.0), (1, 50.0), (25, 220.0), (40, 40.0)):
+        maps = torch.randn(count, 17, 56, 56, generator=gen)
+        xy = torch.rand(count, 2, generator=gen) * 200
+        rois = torch.cat([xy, xy + torch.rand(count, 2, generator=gen) * extent + 0.2], 1)
+        if count > 3:
+            rois[0, 2:] = rois[0, :2] + 0.4  # under one pixel: clamped to 1
+        theirs = original(maps, rois)
+        with _torchvision_keypoint_decoding_for_capture():
+            assert roi_heads.heatmaps_to_keypoints is not original
+            ours = roi_heads.heatmaps_to_keypoints(maps, rois)
+        assert roi_heads.heatmaps_to_keypoints is original
+        assert [o.shape for o in ours] == [t.shape for t in theirs], count
+        if not count:
+            continue
+        assert float((ours[1] - theirs[1]).abs().max() / theirs[1].abs().max()) <= 1e-5, count
+        same = (ours[0] == theirs[0]).all(dim=2)
+        equal, total = equal + int(same.sum()), total + same.numel()
+        pixel = torch.stack([(rois[:, 2] - rois[:, 0]).clamp(min=1) / (rois[:, 2] - rois[:, 0]).clamp(min=1).ceil(),
+                             (rois[:, 3] - rois[:, 1]).clamp(min=1) / (rois[:, 3] - rois[:, 1]).clamp(min=1).ceil()], 1)
+        assert bool(((ours[0][..., :2] - theirs[0][..., :2]).abs() <= pixel[:, None] * 1.001 + 1e-4).all()), count
+    assert equal >= 0.99 * total, (equal, total)

@@ -115,13 +115,67 @@ def test_vision_cnn_to_caffe_matches_eager(name: str, tmp_path: Path) -> None:
 
 
 DRAFTED: set[str] = set()  # captured by torch.export itself: valid for any input
+DET_FLOOR = 1e-3
+
+
+def _pasted_boxes(boxes: np.ndarray) -> np.ndarray:
+    """The integer boxes Mask R-CNN pastes its 28x28 masks into (torchvision's own expansion)."""
+    from torchvision.models.detection.roi_heads import expand_boxes
+
+    return expand_boxes(torch.from_numpy(boxes), 30 / 28).to(torch.int64).numpy()
+
+
+def _detections_agree(name: str, model: torch.nn.Module, path: Path, feed: str, x: torch.Tensor,
+                      dim: bool) -> None:
+    """Ours against eager as sets (rows sorted by box): same count, equal labels, boxes, scores,
+    masks, keypoints and keypoint scores within REL_TO_SCALE, or, where float32 rounding alone
+    exceeds that (ResNet-50 backbones), no farther from the net run in float64 than torch's float32
+    run (+25 %) and within DET_FLOOR.
+    On the dim image the bound is DET_FLOOR (see the caller); a mask is compared where both sides
+    paste it into the same integer box: a box edge within float rounding of an integer truncates
+    either way, which moves the whole mask by a pixel (at most two boxes may do so)."""
+    with torch.no_grad():
+        refs = [t.numpy() for t in model(x)]
+    boxes, scores = refs[0], refs[1]
+    assert len(boxes) >= 10 and (dim or np.diff(np.sort(scores)).max() > 1e-3), "degenerate detections"
+    ours = run_onnx(path, {feed: x.numpy()})
+    assert len(ours) == len(refs) and ours[0].shape == boxes.shape, (name, ours[0].shape, boxes.shape)
+    mine, theirs = np.lexsort(ours[0].T[::-1]), np.lexsort(boxes.T[::-1])
+    assert np.array_equal(ours[2][mine], refs[2][theirs])
+    ours, refs = [o[mine] for o in ours], [r[theirs] for r in refs]
+    masks = len(refs) > 3 and refs[3].ndim == 4  # Mask R-CNN (Keypoint R-CNN's are keypoints, scores)
+    if masks:  # pasted into the same integer box on both sides
+        same = (_pasted_boxes(ours[0]) == _pasted_boxes(refs[0])).all(axis=1)
+        assert (~same).sum() <= 2, (name, int((~same).sum()))
+        ours[3], refs[3] = ours[3][same], refs[3][same]
+        assert float(((refs[3] > 0.05) & (refs[3] < 0.95)).sum() / (refs[3] > 0).sum()) > 0.02, "saturated masks"
+    errs = {k: rel_to_scale(ours[k], refs[k]) for k in range(len(refs)) if k != 2}
+    print(f"DET {name} {'dim' if dim else ''} {len(boxes)} boxes: "
+          + " ".join(f"out{k} {e:.1e}" for k, e in errs.items()))
+    over = [k for k, e in errs.items() if e > (DET_FLOOR if dim else REL_TO_SCALE)]
+    if not over:
+        return
+    assert not dim, (name, errs)
+    with torch.no_grad():  # float32 rounding? compare with the same net in float64
+        r64 = [t.numpy() for t in copy.deepcopy(model).double()(x.double())]
+    assert r64[0].shape == boxes.shape, (name, "float64 run found another count")
+    r64 = [r[np.lexsort(r64[0].T[::-1])] for r in r64]
+    if masks:
+        r64[3] = r64[3][same]
+    for k in over:
+        scale = float(np.abs(r64[k]).max())
+        torch_err = float(np.abs(refs[k] - r64[k]).max()) / scale
+        our_err = float(np.abs(ours[k].astype(np.float64) - r64[k]).max()) / scale
+        print(f"DET-F64 {name} out{k} torch32 {torch_err:.1e} ours {our_err:.1e}")
+        assert errs[k] <= DET_FLOOR and our_err <= FLOAT64_MARGIN * torch_err, (name, k, errs[k], our_err,
+                                                                               torch_err)
 
 
 @pytest.mark.parametrize("name", _zoo().DETECTORS)  # type: ignore[attr-defined]
 def test_detector_matches_eager_as_sets(name: str, tmp_path: Path) -> None:
-    """torchvision's own detectors, compared with eager on three inputs as sets: same count, rows
-    sorted by box. All three are captured by torch.export itself, valid for every input: a dim
-    image, which gives other proposal and detection counts, is compared too."""
+    """torchvision's own detectors, compared with eager on three inputs as sets (``_detections_agree``).
+    All are captured by torch.export itself, valid for every input: a dim image, which gives other
+    proposal and detection counts, is compared too."""
     from convert.frontends.pytorch import load_module
     from convert.ir import Options
 
@@ -132,30 +186,12 @@ def test_detector_matches_eager_as_sets(name: str, tmp_path: Path) -> None:
     drafted = "draft_export" in notes and "valid for inputs like the example" in notes
     assert drafted == (name in DRAFTED), notes
     path = to_onnx(ir_model, tmp_path / "m.onnx")
+    feed = ir_model.graph.inputs[0].name
     for seed in (1, 2, 3):
-        (x,) = inputs(seed)
-        with torch.no_grad():
-            boxes, scores, labels = (t.numpy() for t in model(x))
-        assert len(boxes) >= 10 and np.diff(np.sort(scores)).max() > 1e-3, "degenerate detections"
-        ours = run_onnx(path, {ir_model.graph.inputs[0].name: x.numpy()})
-        assert ours[0].shape == boxes.shape, (name, seed, ours[0].shape, boxes.shape)
-        mine, theirs = np.lexsort(ours[0].T[::-1]), np.lexsort(boxes.T[::-1])
-        box_err = rel_to_scale(ours[0][mine], boxes[theirs])
-        score_err = rel_to_scale(ours[1][mine], scores[theirs])
-        print(f"DET {name} seed {seed} {len(boxes)} boxes: box {box_err:.1e} score {score_err:.1e}")
-        assert np.array_equal(ours[2][mine], labels[theirs])
-        assert box_err <= REL_TO_SCALE and score_err <= REL_TO_SCALE, (name, seed, box_err, score_err)
+        _detections_agree(name, model, path, feed, inputs(seed)[0], dim=False)
     # A dim image: other proposal and detection counts than the example's (a graph that took its
     # sizes from the example fails here; the draft-exported Faster R-CNN did, in ONNX Runtime).
     # Low contrast packs the random heads' scores together, which amplifies float differences:
     # measured on Faster R-CNN, boxes 1.2e-4 and scores 9.3e-4 of their scale (13 of 91 boxes move
-    # by 0.01-0.04 px), SSDlite and RetinaNet <= 6e-6; hence 1e-3 here.
-    (dim,) = inputs(4)
-    dim = dim * 0.3
-    with torch.no_grad():
-        boxes, scores, labels = (t.numpy() for t in model(dim))
-    ours = run_onnx(path, {ir_model.graph.inputs[0].name: dim.numpy()})
-    assert ours[0].shape == boxes.shape and len(boxes) >= 10, (name, ours[0].shape, boxes.shape)
-    mine, theirs = np.lexsort(ours[0].T[::-1]), np.lexsort(boxes.T[::-1])
-    assert np.array_equal(ours[2][mine], labels[theirs])
-    assert rel_to_scale(ours[0][mine], boxes[theirs]) <= 1e-3 and rel_to_scale(ours[1][mine], scores[theirs]) <= 1e-3
+    # by 0.01-0.04 px), SSDlite and RetinaNet <= 6e-6, Mask R-CNN's masks 6.8e-4; hence DET_FLOOR.
+    _detections_agree(name, model, path, feed, inputs(4)[0] * 0.3, dim=True)
