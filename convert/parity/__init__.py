@@ -17,7 +17,7 @@ import numpy as np
 from convert.formats import normalize, runtime_module
 from convert.ir import ConvertError, ModelFormatError, Options, UsageError
 
-from .compare import OutputResult, ParityReport, compare_one, match_outputs
+from .compare import OutputResult, ParityReport, arbitrate_float64, compare_one, match_outputs, needs_float64
 from .locate import Location
 from .locate import locate as locate_layers
 from .runtime import Runtime, TensorSpec
@@ -215,10 +215,30 @@ def run_parity(
     report.outputs = [compare_one(r, ref[r], g, got[g], atol, rtol, tol, step=float(steps.get(r, 0.0)),
                                   spread=float(spreads.get(r, 0.0)), random=randoms.get(g, ""))
                       for r, g in pairs]
+    _settle_by_float64(src, feeds, ref, got, pairs, report, tol)
     if locate or (locate is None and any(not o.passed and not o.random for o in report.outputs)):
         report.location = _locate(source_format, source_paths, dest_format, dest_paths, src, feeds, dst_feeds,
                                   options, tol)
     return report
+
+
+def _settle_by_float64(src: Runtime, feeds: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
+                       got: Mapping[str, np.ndarray], pairs: Sequence[tuple[str, str]], report: ParityReport,
+                       tol: float) -> None:
+    """Let a float64 run of the source judge the outputs that missed ``tol`` on their error alone,
+    when the source runtime offers one (``run_float64``; PyTorch does): float32 rounding in a deep
+    net may exceed ``tol`` (``compare.arbitrate_float64``)."""
+    run64 = getattr(src, "run_float64", None)
+    pending = [i for i, (r, _) in enumerate(pairs) if needs_float64(report.outputs[i], ref[r])]
+    if run64 is None or not pending:
+        return
+    ref64 = run64(feeds)
+    if ref64 is None:
+        return
+    for i in pending:
+        r, g = pairs[i]
+        if r in ref64:
+            report.outputs[i] = arbitrate_float64(report.outputs[i], ref[r], got[g], ref64[r], tol)
 
 
 def _locate(source_format: str, source_paths: Sequence[Path], dest_format: str, dest_paths: Sequence[Path],

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,7 +25,7 @@ import numpy as np
 if TYPE_CHECKING:
     from .locate import Location
 
-__all__ = ["OutputResult", "ParityReport", "match_outputs"]
+__all__ = ["OutputResult", "ParityReport", "arbitrate_float64", "match_outputs", "needs_float64"]
 
 
 @dataclass(slots=True)
@@ -56,13 +56,19 @@ class OutputResult:
     #: The converted model computes this output from random draws (ONNX RandomNormal...): the two
     #: runtimes' generators differ, so only its shape was compared.
     random: bool = False
+    #: The source's own float32 run is farther than ``FLOAT32_LIMIT * tol`` from its float64 run on
+    #: this output, and ours no farther: the net amplifies rounding too much to judge a conversion.
+    amplified: bool = False
+    #: Passed by the float64 arbitration (``arbitrate_float64``), not within ``tol`` of the reference.
+    by_float64: bool = False
 
     @property
     def verdict(self) -> str:
-        """PASS, FAIL, or NOT VERIFIED (a degenerate, unstable or random output whose shape agrees)."""
+        """PASS, FAIL, or NOT VERIFIED (a degenerate, unstable, amplified or random output whose shape agrees)."""
         if self.passed:
             return "PASS"
-        return "NOT VERIFIED" if (self.degenerate or self.unstable or self.random) and not self.differs else "FAIL"
+        unjudged = self.degenerate or self.unstable or self.random or self.amplified
+        return "NOT VERIFIED" if unjudged and not self.differs else "FAIL"
 
 
 @dataclass(slots=True)
@@ -117,12 +123,16 @@ class ParityReport:
         out += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
         verdict = "PASS" if self.passed else "FAIL"
         shapes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in self.inputs.items())
+        by64 = sum(o.passed and o.by_float64 for o in self.outputs)
+        settled = (f" or, {by64} of them, at most {FLOAT64_MARGIN:g}x as far from the source's float64 run as "
+                   "its own float32 run (float32 rounding)" if by64 else "")
         out.append(f"{verdict}: {sum(o.passed for o in self.outputs)}/{len(self.outputs)} outputs within "
-                   f"tol={self.tol:g} of the output's scale (max|ours-ref| / max|ref|); "
+                   f"tol={self.tol:g} of the output's scale (max|ours-ref| / max|ref|){settled}; "
                    f"allclose: atol={self.atol:g} rtol={self.rtol:g}; inputs: {shapes}")
         out += [f"NOTE: {note}" for note in self.notes]
         unverified = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.degenerate]
         unstable = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.unstable]
+        amplified = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.amplified]
         random = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.random]
         if random:
             verb = "depend" if len(random) > 1 else "depends"
@@ -134,6 +144,10 @@ class ParityReport:
                        "(its reference and its optimised implementation) disagree by more than the "
                        f"{QUANT_STEPS} quantization steps allowed: the net amplifies int8 rounding, so no "
                        "conversion can be judged on these inputs (see the output's note).")
+        if amplified:
+            out.append(f"NOT VERIFIED: on {', '.join(repr(n) for n in amplified)} the source's own float32 run is "
+                       f"more than {FLOAT32_LIMIT:g} x tol from its float64 run: the net amplifies rounding too "
+                       "much for any float32 conversion to be judged on these inputs (see the output's note).")
         if unverified:
             out.append(f"NOT VERIFIED: the reference output{'s' if len(unverified) > 1 else ''} "
                        f"{', '.join(repr(n) for n in unverified)} {'have' if len(unverified) > 1 else 'has'} no "
@@ -241,3 +255,45 @@ def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol
                         passed, note, allclose_bad, degenerate, nan_mismatch or (not within and not unstable),
                         worst, float(r64[worst]), float(g64[worst]), unstable)
 
+
+
+# Float32 rounding in a deep net can exceed ``tol`` by itself. When an output misses ``tol`` and the
+# source runtime can run the model in float64, the float64 run arbitrates: the output passes when ours
+# is at most FLOAT64_MARGIN times as far from it as the source's own float32 run, and that run is
+# within FLOAT32_LIMIT x tol of it (a net whose float32 run is farther cannot be judged: NOT
+# VERIFIED). Two runtimes' rounding errors are alike but not equal, and their maxima over a small
+# output vary: on torchvision's ResNet-18 (10 logits) ours was 1.29x torch's on one input, 0.5x to 1x
+# on others. A conversion error worth the name (a wrong op, eps, layout) is far above both.
+FLOAT64_MARGIN = 2.0
+FLOAT32_LIMIT = 10.0
+
+
+def needs_float64(result: OutputResult, ref: np.ndarray) -> bool:
+    """Whether ``result`` failed on the error alone (not shape, NaN, spread or random draws), on a
+    float output: the case a float64 run of the source can settle."""
+    return (not result.passed and not result.degenerate and not result.random and not result.unstable
+            and math.isfinite(result.rel_to_scale) and np.asarray(ref).dtype.kind == "f"
+            and "NaN" not in result.note and "shape" not in result.note)
+
+
+def arbitrate_float64(result: OutputResult, ref: np.ndarray, got: np.ndarray, ref64: np.ndarray,
+                      tol: float) -> OutputResult:
+    """Judge ``result`` (failed on its error alone) against the source run in float64, ``ref64``."""
+    r32 = np.asarray(ref, dtype=np.float64)
+    r64 = np.asarray(ref64, dtype=np.float64)
+    ours = np.asarray(got, dtype=np.float64).reshape(r32.shape)
+    if r64.shape != r32.shape or not np.isfinite(r64).all():
+        return result
+    scale = float(np.abs(r64).max())
+    if scale == 0:
+        return result
+    theirs_err = float(np.abs(r32 - r64).max()) / scale
+    ours_err = float(np.abs(ours - r64).max()) / scale
+    said = (f"float64 run of the source: ours {ours_err:.2g} from it, the source's own float32 run "
+            f"{theirs_err:.2g}")
+    note = (result.note + "; " if result.note else "") + said
+    if ours_err > FLOAT64_MARGIN * theirs_err:
+        return replace(result, note=note)
+    if theirs_err > FLOAT32_LIMIT * tol:
+        return replace(result, note=note, amplified=True, differs=False)
+    return replace(result, note=note + " (float32 rounding)", passed=True, differs=False, by_float64=True)

@@ -9,6 +9,7 @@ frontend names the converted graph's: inputs after ``forward``'s parameters, out
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -19,6 +20,12 @@ from convert.ir import Options, UsageError
 from ..runtime import TensorSpec
 
 __all__ = ["TorchRuntime", "module_runtime", "open_runtime"]
+
+logger = logging.getLogger(__name__)
+
+# The float64 copy ``run_float64`` makes is refused above this many bytes of parameters and buffers
+# in float64 (it is made only to settle an output that missed the tolerance).
+FLOAT64_COPY_LIMIT = 4 << 30
 
 
 def _flatten(value: object) -> list[object]:
@@ -66,6 +73,35 @@ class TorchRuntime:
         names = output_names(len(leaves))
         self._outputs = names
         return {n: t.detach().cpu().numpy() for n, t in zip(names, leaves, strict=True)}
+
+    def run_float64(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """Run a float64 copy of the model on ``feeds`` (float inputs widened): the arbiter when an
+        output misses the tolerance by float32 rounding. None when that is no float64 run: a model
+        over ``FLOAT64_COPY_LIMIT``, one that cannot be copied or widened, or whose float outputs are
+        not float64 (a graph that casts to float32 itself)."""
+        import torch
+
+        from convert.frontends.pytorch.lower import output_names
+
+        module = self.module
+        tensors = [*module.parameters(), *module.buffers()] if isinstance(module, torch.nn.Module) else []
+        if sum(t.numel() for t in tensors if t.is_floating_point()) * 8 > FLOAT64_COPY_LIMIT:
+            logger.info("no float64 run of the source: its weights exceed %d GiB in float64", FLOAT64_COPY_LIMIT >> 30)
+            return None
+        try:
+            wide = copy.deepcopy(module).double()  # type: ignore[attr-defined]
+            args = [torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in self._inputs]
+            args = [a.double() if a.is_floating_point() else a for a in args]
+            with torch.no_grad():
+                result = wide(*args)
+        except Exception as exc:  # a model that cannot run in float64: no arbiter, the verdict stands
+            logger.info("no float64 run of the source: %s: %s", type(exc).__name__, str(exc).strip()[:200])
+            return None
+        leaves = [r for r in _flatten(result) if isinstance(r, torch.Tensor)]
+        if any(t.is_floating_point() and t.dtype != torch.float64 for t in leaves):
+            logger.info("no float64 run of the source: it casts an output back to a narrower float")
+            return None
+        return {n: t.detach().cpu().numpy() for n, t in zip(output_names(len(leaves)), leaves, strict=True)}
 
 
 def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
