@@ -212,8 +212,10 @@ def run_parity(
     steps = getattr(src, "output_steps", {})  # quantized references: the step of each output
     spreads = getattr(src, "output_spread", {})  # ... and how far its own two kernel paths are apart
     randoms = getattr(dst, "random_outputs", {})  # converted outputs computed from random draws
+    seconds = getattr(src, "output_second", {})  # ... and that implementation's outputs
     report.outputs = [compare_one(r, ref[r], g, got[g], atol, rtol, tol, step=float(steps.get(r, 0.0)),
-                                  spread=float(spreads.get(r, 0.0)), random=randoms.get(g, ""))
+                                  spread=float(spreads.get(r, 0.0)), random=randoms.get(g, ""),
+                                  second=seconds.get(r))
                       for r, g in pairs]
     _settle_by_float64(src, feeds, ref, got, pairs, report, tol)
     if locate or (locate is None and any(not o.passed and not o.random for o in report.outputs)):

@@ -152,6 +152,21 @@ def test_quantized_output_verdict_by_steps_and_by_the_references_own_spread() ->
         result = compare_one("y", ref, "y", got, 1e-4, 1e-3, step=step, spread=spread * step)
         assert result.verdict == verdict, (offset, spread, result.verdict, result.note)
         assert result.passed == (verdict == "PASS")
+    # With the second implementation's output: ours within twice the spread of either is NOT VERIFIED.
+    second = ref.copy()
+    second[7] += 4 * step  # the optimised kernels, 4 steps from the reference
+    cases = [  # (offset in steps from the reference, verdict)
+        (11.0, "NOT VERIFIED"),  # 11 > 8 from the reference, 7 <= 8 from the optimised kernels
+        (12.0, "NOT VERIFIED"),  # 8 from the optimised kernels: the bound
+        (13.0, "FAIL"),          # 9 from the optimised kernels, 13 from the reference
+        (-5.0, "NOT VERIFIED"),  # 5 from the reference (9 from the other)
+        (-9.0, "FAIL"),          # 9 and 13
+    ]
+    for offset, verdict in cases:
+        got = ref.copy()
+        got[7] += offset * step
+        result = compare_one("y", ref, "y", got, 1e-4, 1e-3, step=step, spread=4 * step, second=second)
+        assert result.verdict == verdict, (offset, result.verdict, result.note)
 
 
 def test_random_output_is_not_verified_never_pass() -> None:

@@ -88,6 +88,7 @@ class TFLiteRuntime:
                 self.output_steps[name] = float(model.tensors[op.inputs[0]].quant.scale[0])  # type: ignore[union-attr]
         # Quantized outputs: the reference kernels are the reference, the default kernels a second opinion.
         self.output_spread: dict[str, float] = {}
+        self.output_second: dict[str, np.ndarray] = {}  # the optimised kernels' outputs, last run
         if self.output_steps and resolvers is not None and hasattr(resolvers, "BUILTIN_REF"):
             self._second = self._interp
             self._interp = cls(model_path=str(path), num_threads=1,
@@ -113,7 +114,7 @@ class TFLiteRuntime:
         """Run once; rank-4 feeds and results are transposed between NCHW and NHWC unless --keep-nhwc.
 
         With a second interpreter, ``output_spread`` records how far its quantized outputs are
-        from the reference's on this run.
+        from the reference's on this run, and ``output_second`` those outputs.
         """
         out = self._invoke(self._interp, feeds)
         if self._second is not None:
@@ -121,6 +122,7 @@ class TFLiteRuntime:
             for name in self.output_steps:
                 gap = float(np.abs(out[name].astype(np.float64) - other[name].astype(np.float64)).max())
                 self.output_spread[name] = max(self.output_spread.get(name, 0.0), gap)
+                self.output_second[name] = other[name]
         return out
 
     def _invoke(self, interp: object, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
