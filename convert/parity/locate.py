@@ -100,6 +100,8 @@ class LayerCheck:
     error: float  # max|ours - ref| / max|ref|
     ref: Stats
     got: Stats
+    #: The same rows in another order along the first axis: ``error`` is measured after sorting.
+    reordered: bool = False
 
 
 @dataclass(slots=True)
@@ -125,16 +127,27 @@ class Location:
             top = max(self.checks, key=lambda c: c.error)
             if top.error <= self.tol:
                 return [f"{head}; every one is within tol={self.tol:g} of its scale, so any difference arises "
-                        "after the last compared layer (an output head, or a layer without counterpart)"]
+                        "after the last compared layer (an output head, or a layer without counterpart)",
+                        *self._reordered_line()]
             return [f"{head}; no layer stands out: the error grows gradually with depth (float32 rounding), "
-                    f"largest {top.error:.3g} of its scale at {top.where or top.key}"]
+                    f"largest {top.error:.3g} of its scale at {top.where or top.key}", *self._reordered_line()]
         shape = "x".join(map(str, bad.shape)) or "scalar"
         return [
             f"{head}; first layer out of tolerance, in topological order:",
-            f"  {bad.where or bad.key}: error {bad.error:.3g} of its scale (tol {self.tol:g}), shape {shape}",
+            f"  {bad.where or bad.key}: error {bad.error:.3g} of its scale (tol {self.tol:g}), shape {shape}"
+            + (" (its rows in another order: compared row-sorted)" if bad.reordered else ""),
             f"    reference  {bad.ref.text()}",
             f"    converted  {bad.got.text()}",
+            *self._reordered_line(),
         ]
+
+    def _reordered_line(self) -> list[str]:
+        moved = [c for c in self.checks if c.reordered]
+        if not moved:
+            return []
+        first = moved[0]
+        return [f"  {len(moved)} layer(s) hold the reference's rows in another order, from {first.where or first.key} "
+                "on (a sort, top-k or NMS ordered near-ties differently); they were compared row-sorted"]
 
     def to_dict(self) -> dict[str, object]:
         """Return the JSON form (for ``--report``)."""
@@ -445,6 +458,19 @@ def _error(ref: np.ndarray, got: np.ndarray) -> float:
     return 0.0 if worst == 0 else math.inf
 
 
+def _row_sorted_error(ref: np.ndarray, got: np.ndarray) -> float:
+    """The error once both tensors' rows (first axis) are sorted by their sums: a layer downstream of
+    a sort, top-k or NMS that ordered near-ties differently holds the same rows in another order.
+    ``inf`` when there are no rows to sort."""
+    if ref.ndim < 1 or ref.shape[0] < 2 or ref.shape != got.shape:
+        return math.inf
+    r = ref.reshape(ref.shape[0], -1).astype(np.float64)
+    g = got.reshape(got.shape[0], -1).astype(np.float64)
+    if not (np.isfinite(r).all() and np.isfinite(g).all()):
+        return math.inf
+    return _error(r[np.argsort(r.sum(axis=1), kind="stable")], g[np.argsort(g.sum(axis=1), kind="stable")])
+
+
 def _pair(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray], *,
           nhwc: bool = False) -> tuple[np.ndarray, np.ndarray] | None:
     """Pair the layer's first float reference output with the converted output of the same size.
@@ -504,6 +530,10 @@ def locate(source_format: str, source_paths: Sequence[Path], dest_format: str, d
             continue
         r, g = pair
         check = LayerCheck(key, where, tuple(r.shape), _error(r, g), Stats.of(r), Stats.of(g))
+        if not check.error <= tol:
+            sorted_error = _row_sorted_error(r, g)
+            if sorted_error * JUMP <= check.error:  # far closer row-sorted: the rows are in another order
+                check.error, check.reordered = sorted_error, True
         worst = max((c.error for c in result.checks), default=0.0)
         result.checks.append(check)
         result.compared += 1

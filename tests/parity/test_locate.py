@@ -397,3 +397,32 @@ def test_tensorflow_onnx_names_the_perturbed_node(tmp_path: Path) -> None:
     layer = convs[2]
     _scale_onnx_weight(good, tmp_path / "bad.onnx", layer)
     _assert_named(_locate([source], [tmp_path / "bad.onnx"], format="tensorflow"), layer, "Conv2D")
+
+
+def test_rows_in_another_order_are_compared_sorted_not_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Downstream of a sort, top-k or NMS whose near-ties the two runtimes order differently (Mask
+    R-CNN's proposals on noise input), a layer holds the reference's rows in another order: it is
+    compared with its rows sorted and not named; a layer wrong after sorting is still named, and so
+    is a reordered layer whose values are also wrong (layers built here, by hand)."""
+    from convert.ir import Options
+    from convert.parity import locate as loc_mod
+
+    rng = np.random.default_rng(0)
+    ref = {f"l{i}": [rng.standard_normal((12, 16, 3, 3)).astype(np.float32)] for i in range(5)}
+    order = rng.permutation(12)
+    got = {k: (f"'{k}'", [v[0][order] if i in (2, 3) else v[0].copy()]) for i, (k, v) in enumerate(ref.items())}
+
+    def run() -> object:
+        monkeypatch.setitem(loc_mod._SOURCES, "onnx", lambda *a: ref)
+        monkeypatch.setitem(loc_mod._DESTS, "caffe", lambda *a: got)
+        return loc_mod.locate("onnx", [], "caffe", [], None, {}, {}, Options(), 1e-4)  # type: ignore[arg-type]
+
+    result = run()
+    assert result.first_bad is None, result.lines()
+    assert [c.key for c in result.checks if c.reordered] == ["l2", "l3"]
+    assert "2 layer(s) hold the reference's rows in another order, from 'l2'" in "\n".join(result.lines())
+    got["l4"][1][0] = got["l4"][1][0] * np.float32(1.01)  # wrong after the reordered layers
+    assert run().first_bad.key == "l4"
+    got["l4"][1][0] = ref["l4"][0].copy()
+    got["l3"][1][0] = got["l3"][1][0] * np.float32(1.01)  # reordered and wrong
+    assert run().first_bad.key == "l3"
