@@ -155,7 +155,7 @@ class Location:
         if self.first_bad is not None:
             b = self.first_bad
             first = {"layer": b.key, "where": b.where, "shape": list(b.shape), "error": b.error,
-                     "reference": vars_of(b.ref), "converted": vars_of(b.got)}
+                     "reordered": b.reordered, "reference": vars_of(b.ref), "converted": vars_of(b.got)}
         return {"tol": self.tol, "compared": self.compared, "skipped": self.skipped, "first_bad": first,
                 "unavailable": self.unavailable or None}
 
