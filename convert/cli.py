@@ -393,7 +393,7 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
         verdict = "parity not checked (--no-check)"
     else:
         notes = len(result.report.notes)
-        verdict = (f"parity {'PASS' if result.report.passed else 'FAIL'} ({result.report.dest_device}"
+        verdict = (f"parity {result.report.verdict} ({result.report.dest_device}"
                    + (f"; {notes} NOTE{'S' if notes > 1 else ''}: see above" if notes else "") + ")")
     status = "OK" if result.ok else "FAIL"
     main_out = " + ".join(str(p) for p in result.outputs) if result.outputs else "-"
@@ -563,7 +563,7 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
     regressed = _check_baseline(report, kw)
     ok = report.passed and not regressed
     click.echo(f"{'OK' if ok else 'FAIL'} check {report.source}:{report.dest} | "
-               f"{len(report.outputs)} outputs | parity {'PASS' if report.passed else 'FAIL'} ({report.dest_device})"
+               f"{len(report.outputs)} outputs | parity {report.verdict} ({report.dest_device})"
                + (f" | REGRESSED vs {kw['baseline']}" if regressed else ""))
     return 0 if ok else EXIT_PARITY
 

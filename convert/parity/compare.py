@@ -95,10 +95,20 @@ class ParityReport:
         """True when every output passed (and there was at least one)."""
         return bool(self.outputs) and all(o.passed for o in self.outputs)
 
+    @property
+    def verdict(self) -> str:
+        """PASS; NOT VERIFIED when no output failed but some could not be judged; else FAIL."""
+        if self.passed:
+            return "PASS"
+        if self.outputs and all(o.verdict != "FAIL" for o in self.outputs):
+            return "NOT VERIFIED"
+        return "FAIL"
+
     def to_json(self) -> str:
         """Return the report as JSON (for ``--report``)."""
         data = asdict(self)
         data["passed"] = self.passed
+        data["verdict"] = self.verdict
         data["location"] = self.location.to_dict() if self.location is not None else None
         data["criterion"] = "max|ours-ref| / max|ref| <= tol, reference spread required"
         for item, out in zip(data["outputs"], self.outputs, strict=True):
@@ -121,7 +131,7 @@ class ParityReport:
         line = "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))
         out = [head, line, "  ".join("-" * w for w in widths)]
         out += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
-        verdict = "PASS" if self.passed else "FAIL"
+        verdict = self.verdict
         shapes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in self.inputs.items())
         by64 = sum(o.passed and o.by_float64 for o in self.outputs)
         settled = (f" or, {by64} of them, at most {FLOAT64_MARGIN:g}x as far from the source's float64 run as "
