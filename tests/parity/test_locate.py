@@ -402,8 +402,9 @@ def test_tensorflow_onnx_names_the_perturbed_node(tmp_path: Path) -> None:
 def test_rows_in_another_order_are_compared_sorted_not_named(monkeypatch: pytest.MonkeyPatch) -> None:
     """Downstream of a sort, top-k or NMS whose near-ties the two runtimes order differently (Mask
     R-CNN's proposals on noise input), a layer holds the reference's rows in another order: it is
-    compared with its rows sorted and not named; a layer wrong after sorting is still named, and so
-    is a reordered layer whose values are also wrong (layers built here, by hand)."""
+    compared row by row (each row with its nearest reference row) and not named, also where a few
+    rows at a top-k cut differ; a layer wrong after that is still named, and so is a reordered layer
+    whose values are also wrong (layers built here, by hand)."""
     from convert.ir import Options
     from convert.parity import locate as loc_mod
 
@@ -426,3 +427,13 @@ def test_rows_in_another_order_are_compared_sorted_not_named(monkeypatch: pytest
     got["l4"][1][0] = ref["l4"][0].copy()
     got["l3"][1][0] = got["l3"][1][0] * np.float32(1.01)  # reordered and wrong
     assert run().first_bad.key == "l3"
+    # 400 rows (a top-k cut): two rows past the cut replaced by others, the rest reordered
+    ref = {f"l{i}": [rng.standard_normal((400, 32)).astype(np.float32)] for i in range(3)}
+    cut = ref["l1"][0][rng.permutation(400)]
+    cut[:2] = rng.standard_normal((2, 32)).astype(np.float32)
+    got = {"l0": ("'l0'", [ref["l0"][0].copy()]), "l1": ("'l1'", [cut]), "l2": ("'l2'", [ref["l2"][0].copy()])}
+    result = run()
+    assert result.first_bad is None and [c.unmatched for c in result.checks if c.reordered] == [2], result.lines()
+    cut[2:] *= np.float32(1.001)  # and every kept row off by 1e-3: named
+    result = run()
+    assert result.first_bad is not None and result.first_bad.key == "l1", result.lines()
