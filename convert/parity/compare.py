@@ -159,10 +159,14 @@ class ParityReport:
                        f"more than {FLOAT32_LIMIT:g} x tol from its float64 run: the net amplifies rounding too "
                        "much for any float32 conversion to be judged on these inputs (see the output's note).")
         if unverified:
+            constant = [o.name for o in self.outputs if o.name in unverified and "integer output" in o.note]
             out.append(f"NOT VERIFIED: the reference output{'s' if len(unverified) > 1 else ''} "
                        f"{', '.join(repr(n) for n in unverified)} {'have' if len(unverified) > 1 else 'has'} no "
                        "spread (near zero or constant) on these inputs, so agreement proves nothing. "
-                       "Give real inputs with --inputs FILE.npz.")
+                       "Give real inputs with --inputs FILE.npz."
+                       + (f" If {', '.join(repr(n) for n in constant)} is an integer output constant by design "
+                          "(such as a single-class detector's labels), it stays NOT VERIFIED whatever the inputs; "
+                          "judge the other outputs by their rows." if constant else ""))
         if self.location is not None:
             out += self.location.lines()
         return "\n".join(out)
@@ -269,7 +273,9 @@ def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol
     if nan_mismatch:
         note = "NaN where the reference has none"
     elif degenerate:
-        note = (note + "; " if note else "") + "reference is degenerate (near zero or constant)"
+        what = ("reference is degenerate (near zero or constant)" if ref.dtype.kind == "f"
+                else "reference is constant (an integer output)")
+        note = (note + "; " if note else "") + what
     return OutputResult(name, ref_name, tuple(ref.shape), max_abs, max_rel, rel_to_scale, cosine, scale, std,
                         passed, note, allclose_bad, degenerate, nan_mismatch or (not within and not unstable),
                         worst, float(r64[worst]), float(g64[worst]), unstable)

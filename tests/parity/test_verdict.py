@@ -183,3 +183,21 @@ def test_random_output_is_not_verified_never_pass() -> None:
         assert result.verdict == "NOT VERIFIED" and not result.passed and source in result.note
     wrong = compare_one("z", ref, "z", np.zeros((3, 8), np.float32), 1e-4, 1e-3, random=source)
     assert wrong.verdict == "FAIL"
+
+
+def test_constant_integer_output_is_not_verified_and_says_why() -> None:
+    """A single-class detector's labels are constant whatever the input: NOT VERIFIED (agreement
+    proves nothing), with a note that says it is an integer output, and the summary tells the user
+    that more inputs will not change it. The report is NOT VERIFIED, not FAIL, as no output failed."""
+    from convert.parity.compare import ParityReport, compare_one
+
+    labels = np.ones(30, dtype=np.int64)
+    boxes = np.random.default_rng(0).random((30, 4)).astype(np.float32)
+    report = ParityReport("pytorch", "PyTorch", "cpu", "onnx", "ONNX Runtime", "cpu", 1e-4, 1e-3)
+    report.outputs = [compare_one("boxes", boxes, "boxes", boxes.copy(), 1e-4, 1e-3),
+                      compare_one("labels", labels, "labels", labels.copy(), 1e-4, 1e-3)]
+    assert [o.verdict for o in report.outputs] == ["PASS", "NOT VERIFIED"]
+    assert "integer output" in report.outputs[1].note
+    text = report.table()
+    assert report.verdict == "NOT VERIFIED" and text.splitlines()[5].startswith("NOT VERIFIED: 1/2 outputs"), text
+    assert "single-class detector's labels" in text
