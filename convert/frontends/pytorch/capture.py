@@ -158,11 +158,15 @@ def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Te
         if traced_from is not None:
             raise ConversionError(f"module {source}", f"torch.export failed ({traced_from}), its draft mode too, "
                                   f"and torch could not convert the traced graph: {_first_line(exc)}{where}") from exc
+        if "roi_heads.py" in where:  # torchvision's traced mask paste or keypoint decoding
+            hint = ("This is torchvision's Mask/Keypoint R-CNN post-processing: convert the module instead, "
+                    "convert.convert(model, example) in Python (its loops are replaced during the capture)")
+        else:
+            hint = ("Save the model with torch.export.save instead (a Python loop is unrolled there, a "
+                    "data-dependent branch can be written with torch.cond, a data-dependent loop with "
+                    "torch._higher_order_ops.while_loop)")
         raise ConversionError(f"TorchScript model {source}",
-                              f"torch could not convert the scripted graph: {_first_line(exc)}{where}. "
-                              "Save the model with torch.export.save instead (a Python loop is unrolled there, "
-                              "a data-dependent branch can be written with torch.cond, a data-dependent loop "
-                              "with torch._higher_order_ops.while_loop)") from exc
+                              f"torch could not convert the scripted graph: {_first_line(exc)}{where}. {hint}") from exc
 
 
 def _script_node_place(script: torch.jit.ScriptModule, message: str) -> str:

@@ -388,3 +388,30 @@ def test_keypoint_decoding_used_during_capture_is_torchvisions() -> None:
                              (rois[:, 3] - rois[:, 1]).clamp(min=1) / (rois[:, 3] - rois[:, 1]).clamp(min=1).ceil()], 1)
         assert bool(((ours[0][..., :2] - theirs[0][..., :2]).abs() <= pixel[:, None] * 1.001 + 1e-4).all()), count
     assert equal >= 0.99 * total, (equal, total)
+
+
+class _TracedPaste(torch.nn.Module):
+    """torchvision's mask paste, as a traced Mask R-CNN holds it (a scripted loop over detections)."""
+
+    def forward(self, masks: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+        from torchvision.models.detection.roi_heads import paste_masks_in_image
+
+        return paste_masks_in_image(masks, boxes, (40, 50))
+
+
+def test_traced_torchvision_loop_points_to_the_module_route(tmp_path: Path) -> None:
+    """A traced Mask/Keypoint R-CNN ``.pt`` holds torchvision's post-processing as a TorchScript loop,
+    which is refused in one line (exit 2) that tells the user to convert the module instead."""
+    import subprocess
+
+    pytest.importorskip("torchvision")
+    masks, boxes = torch.rand(3, 1, 28, 28), torch.tensor([[2.0, 3.0, 20.0, 30.0]] * 3)
+    with torch.no_grad():
+        traced = torch.jit.trace(_TracedPaste(), (masks, boxes), check_trace=False)
+    torch.jit.save(traced, tmp_path / "paste.pt")
+    r = subprocess.run([sys.executable, "-m", "convert", "pytorch:onnx", str(tmp_path / "paste.pt"),
+                        "-o", str(tmp_path / "o.onnx")], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert "prim::Loop" in lines[0] and "roi_heads.py" in lines[0], lines[0]
+    assert "convert.convert(model, example)" in lines[0] and not (tmp_path / "o.onnx").exists()
