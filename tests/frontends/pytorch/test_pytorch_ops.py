@@ -252,7 +252,10 @@ def _reduce_sort(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return (vals, idx, mvals, midx, x.max(), x.min(), x.argmax(1), x.argmin(), x.argmax(keepdim=True),
             (x > 1).any(1).float(), (x > -2).all(-1).float(), x.any().float(), (x.abs() + 0.5).prod(2),
             x.var(3), x.std([1, 2], unbiased=False), x.var(1, correction=0, keepdim=True), x.cumsum(2),
-            svals, sidx, tvals, tidx, torch.maximum(x, x.flip(3)).max(x.flip(2)))
+            svals, sidx, tvals, tidx, torch.maximum(x, x.flip(3)).max(x.flip(2)),
+            # torch sums bool and integer tensors as int64 (a mask's count), and honours dtype=
+            (x > 0).sum(3), (x > 0).sum(), (x * 3).to(torch.int8).sum(1), (x * 40).to(torch.uint8).sum(),
+            x.sum(2, dtype=torch.float64), x.mean(1, dtype=torch.float64))
 
 
 def _inplace_variants(x: torch.Tensor) -> torch.Tensor:

@@ -147,7 +147,7 @@ def mean(call: OpCall, ctx: LowerContext) -> Value:
     meta = call.meta("self")
     axes = _axes(call, meta.rank)
     keep = bool(call.get("keepdim", False))
-    x = call.tensor("self")
+    x = _cast(ctx, call.tensor("self"), meta, call.out_meta)  # mean(dtype=...)
     if meta.rank == 4 and axes == [2, 3]:
         y = ctx.emit("GlobalAveragePool", [x])
         return y if keep else ctx.emit("Flatten", [y], {"axis": 1})
@@ -156,10 +156,12 @@ def mean(call: OpCall, ctx: LowerContext) -> Value:
 
 @lowers("aten.sum", to="ReduceSum")
 def sum_(call: OpCall, ctx: LowerContext) -> Value:
-    """Lower sum over dims to ReduceSum (axes as an input since opset 13)."""
+    """Lower sum over dims to ReduceSum (axes as an input since opset 13), in the output's dtype:
+    torch sums bool and integer tensors as int64 (``mask.sum()``) and honours ``dtype=``."""
     meta = call.meta("self")
     axes = _axes(call, meta.rank)
-    return ctx.emit("ReduceSum", [call.tensor("self"), ctx.ints(axes)], {"keepdims": int(bool(call.get("keepdim")))})
+    x = _cast(ctx, call.tensor("self"), meta, call.out_meta)
+    return ctx.emit("ReduceSum", [x, ctx.ints(axes)], {"keepdims": int(bool(call.get("keepdim")))})
 
 
 @lowers("aten.amax", to="ReduceMax")
