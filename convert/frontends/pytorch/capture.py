@@ -388,24 +388,26 @@ def _torchvision_mask_paste_for_capture() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _torchvision_keypoint_decoding_for_capture() -> Iterator[None]:
-    """Make torchvision's ``heatmaps_to_keypoints`` (Keypoint R-CNN) one batched computation while a
-    model is captured.
+    """Make torchvision's ``heatmaps_to_keypoints`` (Keypoint R-CNN) a loop a capture can follow
+    while a model is captured.
 
     torchvision's own version loops in Python over the detections and resizes each one's heatmaps
     (bicubic, ``align_corners=False``) to its box's size in whole pixels, then takes each keypoint's
-    first maximum. Bicubic resizing is separable, so each box's resized heatmaps are ``rows @ maps @
-    cols.T``, with torch's source index (``(r + 0.5) * side / extent - 0.5``), its a = -0.75 taps and
-    its clamping at the borders in ``rows`` and ``cols``. All boxes are resized at once to the
-    tallest and widest box's size, the positions outside a box's own size set to -inf, so each
-    box's maximum and its row-major position (the first on ties, as torch's) are taken over the
-    same pixels as torchvision's. Memory: detections x keypoints x tallest x widest floats (100
-    detections of boxes up to 400 x 300 pixels: 816 MB), where torchvision's loop holds one box's.
+    first maximum: a data-dependent count of data-dependent sizes. Bicubic resizing is separable, so
+    a box's resized heatmaps are ``rows @ maps @ cols.T``, with torch's source index (``(r + 0.5) *
+    side / extent - 0.5``), its a = -0.75 taps and its clamping at the borders in ``rows`` and
+    ``cols``; those are computed for every box at once, at the tallest and widest box's size, and
+    zero past each box's own. A ``while_loop`` (ONNX ``Loop``) then resizes one box's heatmaps per
+    step, the positions outside its size set to -inf, and takes each keypoint's maximum and its
+    row-major position (the first on ties, as torch's) over the same pixels as torchvision's. One
+    step holds 17 x tallest x widest floats, as torchvision's loop holds one box's.
     """
     roi_heads = sys.modules.get("torchvision.models.detection.roi_heads")
     if getattr(roi_heads, "heatmaps_to_keypoints", None) is None:
         yield
         return
     import torch
+    from torch._higher_order_ops.while_loop import while_loop
 
     cubic = -0.75  # torch's bicubic coefficient
 
@@ -435,9 +437,24 @@ def _torchvision_keypoint_decoding_for_capture() -> Iterator[None]:
 
         rows, rows_in = weights(heights_ceil, maps.shape[-2], tallest)
         cols, cols_in = weights(widths_ceil, maps.shape[-1], widest)
-        resized = rows[:, None] @ maps @ cols[:, None].transpose(-1, -2)
-        inside = rows_in[:, :, None] & cols_in[:, None, :]
-        scores, pos = resized.masked_fill(~inside[:, None], float("-inf")).flatten(2).max(dim=2)
+        index = torch.arange(maps.shape[0], device=maps.device)
+        count = (index >= 0).sum()  # a tensor: while_loop takes no data-dependent int from outside
+
+        def cond(i: torch.Tensor, scores: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+            return i < count
+
+        def body(i: torch.Tensor, scores: torch.Tensor,
+                 pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            at = i.reshape(1)
+            resized = rows.index_select(0, at) @ maps.index_select(0, at)[0] @ cols.index_select(0, at).transpose(1, 2)
+            inside = rows_in.index_select(0, at)[0][:, None] & cols_in.index_select(0, at)[0][None, :]
+            best, where = resized.masked_fill(~inside, float("-inf")).flatten(1).max(dim=1)
+            here = (index == i)[:, None]
+            return i + 1, torch.where(here, best, scores), torch.where(here, where, pos)
+
+        start = (torch.zeros((), dtype=torch.int64, device=maps.device),
+                 maps.new_zeros(maps.shape[:2]), torch.zeros(maps.shape[:2], dtype=torch.int64, device=maps.device))
+        _, scores, pos = while_loop(cond, body, start)
         x_int = pos % widest
         y_int = torch.div(pos - x_int, widest, rounding_mode="floor")
         x = (x_int.float() + 0.5) * (widths / widths_ceil)[:, None] + rois[:, :1]

@@ -355,7 +355,8 @@ pads and unpadded. torch's own float32
 
 
 def test_keypoint_decoding_used_during_capture_is_torchvisions() -> None:
-    """The batched keypoint decoding put in place while a model is captured finds torchvision's
+    """The keypoint decoding put in place while a model is captured (a while_loop over detections, run
+    eagerly here) finds torchvision's
     keypoints and scores: boxes smaller and larger than the 56x56 heatmaps, of fractional and
     sub-pixel sizes (clamped to 1), and no boxes at all. Scores within 1e-5 of their scale (the
     resize's sums run in another order); keypoints equal, but for a near-tie between two resized
