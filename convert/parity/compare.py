@@ -274,7 +274,8 @@ def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol
         note = "NaN where the reference has none"
     elif degenerate:
         what = ("reference is degenerate (near zero or constant)" if ref.dtype.kind == "f"
-                else "reference is constant (an integer output)")
+                else "reference is constant (an integer output)" if ref.dtype.kind in "iu"
+                else "reference is constant")
         note = (note + "; " if note else "") + what
     return OutputResult(name, ref_name, tuple(ref.shape), max_abs, max_rel, rel_to_scale, cosine, scale, std,
                         passed, note, allclose_bad, degenerate, nan_mismatch or (not within and not unstable),
