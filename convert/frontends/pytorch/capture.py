@@ -263,9 +263,9 @@ def _replaced(modules: Sequence[str], name: str, replacement: object) -> Iterato
             setattr(module, name, original)
 
 
-@contextlib.contextmanager
-def _torchvision_batched_nms_for_capture() -> Iterator[None]:
-    """Make torchvision's ``batched_nms`` one NMS over class-separated boxes while a model is captured.
+def _batched_nms_replacement() -> object | None:
+    """Return what replaces torchvision's ``batched_nms`` while a model is captured (None when
+    torchvision's module is not loaded): one NMS over class-separated boxes.
 
     torchvision's own ``batched_nms`` branches on data twice: above 4000 box coordinates on the
     CPU it loops in Python over ``torch.unique(labels)`` (a capture would unroll that loop for
@@ -281,8 +281,7 @@ def _torchvision_batched_nms_for_capture() -> Iterator[None]:
     boxes = sys.modules.get("torchvision.ops.boxes")
     nms = getattr(boxes, "nms", None)
     if nms is None:
-        yield
-        return
+        return None
     import torch
 
     def batched_nms(boxes_: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor,
@@ -291,14 +290,13 @@ def _torchvision_batched_nms_for_capture() -> Iterator[None]:
         offsets = idxs.to(boxes_) * (coords.max() - coords.min() + 1)
         return nms(boxes_ + offsets[:, None], scores, iou_threshold)  # type: ignore[misc]
 
-    with _replaced(("torchvision.ops.boxes", "torchvision.ops"), "batched_nms", batched_nms):
-        yield
+    return batched_nms
 
 
-@contextlib.contextmanager
-def _torchvision_roi_pooling_for_capture() -> Iterator[None]:
-    """Make torchvision's multi-scale RoIAlign pool every box at every level and keep, per box, the
-    level its size selects, while a model is captured.
+def _multiscale_roi_align_replacement() -> object | None:
+    """Return what replaces torchvision's multi-scale RoIAlign while a model is captured (None when
+    its module is not loaded): every box pooled at every level, and per box the level its size
+    selects kept.
 
     torchvision's own version takes ``len(rois)`` (a Python int of a data-dependent count, which a
     capture can only settle from the example) and pools each level's boxes by data-dependent
@@ -309,8 +307,7 @@ def _torchvision_roi_pooling_for_capture() -> Iterator[None]:
     original = getattr(poolers, "_multiscale_roi_align", None)
     roi_align = getattr(poolers, "roi_align", None)
     if original is None or roi_align is None:
-        yield
-        return
+        return None
     import torch
 
     def multiscale_roi_align(x_filtered: list[torch.Tensor], boxes: list[torch.Tensor], output_size: list[int],
@@ -330,14 +327,12 @@ def _torchvision_roi_pooling_for_capture() -> Iterator[None]:
             result = torch.where(levels == level, values, result)
         return result
 
-    with _replaced(("torchvision.ops.poolers",), "_multiscale_roi_align", multiscale_roi_align):
-        yield
+    return multiscale_roi_align
 
 
-@contextlib.contextmanager
-def _torchvision_mask_paste_for_capture() -> Iterator[None]:
-    """Make torchvision's ``paste_masks_in_image`` (Mask R-CNN) one batched computation while a
-    model is captured.
+def _mask_paste_replacement() -> object | None:
+    """Return what replaces torchvision's ``paste_masks_in_image`` (Mask R-CNN) while a model is
+    captured (None when its module is not loaded): one batched computation.
 
     torchvision's own version loops in Python over the detections (a data-dependent count) and
     resizes each mask to its box's size (data-dependent too). Bilinear resizing is separable: a
@@ -352,8 +347,7 @@ def _torchvision_mask_paste_for_capture() -> Iterator[None]:
     expand_masks = getattr(roi_heads, "expand_masks", None)
     expand_boxes = getattr(roi_heads, "expand_boxes", None)
     if expand_masks is None or expand_boxes is None:
-        yield
-        return
+        return None
     import torch
 
     def paste_masks_in_image(masks: torch.Tensor, boxes: torch.Tensor, img_shape: tuple[int, int],
@@ -381,15 +375,12 @@ def _torchvision_mask_paste_for_capture() -> Iterator[None]:
         cols = weights(boxes[:, 0], boxes[:, 2], img_shape[1])
         return (rows @ masks[:, 0] @ cols.transpose(1, 2))[:, None]
 
-    with _replaced(("torchvision.models.detection.roi_heads", "torchvision.models.detection.transform"),
-                   "paste_masks_in_image", paste_masks_in_image):
-        yield
+    return paste_masks_in_image
 
 
-@contextlib.contextmanager
-def _torchvision_keypoint_decoding_for_capture() -> Iterator[None]:
-    """Make torchvision's ``heatmaps_to_keypoints`` (Keypoint R-CNN) a loop a capture can follow
-    while a model is captured.
+def _keypoint_decoding_replacement() -> object | None:
+    """Return what replaces torchvision's ``heatmaps_to_keypoints`` (Keypoint R-CNN) while a model
+    is captured (None when its module is not loaded): a loop a capture can follow.
 
     torchvision's own version loops in Python over the detections and resizes each one's heatmaps
     (bicubic, ``align_corners=False``) to its box's size in whole pixels, then takes each keypoint's
@@ -404,8 +395,7 @@ def _torchvision_keypoint_decoding_for_capture() -> Iterator[None]:
     """
     roi_heads = sys.modules.get("torchvision.models.detection.roi_heads")
     if getattr(roi_heads, "heatmaps_to_keypoints", None) is None:
-        yield
-        return
+        return None
     import torch
     from torch._higher_order_ops.while_loop import while_loop
 
@@ -461,7 +451,29 @@ def _torchvision_keypoint_decoding_for_capture() -> Iterator[None]:
         y = (y_int.float() + 0.5) * (heights / heights_ceil)[:, None] + rois[:, 1:2]
         return torch.stack([x, y, torch.ones_like(x)], dim=2), scores
 
-    with _replaced(("torchvision.models.detection.roi_heads",), "heatmaps_to_keypoints", heatmaps_to_keypoints):
+    return heatmaps_to_keypoints
+
+
+# torchvision's functions replaced while a model is captured: the modules that hold each (the first
+# defines it, the others re-export it), its name, and the function that builds its replacement.
+_CAPTURE_REPLACEMENTS = (
+    (("torchvision.ops.boxes", "torchvision.ops"), "batched_nms", _batched_nms_replacement),
+    (("torchvision.ops.poolers",), "_multiscale_roi_align", _multiscale_roi_align_replacement),
+    (("torchvision.models.detection.roi_heads", "torchvision.models.detection.transform"), "paste_masks_in_image",
+     _mask_paste_replacement),
+    (("torchvision.models.detection.roi_heads",), "heatmaps_to_keypoints", _keypoint_decoding_replacement),
+)
+
+
+@contextlib.contextmanager
+def _torchvision_replaced_for_capture() -> Iterator[None]:
+    """Put each replacement of ``_CAPTURE_REPLACEMENTS`` whose torchvision module is loaded in place
+    while a model is captured, and put torchvision's own functions back afterwards."""
+    with contextlib.ExitStack() as stack:
+        for modules, name, build in _CAPTURE_REPLACEMENTS:
+            replacement = build()
+            if replacement is not None:
+                stack.enter_context(_replaced(modules, name, replacement))
         yield
 
 
@@ -518,8 +530,7 @@ def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], opti
     The module is left in eval mode with its attributes as they were (``attributes_kept``).
     """
     module.eval()
-    with (attributes_kept(module), _torchvision_batched_nms_for_capture(), _torchvision_roi_pooling_for_capture(),
-          _torchvision_mask_paste_for_capture(), _torchvision_keypoint_decoding_for_capture()):
+    with attributes_kept(module), _torchvision_replaced_for_capture():
         return _export_module(module, example, options, source)
 
 

@@ -272,7 +272,7 @@ def test_batched_nms_used_during_capture_is_torchvisions() -> None:
     below and above torchvision's 4000-coordinate switch and on none; with negative coordinates,
     those of NMS run class by class (torchvision's offset path can suppress across classes there)."""
     torchvision = pytest.importorskip("torchvision")
-    from convert.frontends.pytorch.capture import _torchvision_batched_nms_for_capture
+    from convert.frontends.pytorch.capture import _torchvision_replaced_for_capture
 
     original = torchvision.ops.boxes.batched_nms
     gen = torch.Generator().manual_seed(0)
@@ -283,7 +283,7 @@ def test_batched_nms_used_during_capture_is_torchvisions() -> None:
         scores = torch.rand(count, generator=gen)
         labels = torch.randint(0, 7, (count,), generator=gen)
         cases.append((torch.cat([xy, xy + wh], 1), scores, labels))
-    with _torchvision_batched_nms_for_capture():
+    with _torchvision_replaced_for_capture():
         patched = torchvision.ops.boxes.batched_nms
         assert patched is not original and torchvision.ops.batched_nms is patched
         ours = [patched(b, s, c, 0.5) for b, s, c in cases]
@@ -300,7 +300,7 @@ def test_roi_pooling_used_during_capture_is_torchvisions() -> None:
     """The multi-scale RoIAlign put in place while a model is captured (every box pooled at every
     level, the box's own level kept) gives torchvision's values, box by box."""
     torchvision = pytest.importorskip("torchvision")
-    from convert.frontends.pytorch.capture import _torchvision_roi_pooling_for_capture
+    from convert.frontends.pytorch.capture import _torchvision_replaced_for_capture
 
     gen = torch.Generator().manual_seed(0)
     pooler = torchvision.ops.MultiScaleRoIAlign(["0", "1", "2", "3"], 7, 2)
@@ -311,7 +311,7 @@ def test_roi_pooling_used_during_capture_is_torchvisions() -> None:
         boxes.append(torch.cat([xy, xy + 4 + torch.rand(n, 2, generator=gen) * 250], 1))
     sizes = [(256, 256), (256, 256)]
     theirs = pooler(features, boxes, sizes)
-    with _torchvision_roi_pooling_for_capture():
+    with _torchvision_replaced_for_capture():
         ours = pooler(features, boxes, sizes)
     levels = pooler.map_levels(boxes)
     assert len(set(levels.tolist())) >= 3, "boxes of several levels"
@@ -326,7 +326,7 @@ pads and unpadded. torch's own float32
     bilinear kernel is 2e-6 from its float64 one on such masks (rounding of the source index), so
     the bound is 1e-5 of values in [0, 1]; a sub-pixel shift of the source index gives 0.4."""
     torchvision = pytest.importorskip("torchvision")
-    from convert.frontends.pytorch.capture import _torchvision_mask_paste_for_capture
+    from convert.frontends.pytorch.capture import _torchvision_replaced_for_capture
 
     roi_heads = torchvision.models.detection.roi_heads
     transform = torchvision.models.detection.transform
@@ -344,7 +344,7 @@ pads and unpadded. torch's own float32
         boxes[:, 1::2] = boxes[:, 1::2].clamp(0, height)
         for padding in (1, 0):  # torchvision pads by 1; unpadded, the mask's edge rows are not zero
             theirs = original(masks, boxes, (height, width), padding)
-            with _torchvision_mask_paste_for_capture():
+            with _torchvision_replaced_for_capture():
                 assert transform.paste_masks_in_image is not original
                 ours = transform.paste_masks_in_image(masks, boxes, (height, width), padding)
             assert transform.paste_masks_in_image is original and roi_heads.paste_masks_in_image is original
@@ -362,7 +362,7 @@ def test_keypoint_decoding_used_during_capture_is_torchvisions() -> None:
     resize's sums run in another order); keypoints equal, but for a near-tie between two resized
     pixels that float rounding may settle the other way (then one resized pixel apart)."""
     torchvision = pytest.importorskip("torchvision")
-    from convert.frontends.pytorch.capture import _torchvision_keypoint_decoding_for_capture
+    from convert.frontends.pytorch.capture import _torchvision_replaced_for_capture
 
     roi_heads = torchvision.models.detection.roi_heads
     original = roi_heads.heatmaps_to_keypoints
@@ -375,7 +375,7 @@ def test_keypoint_decoding_used_during_capture_is_torchvisions() -> None:
         if count > 3:
             rois[0, 2:] = rois[0, :2] + 0.4  # under one pixel: clamped to 1
         theirs = original(maps, rois)
-        with _torchvision_keypoint_decoding_for_capture():
+        with _torchvision_replaced_for_capture():
             assert roi_heads.heatmaps_to_keypoints is not original
             ours = roi_heads.heatmaps_to_keypoints(maps, rois)
         assert roi_heads.heatmaps_to_keypoints is original
