@@ -476,8 +476,9 @@ def _row_matched_error(ref: np.ndarray, got: np.ndarray) -> tuple[float, int]:
     if not (np.isfinite(r).all() and np.isfinite(g).all()):
         return math.inf, 0
     scale = float(np.abs(r).max()) or 1.0
-    order = np.argsort(r.sum(axis=1), kind="stable")
-    keys = r.sum(axis=1)[order]
+    sums = r.sum(axis=1)
+    order = np.argsort(sums, kind="stable")
+    keys = sums[order]
     at = np.searchsorted(keys, g.sum(axis=1))
     nearest = np.full(len(g), np.inf)
     for shift in range(-2, 3):  # the rows of the closest sums: rounding can swap neighbours
