@@ -62,17 +62,24 @@ class TorchRuntime:
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once on ``feeds`` and return every (flattened) output by name."""
-        import torch
-
         from convert.frontends.pytorch.lower import output_names
 
-        args = [torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in self._inputs]
-        with torch.no_grad():
-            result = self.module(*args)  # type: ignore[operator]
-        leaves = [r for r in _flatten(result) if isinstance(r, torch.Tensor)]
+        leaves = self._leaves(self.module, feeds)
         names = output_names(len(leaves))
         self._outputs = names
         return {n: t.detach().cpu().numpy() for n, t in zip(names, leaves, strict=True)}
+
+    def _leaves(self, module: object, feeds: Mapping[str, np.ndarray], *, wide: bool = False) -> list[object]:
+        """Run ``module`` on ``feeds`` (float inputs widened to float64 when ``wide``); return every
+        tensor of its (nested) result, in order."""
+        import torch
+
+        args = [torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in self._inputs]
+        if wide:
+            args = [a.double() if a.is_floating_point() else a for a in args]
+        with torch.no_grad():
+            result = module(*args)  # type: ignore[operator]
+        return [r for r in _flatten(result) if isinstance(r, torch.Tensor)]
 
     def run_float64(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         """Run a float64 copy of the model on ``feeds`` (float inputs widened): the arbiter when an
@@ -89,15 +96,10 @@ class TorchRuntime:
             logger.info("no float64 run of the source: its weights exceed %d GiB in float64", FLOAT64_COPY_LIMIT >> 30)
             return None
         try:
-            wide = copy.deepcopy(module).double()  # type: ignore[attr-defined]
-            args = [torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in self._inputs]
-            args = [a.double() if a.is_floating_point() else a for a in args]
-            with torch.no_grad():
-                result = wide(*args)
+            leaves = self._leaves(copy.deepcopy(module).double(), feeds, wide=True)  # type: ignore[attr-defined]
         except Exception as exc:  # a model that cannot run in float64: no arbiter, the verdict stands
             logger.info("no float64 run of the source: %s: %s", type(exc).__name__, str(exc).strip()[:200])
             return None
-        leaves = [r for r in _flatten(result) if isinstance(r, torch.Tensor)]
         if any(t.is_floating_point() and t.dtype != torch.float64 for t in leaves):
             logger.info("no float64 run of the source: it casts an output back to a narrower float")
             return None
