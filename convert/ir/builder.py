@@ -109,12 +109,13 @@ class GraphBuilder:
         arr = np.asarray(array, dtype=dtype) if dtype is not None else np.asarray(array)
         if arr.dtype == np.float64:
             arr = arr.astype(np.float32)
-        key = (arr.dtype.str, arr.tobytes(), arr.shape)
-        if arr.nbytes <= 4096 and key in self._consts:
+        # Only small constants are shared (a weight's bytes are not copied to make a key).
+        key = (arr.dtype.str, arr.tobytes(), arr.shape) if arr.nbytes <= 4096 else None
+        if key is not None and key in self._consts:
             return self._consts[key]
         # np.ascontiguousarray would turn a 0-d array into shape (1,): keep scalars scalar.
         value = self.initializer(from_array(arr if arr.flags.c_contiguous else arr.copy(), name=name), name)
-        if arr.nbytes <= 4096:
+        if key is not None:
             self._consts[key] = value
         return value
 
