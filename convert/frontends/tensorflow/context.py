@@ -11,14 +11,18 @@ Constants are kept as arrays until a converter reads them and are transposed in 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
 import numpy as np
 
 from convert.ir import GraphBuilder, Options, Provenance, RefusedError, Value
 from convert.ir.context import FrontendContext
+from convert.ir.tensors import lazy
 
 from .graph import TFNode
 
-__all__ = ["NCHW", "TF", "TO_NCHW", "TO_TF", "TFContext", "nchw_axis"]
+__all__ = ["NCHW", "TF", "TO_NCHW", "TO_TF", "ConvWeight", "TFContext", "nchw_axis"]
 
 TF = "tf"
 NCHW = "nchw"
@@ -29,6 +33,34 @@ TO_TF = (0, 2, 3, 1)
 def nchw_axis(axis: int) -> int:
     """Return where TensorFlow's (NHWC) axis ``axis`` of a rank-4 tensor is in NCHW."""
     return TO_TF[axis % 4]
+
+
+@dataclass(frozen=True, slots=True)
+class ConvWeight:
+    """A convolution's OIHW weight as a recipe: computed from TensorFlow's filter when it is written.
+
+    ``source`` is the filter as TensorFlow holds it (for a SavedModel, a view of the mapped
+    variables file), ``layout`` rearranges it to OIHW, and ``scale`` (float64, one per output
+    channel: the batch norms folded into it) multiplies it, rounded to the filter's dtype once.
+    Nothing is computed during the conversion, so converting holds no copy of the weights.
+    """
+
+    source: np.ndarray
+    layout: Callable[[np.ndarray], np.ndarray]
+    shape: tuple[int, ...]
+    scale: np.ndarray | None = None
+
+    def scaled(self, scale: np.ndarray) -> ConvWeight:
+        """Return this weight with each output channel multiplied by ``scale``."""
+        total = scale.astype(np.float64) if self.scale is None else self.scale * scale
+        return replace(self, scale=total)
+
+    def array(self) -> np.ndarray:
+        """Compute the OIHW weight."""
+        oihw = self.layout(self.source)
+        if self.scale is not None:
+            oihw = (oihw * self.scale.reshape(-1, *([1] * (oihw.ndim - 1)))).astype(self.source.dtype)
+        return np.ascontiguousarray(oihw)
 
 
 class TFContext(FrontendContext):
@@ -51,13 +83,19 @@ class TFContext(FrontendContext):
         self.space_to_batch: dict[str, tuple[str, list[int], list[list[int]]]] = {}
         # Outputs of convolutions made from such a pattern: name -> (their Conv node's output, block).
         self.dilated: dict[str, tuple[Value, list[int]]] = {}
-        # Outputs of Convs emitted without a bias: name -> (input, weight, attributes, out channels,
-        # the OIHW weight array), so that a BiasAdd or a per-channel Mul reading only them emits one
-        # Conv with the bias or the scaled weight instead (the first is dead then).
-        self.convs: dict[str, tuple[Value, Value, dict[str, object], int, np.ndarray]] = {}
+        # Outputs of Convs: name -> (input, weight, attributes, out channels, the weight's recipe,
+        # the bias (float64) or None), so that a per-channel Add (BiasAdd) or Mul reading only them
+        # emits one Conv with the summed bias or the scaled weight and bias instead (the first is
+        # dead then).
+        self.convs: dict[str, tuple[Value, Value, dict[str, object], int, ConvWeight, np.ndarray | None]] = {}
         # Outputs of zero Pads of only H and W: name -> (input, ONNX pads [top, left, bottom, right]),
         # so that a Conv reading only them takes the padding as its own pads (the Pad is dead then).
         self.zero_pads: dict[str, tuple[str, list[int]]] = {}
+
+    def weight(self, weight: ConvWeight, name: str) -> Value:
+        """Add ``weight`` as an initializer computed when the exporter writes it."""
+        dtype = weight.source.dtype
+        return self.builder.initializer(lazy(weight.array, dtype, weight.shape, name=name), name)
 
     # -- reading ---------------------------------------------------------------------------
     def shape(self, name: str) -> tuple[int | None, ...] | None:

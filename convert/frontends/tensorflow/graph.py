@@ -1,8 +1,14 @@
 """Read a TensorFlow model (SavedModel folder or Keras 3 ``.keras`` file) into a plain op list.
 
-TensorFlow does the reading: the serving signature's concrete function is frozen
-(``convert_variables_to_constants_v2``), then grappler's constant folding runs on it (it folds
-Keras' batch-norm arithmetic into the convolution weights, as TF's own inference does). The result
+TensorFlow reads the graph. A SavedModel is loaded without its checkpoint (no weight enters
+TensorFlow's memory); grappler inlines the signature's function calls and folds what does not
+depend on a weight; each variable read then becomes a constant whose value is a view of the mapped
+``variables.data`` file (``bundle.py``), so weights stay on disk until the exporter writes them.
+The converters fold the batch-norm arithmetic on those constants into the convolutions. Where
+that path cannot follow the model (a variable read by another op than ``ReadVariableOp``, a
+partitioned variable, a TF1 SavedModel, ...) and for ``.keras``/``.h5`` files and frozen graphs,
+the concrete function is frozen by TensorFlow (``convert_variables_to_constants_v2``) and
+grappler folds it, weights included; ``TFGraph.weights`` says which path ran and why. The result
 is a list of ``TFNode`` records in topological order with decoded attributes and the static output
 shapes TensorFlow inferred; nothing after this module imports TensorFlow.
 """
@@ -66,6 +72,8 @@ class TFGraph:
     nodes: list[TFNode]
     inputs: dict[str, str] = field(default_factory=dict)  # user name -> tensor name (Placeholder:0)
     outputs: dict[str, str] = field(default_factory=dict)  # user name -> tensor name
+    # How the weights were read: "mapped" (views of the variables files) or why TensorFlow froze them.
+    weights: str = "frozen by TensorFlow"
 
 
 @contextlib.contextmanager
@@ -163,20 +171,7 @@ def _concrete_function(path: Path, signature: str) -> tuple[object, list[str], l
         return frozen_graph_function(path)
     tf = tf_module()
     if is_saved_model(path):
-        try:
-            with quiet_stderr():
-                loaded = tf.saved_model.load(str(path))  # type: ignore[attr-defined]
-        except Exception as exc:  # TF raises its own error types for unreadable folders
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise ModelFormatError(f"{path.name}: TensorFlow cannot load this SavedModel: {first}") from exc
-        sigs = dict(loaded.signatures)
-        if signature not in sigs:
-            have = ", ".join(repr(s) for s in sigs) or "none"
-            raise UsageError(f"{path.name}: no signature '{signature}' (it has {have}); choose one with --signature")
-        fn = sigs[signature]
-        in_names = list(fn.structured_input_signature[1])
-        out_names = sorted(fn.structured_outputs)  # flat outputs follow sorted keys (tf.nest)
-        return fn, in_names, out_names, loaded
+        return _signature(path, signature, skip_checkpoint=False)
     if is_keras_file(path):
         if signature != DEFAULT_SIGNATURE:
             raise UsageError(f"{path.name}: a Keras file has no signatures; --signature applies to SavedModels")
@@ -192,6 +187,27 @@ def _concrete_function(path: Path, signature: str) -> tuple[object, list[str], l
         fn = tf.function(call).get_concrete_function(*specs)  # type: ignore[attr-defined]
         return fn, [s.name for s in specs], sorted(fn.structured_outputs), model
     raise AssertionError("unreachable: the path was checked above")
+
+
+def _signature(path: Path, signature: str, *, skip_checkpoint: bool) -> tuple[object, list[str], list[str], object]:
+    """Load a SavedModel (without restoring its variables when ``skip_checkpoint``); return the
+    signature's concrete function, its input and output names, and the loaded object (its owner)."""
+    tf = tf_module()
+    options = tf.saved_model.LoadOptions(experimental_skip_checkpoint=skip_checkpoint)  # type: ignore[attr-defined]
+    try:
+        with quiet_stderr():
+            loaded = tf.saved_model.load(str(path), options=options)  # type: ignore[attr-defined]
+    except Exception as exc:  # TF raises its own error types for unreadable folders
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ModelFormatError(f"{path.name}: TensorFlow cannot load this SavedModel: {first}") from exc
+    sigs = dict(loaded.signatures)
+    if signature not in sigs:
+        have = ", ".join(repr(s) for s in sigs) or "none"
+        raise UsageError(f"{path.name}: no signature '{signature}' (it has {have}); choose one with --signature")
+    fn = sigs[signature]
+    in_names = list(fn.structured_input_signature[1])
+    out_names = sorted(fn.structured_outputs)  # flat outputs follow sorted keys (tf.nest)
+    return fn, in_names, out_names, loaded
 
 
 def _input_name(tensor: object, index: int) -> str:
@@ -254,7 +270,6 @@ def _freeze(fn: object) -> tuple[object, list[object], list[str]]:
     Only the MetaGraphDef leaves this function: the frozen function and its graph (each holding
     the weights) are dropped before grappler makes its own copies.
     """
-    from tensorflow.core.protobuf import meta_graph_pb2
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
     from tensorflow.python.training import saver
 
@@ -265,12 +280,19 @@ def _freeze(fn: object) -> tuple[object, list[object], list[str]]:
     if _allow_inlining(graph_def):
         logger.debug("tensorflow: unmarked nested function calls for inlining")
     meta = saver.export_meta_graph(graph_def=graph_def, graph=graph)
-    fetch = meta_graph_pb2.CollectionDef()
     outputs = [t.name for t in frozen.outputs]  # type: ignore[attr-defined]
-    fetch.node_list.value.extend(outputs)
-    meta.collection_def["train_op"].CopyFrom(fetch)
+    _fetch(meta, outputs)
     inputs = list(frozen.inputs)  # type: ignore[attr-defined]
     return meta, inputs, outputs
+
+
+def _fetch(meta: object, outputs: list[str]) -> None:
+    """Name ``outputs`` as the fetches grappler must keep (its "train_op" collection)."""
+    from tensorflow.core.protobuf import meta_graph_pb2
+
+    fetch = meta_graph_pb2.CollectionDef()
+    fetch.node_list.value.extend(outputs)
+    meta.collection_def["train_op"].CopyFrom(fetch)  # type: ignore[attr-defined]
 
 
 def _optimize(meta: object) -> object:
@@ -310,16 +332,187 @@ def _attr(value: object) -> object:
 
 
 def read_graph(path: Path, signature: str = DEFAULT_SIGNATURE) -> TFGraph:
-    """Freeze and fold the signature of a SavedModel (or a ``.keras`` model's call) into a ``TFGraph``.
+    """Read the signature of a SavedModel (or a ``.keras`` model's call) into a ``TFGraph``.
 
-    The loaded model is dropped as soon as the signature is frozen (it holds one copy of the
-    weights; VGG16 at 224x224 peaked at 13.7 GiB with it alive, 8.9 GiB without).
+    A SavedModel's weights are views of its mapped variables files (``_mapped_graph``) unless the
+    model needs TensorFlow's freezing (the reason is kept in ``TFGraph.weights``). A frozen
+    model is dropped as soon as its signature is frozen (it holds one copy of the weights; VGG16
+    at 224x224 peaked at 13.7 GiB with it alive, 8.9 GiB without; 0.6 GiB mapped).
 
     Raises:
         UsageError: not a TF model, or no such signature. ModelFormatError: TF cannot load it.
     """
-    return graph_from_function(list(_concrete_function(path, signature)), source=path.name,
-                               what=f"signature '{signature}'")
+    reason = ""
+    if is_saved_model(path):
+        try:
+            return _mapped_graph(path, signature)
+        except _NotMappableError as why:
+            reason = str(why)  # fall back below, once this frame's copies are released
+        logger.info("tensorflow: %s: weights frozen by TensorFlow (%s)", path.name, reason)
+        _release_memory()
+    graph = graph_from_function(list(_concrete_function(path, signature)), source=path.name,
+                                what=f"signature '{signature}'")
+    if reason:
+        graph.weights = f"frozen by TensorFlow ({reason})"
+    return graph
+
+
+class _NotMappableError(Exception):
+    """Why a SavedModel's variables cannot be read as mapped views (its weights are frozen instead)."""
+
+
+# The attribute a variable's value is saved under in the checkpoint's object graph.
+_VARIABLE_VALUE = "VARIABLE_VALUE"
+_OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+
+
+def _bound_inputs(path: Path, signature: str) -> tuple[list[int], object] | None:
+    """Return the object-graph node ids the signature's function captures (in capture order) and
+    the SavedModel's object graph; None when the signature is not in it (loading then says so).
+
+    A TF2 SavedModel records, for each concrete function, the objects it captures
+    (``SavedConcreteFunction.bound_inputs``); the loader binds them to the function's captured
+    inputs in that order, and restores the checkpoint by the same node ids.
+    """
+    from google.protobuf.message import DecodeError
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    try:
+        proto.ParseFromString((path / "saved_model.pb").read_bytes())
+    except (OSError, DecodeError) as exc:  # TensorFlow's own loader reports it (the frozen path)
+        raise _NotMappableError(f"saved_model.pb is not readable here: {exc}") from exc
+    if len(proto.meta_graphs) != 1:
+        raise _NotMappableError(f"{len(proto.meta_graphs)} meta graphs")
+    objects = proto.meta_graphs[0].object_graph_def
+    if not objects.nodes:
+        raise _NotMappableError("a TF1 SavedModel (no object graph)")
+    signatures = {c.local_name: c.node_id for c in objects.nodes[0].children}.get("signatures")
+    if signatures is None:
+        raise _NotMappableError("no signature map in the object graph")
+    node_id = {c.local_name: c.node_id for c in objects.nodes[signatures].children}.get(signature)
+    if node_id is None:
+        return None
+    obj = objects.nodes[node_id]
+    if obj.WhichOneof("kind") == "bare_concrete_function":
+        name = obj.bare_concrete_function.concrete_function_name
+    elif obj.WhichOneof("kind") == "function" and len(obj.function.concrete_functions) == 1:
+        name = obj.function.concrete_functions[0]
+    else:
+        raise _NotMappableError(f"signature '{signature}' is a {obj.WhichOneof('kind')}")
+    if name not in objects.concrete_functions:
+        raise _NotMappableError(f"no record of function {name}")
+    return list(objects.concrete_functions[name].bound_inputs), objects
+
+
+def _captured_values(path: Path, fn: object, bound: list[int],
+                     objects: object) -> tuple[dict[str, np.ndarray], set[str]]:
+    """Return the value of each captured tensor by placeholder name (variables as mapped views), and
+    which of them are variables (resource handles read by ``ReadVariableOp``)."""
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    from .bundle import Bundle
+
+    internal = list(fn.graph.internal_captures)  # type: ignore[attr-defined]
+    external = list(fn.captured_inputs)  # type: ignore[attr-defined]
+    if len(internal) != len(bound) or len(external) != len(bound):
+        raise _NotMappableError(f"the function captures {len(internal)} tensors; its record names {len(bound)}")
+    values: dict[str, np.ndarray] = {}
+    variables: set[str] = set()
+    bundle: Bundle | None = None
+    checkpoint = trackable_object_graph_pb2.TrackableObjectGraph()
+    for placeholder, captured, node_id in zip(internal, external, bound, strict=True):
+        kind = objects.nodes[node_id].WhichOneof("kind")  # type: ignore[attr-defined]
+        name = placeholder.op.name
+        if kind == "constant":
+            values[name] = np.asarray(captured.numpy())
+            continue
+        if kind != "variable":
+            raise _NotMappableError(f"the signature captures a {kind}")
+        if bundle is None:
+            bundle = Bundle(path / "variables" / "variables")
+            if _OBJECT_GRAPH_KEY not in bundle.entries:
+                raise _NotMappableError("the variables have no object graph")
+            checkpoint.ParseFromString(bundle.string(_OBJECT_GRAPH_KEY))
+        if node_id >= len(checkpoint.nodes):
+            raise _NotMappableError(f"object {node_id} is not in the checkpoint")
+        key = next((a.checkpoint_key for a in checkpoint.nodes[node_id].attributes if a.name == _VARIABLE_VALUE), None)
+        entry = bundle.entries.get(key or "")
+        if entry is None or entry.sliced or entry.dtype == np.dtype(object):
+            what = "partitioned" if entry and entry.sliced else "not a plain tensor"
+            raise _NotMappableError(f"variable '{key}' is {what}")
+        values[name] = bundle.array(entry.key)
+        variables.add(name)
+    return values, variables
+
+
+def _mapped_graph(path: Path, signature: str) -> TFGraph:
+    """Read a SavedModel signature with each variable read as a constant viewing the mapped
+    variables file (see the module's docstring).
+
+    Raises:
+        _NotMappableError: the model needs TensorFlow's freezing (the reason). UsageError: no such
+        signature. ModelFormatError: TensorFlow cannot load it, or its variables files are damaged.
+    """
+    tf = tf_module()  # first: it silences TensorFlow's start-up lines, which any import of it prints
+    from tensorflow.core.framework import node_def_pb2
+    from tensorflow.python.training import saver
+
+    found = _bound_inputs(path, signature)
+    fn, in_names, out_names, loaded = _signature(path, signature, skip_checkpoint=True)
+    if found is None:  # _signature knows the signature when the object graph did not
+        raise _NotMappableError(f"signature '{signature}' is not in the object graph")
+    values, variables = _captured_values(path, fn, *found)
+    graph_def = fn.graph.as_graph_def()  # type: ignore[attr-defined]
+    _allow_inlining(graph_def)
+    meta = saver.export_meta_graph(graph_def=graph_def, graph=fn.graph)  # type: ignore[attr-defined]
+    outputs = [t.name for t in fn.outputs]  # type: ignore[attr-defined]
+    _fetch(meta, outputs)
+    flat = list(fn.inputs)  # type: ignore[attr-defined]
+    placeholders = [t.name for t in flat[:len(flat) - len(values)]]  # the captures come last
+    input_order = _ordered_inputs(fn, in_names)
+    del fn, loaded, graph_def
+    optimized = _optimize(meta)
+    del meta
+    consts: dict[str, np.ndarray] = {}
+    kept = []
+    for node in optimized.node:
+        if node.name in variables:
+            continue  # the resource handle; its reads become constants below
+        if node.name in values:
+            consts[node.name] = values[node.name]  # a captured constant
+        read = [i.split(":")[0] for i in node.input if i.split(":")[0] in variables]
+        if read and node.op != "ReadVariableOp":
+            raise _NotMappableError(f"{node.op} node '{node.name}' reads a variable directly")
+        if read:
+            array = values[read[0]]
+            if np.dtype(tf.as_dtype(node.attr["dtype"].type).as_numpy_dtype) != array.dtype:  # type: ignore[attr-defined]
+                raise _NotMappableError(f"node '{node.name}' reads {array.dtype} variable as another type")
+            stand_in = node_def_pb2.NodeDef(name=node.name, op="Placeholder")
+            stand_in.attr["dtype"].type = node.attr["dtype"].type
+            stand_in.attr["shape"].shape.CopyFrom(tf.TensorShape(array.shape).as_proto())  # type: ignore[attr-defined]
+            consts[node.name] = array
+            node = stand_in
+        # Control edges from a variable's handle order reads after initialisation: not needed here.
+        kept_inputs = [i for i in node.input if i.lstrip("^").split(":")[0] not in variables]
+        if len(kept_inputs) != len(node.input):
+            del node.input[:]
+            node.input.extend(kept_inputs)
+        kept.append(node)
+    del optimized.node[:]
+    optimized.node.extend(kept)
+    graph = tf.Graph()  # type: ignore[attr-defined]
+    with graph.as_default():
+        tf.graph_util.import_graph_def(optimized, name="")  # type: ignore[attr-defined]
+    del optimized
+    if len(placeholders) != len(in_names):
+        raise ModelFormatError(f"{path.name}: signature '{signature}' has {len(in_names)} inputs but its graph "
+                               f"takes {len(placeholders)} tensors")
+    return TFGraph(source=path.name, nodes=_nodes(graph, consts),
+                   inputs=dict(zip(input_order, placeholders, strict=True)),
+                   outputs=dict(zip(out_names, outputs, strict=True)),
+                   weights=f"{len(variables)} variables mapped from variables/ (read when written)" if variables
+                   else "none (no variables)")
 
 
 def graph_from_function(fn: object, in_names: Sequence[str] = (), out_names: Sequence[str] = (), *,
@@ -332,8 +525,19 @@ def graph_from_function(fn: object, in_names: Sequence[str] = (), out_names: Seq
     function and its owner (the loaded model, with its variables) can be freed before grappler runs.
     """
     graph, inputs, outputs = frozen_graph(fn, in_names, out_names, source=source, what=what)
+    return TFGraph(source=source, nodes=_nodes(graph, {}), inputs=inputs, outputs=outputs)
+
+
+def _nodes(graph: object, consts: dict[str, np.ndarray]) -> list[TFNode]:
+    """Return the ops of ``graph`` as ``TFNode`` records; the ops named in ``consts`` (stand-ins
+    for variable reads) become ``Const`` nodes holding those arrays."""
     nodes = []
-    for op in graph.get_operations():
+    for op in graph.get_operations():  # type: ignore[attr-defined]
+        value = consts.get(op.name)
+        if value is not None:
+            nodes.append(TFNode(name=op.name, op="Const", inputs=[], attrs={"value": value, "dtype": value.dtype},
+                                shapes=[tuple(value.shape)], dtypes=[value.dtype]))
+            continue
         nodes.append(TFNode(
             name=op.name,
             op=op.type,
@@ -343,7 +547,7 @@ def graph_from_function(fn: object, in_names: Sequence[str] = (), out_names: Seq
             dtypes=[np.dtype(o.dtype.as_numpy_dtype) if o.dtype.is_numpy_compatible else np.dtype(object)
                     for o in op.outputs],
         ))
-    return TFGraph(source=source, nodes=nodes, inputs=inputs, outputs=outputs)
+    return nodes
 
 
 def frozen_graph(fn: object, in_names: Sequence[str] = (), out_names: Sequence[str] = (), *,

@@ -24,6 +24,7 @@ from convert.ir import (
 from convert.ir.passes import EliminateCommonSubexpressions
 
 from .context import NCHW, TF, TO_NCHW, TFContext
+from .fold import fold_constant
 from .graph import DEFAULT_SIGNATURE, TFGraph, TFNode, read_graph
 from .rewrite import rewrite
 
@@ -151,7 +152,8 @@ def convert_graph(graph: TFGraph, options: Options, *, name: str = "tensorflow")
 
     def run(converter: Converter, node: TFNode) -> None:
         ctx.item = node
-        converter(node, ctx)
+        if not fold_constant(node, ctx):
+            converter(node, ctx)
 
     convert_all(nodes, OPS, key=lambda n: n.op, where=lambda n: f"{graph.source} {n.where()}", call=run,
                 options=options, stage="convert tensorflow ops")
@@ -161,6 +163,7 @@ def convert_graph(graph: TFGraph, options: Options, *, name: str = "tensorflow")
         builder.output(ctx.get(tensor, layout), user_name)
     layout_note = "NHWC as in TensorFlow" if keep_nhwc else "NCHW (rank-4 inputs and outputs transposed)"
     options.diagnostics.note(f"tensorflow: image tensors are {layout_note}")
+    options.diagnostics.note(f"tensorflow: weights {graph.weights}")
     model = builder.build(doc=f"converted from TensorFlow {graph.source}")
     # Keras graphs repeat work: NASNet applies a separate ReLU (and pooling) layer to the same
     # tensor in each branch, and freezing keeps every copy (192 Relu where 132 are distinct).

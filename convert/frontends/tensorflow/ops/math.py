@@ -99,7 +99,7 @@ for _names, _onnx in ((("Sub",), "Sub"), (("RealDiv",), "Div"), (("Maximum",), "
 
 def _conv_channel_const(node: TFNode, ctx: TFContext) -> tuple[str, np.ndarray] | None:
     """Return (conv output, vector) when ``node``'s other input is a constant per-channel vector and
-    its first a bias-less Conv's output that only ``node`` reads."""
+    its first a Conv's output that only ``node`` reads."""
     for i in (0, 1):
         x, b = node.inputs[i], node.inputs[1 - i]
         bias = ctx.const(b)
@@ -107,7 +107,7 @@ def _conv_channel_const(node: TFNode, ctx: TFContext) -> tuple[str, np.ndarray] 
         if conv is None or bias is None or len(ctx.consumers.get(x, [])) != 1:
             continue
         channels = conv[3]
-        if bias.size == channels and bias.shape[-1:] == (channels,) and bias.dtype == np.float32:
+        if bias.size == channels and bias.shape[-1:] == (channels,) and bias.dtype in (np.float32, np.float64):
             return x, bias.reshape(channels)
     return None
 
@@ -122,9 +122,11 @@ def add(node: TFNode, ctx: TFContext) -> None:
     """
     fused = _conv_channel_const(node, ctx)
     if fused is not None:
-        x, w, attrs, _, _ = ctx.convs[fused[0]]
-        bias = ctx.builder.const(np.ascontiguousarray(fused[1]), name=f"{node.name}/bias")
-        ctx.bind(ctx.emit("Conv", [x, w, bias], attrs), NCHW)
+        x, w, attrs, channels, oihw, bias = ctx.convs[fused[0]]
+        total = fused[1].astype(np.float64) if bias is None else bias + fused[1]
+        b = ctx.builder.const(total.astype(np.float32), name=f"{node.name}/bias")
+        ctx.bind(ctx.emit("Conv", [x, w, b], attrs), NCHW)
+        ctx.convs[f"{node.name}:0"] = (x, w, attrs, channels, oihw, total)
         return
     values, layout = _binary_inputs(node, ctx, node.inputs[:2])
     ctx.bind(ctx.emit("Add", values), layout)
@@ -134,18 +136,23 @@ def add(node: TFNode, ctx: TFContext) -> None:
 def mul(node: TFNode, ctx: TFContext) -> None:
     """Mul -> Mul (numpy broadcasting), in NCHW when an input is held so.
 
-    A constant per-channel vector multiplying a bias-less convolution's output that nothing else
-    reads (a batch norm TensorFlow folded to a multiply, as after depthwise convolutions) scales
-    that Conv's weight: the Conv is emitted again with it (the first one is left dead), and a
-    following per-channel Add can still become its bias.
+    A constant per-channel vector multiplying a convolution's output that nothing else reads (a
+    batch norm's scale) scales that Conv's weight and bias: the Conv is emitted again with them
+    (the first one is left dead), and a following per-channel Add can still join its bias. The
+    products are taken in float64 and rounded once (folded vectors are float64, see ``fold.py``).
     """
     fused = _conv_channel_const(node, ctx)
     if fused is not None:
-        x, _, attrs, channels, oihw = ctx.convs[fused[0]]
-        scaled = np.ascontiguousarray(oihw * fused[1].reshape(-1, 1, 1, 1).astype(oihw.dtype))
-        weight = ctx.builder.const(scaled, name=f"{node.name}/weight")
-        ctx.bind(ctx.emit("Conv", [x, weight], attrs), NCHW)
-        ctx.convs[f"{node.name}:0"] = (x, weight, attrs, channels, scaled)
+        x, _, attrs, channels, oihw, bias = ctx.convs[fused[0]]
+        scale = fused[1].astype(np.float64)
+        scaled = oihw.scaled(scale)
+        weight = ctx.weight(scaled, f"{node.name}/weight")
+        inputs = [x, weight]
+        if bias is not None:
+            bias = bias * scale
+            inputs.append(ctx.builder.const(bias.astype(np.float32), name=f"{node.name}/bias"))
+        ctx.bind(ctx.emit("Conv", inputs, attrs), NCHW)
+        ctx.convs[f"{node.name}:0"] = (x, weight, attrs, channels, scaled, bias)
         return
     values, layout = _binary_inputs(node, ctx, node.inputs[:2])
     ctx.bind(ctx.emit("Mul", values), layout)

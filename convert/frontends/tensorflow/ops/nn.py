@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from convert.frontends.tensorflow.context import NCHW, TF, TFContext
+from convert.frontends.tensorflow.context import NCHW, TF, ConvWeight, TFContext
 from convert.frontends.tensorflow.graph import TFNode
 from convert.frontends.tensorflow.ops import register
 from convert.ir import Attr, AttributeType, RefusedError
@@ -67,18 +67,22 @@ def conv2d(node: TFNode, ctx: TFContext) -> None:
     group = 1
     if in_shape is not None and len(in_shape) == 4 and in_shape[3] is not None and in_shape[3] != w.shape[2]:
         group = int(in_shape[3]) // int(w.shape[2])
-    oihw = np.ascontiguousarray(w.transpose(3, 2, 0, 1))
+    oihw = ConvWeight(w, _hwio_to_oihw, (int(w.shape[3]), int(w.shape[2]), *kernel))
     _emit_conv(node, ctx, oihw, kernel, strides, dilations, group, int(w.shape[3]))
 
 
-def _emit_conv(node: TFNode, ctx: TFContext, oihw: np.ndarray, kernel: list[int], strides: list[int],
+def _hwio_to_oihw(w: np.ndarray) -> np.ndarray:
+    return w.transpose(3, 2, 0, 1)
+
+
+def _emit_conv(node: TFNode, ctx: TFContext, oihw: ConvWeight, kernel: list[int], strides: list[int],
                dilations: list[int], group: int, channels: int) -> None:
     """Emit the Conv; a SpaceToBatchND input makes it a dilated Conv (see ``space_to_batch_nd``).
 
     A zero Pad of H and W that only this convolution reads (Keras' ZeroPadding2D before a VALID
     convolution) becomes the Conv's own pads.
     """
-    weight = ctx.builder.const(oihw, name=f"{node.name}/weight")
+    weight = ctx.weight(oihw, f"{node.name}/weight")
     x_name = node.inputs[0]
     if x_name in ctx.space_to_batch:
         source, block, paddings = ctx.space_to_batch[x_name]
@@ -98,7 +102,7 @@ def _emit_conv(node: TFNode, ctx: TFContext, oihw: np.ndarray, kernel: list[int]
         attrs["pads"] = [int(a) + b for a, b in zip(attrs["pads"], extra, strict=True)]  # type: ignore[call-overload]
     x = ctx.get(x_name, NCHW)
     ctx.bind(ctx.emit("Conv", [x, weight], attrs), NCHW)
-    ctx.convs[f"{node.name}:0"] = (x, weight, attrs, channels, oihw)
+    ctx.convs[f"{node.name}:0"] = (x, weight, attrs, channels, oihw, None)
 
 
 @register("SpaceToBatchND", maps_to="(dilation of the next Conv)",
@@ -147,8 +151,13 @@ def depthwise_conv2d(node: TFNode, ctx: TFContext) -> None:
     h, k, cin, mult = (int(d) for d in w.shape)
     strides = _hw(node.attrs.get("strides"), "strides")
     dilations = _hw(node.attrs.get("dilations", [1, 1, 1, 1]), "dilations")
-    oihw = np.ascontiguousarray(w.transpose(2, 3, 0, 1).reshape(cin * mult, 1, h, k))
+    oihw = ConvWeight(w, _depthwise_to_oihw, (cin * mult, 1, h, k))
     _emit_conv(node, ctx, oihw, [h, k], strides, dilations, cin, cin * mult)
+
+
+def _depthwise_to_oihw(w: np.ndarray) -> np.ndarray:
+    h, k, cin, mult = w.shape
+    return w.transpose(2, 3, 0, 1).reshape(cin * mult, 1, h, k)
 
 
 @register("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3", maps_to="BatchNormalization",
