@@ -378,8 +378,8 @@ def test_quantized_tflite_says_localisation_is_unavailable(tmp_path: Path) -> No
 
 
 def test_tensorflow_onnx_names_the_perturbed_node(tmp_path: Path) -> None:
-    """A SavedModel: the frozen, folded graph the converter read runs in a session with every node
-    fetched (NHWC), compared in the converted value's layout; a 2 % weight change is named."""
+    """A SavedModel: the folded graph the converter read runs in a session (its weights fed) with
+    every node fetched (NHWC), compared in the converted value's layout; a 2 % weight change is named."""
     pytest.importorskip("tensorflow")
     sys.path.insert(0, str(REPO / "tests/frontends/tensorflow"))
     try:
@@ -396,7 +396,8 @@ def test_tensorflow_onnx_names_the_perturbed_node(tmp_path: Path) -> None:
     assert len(convs) >= 3, convs
     layer = convs[2]
     _scale_onnx_weight(good, tmp_path / "bad.onnx", layer)
-    _assert_named(_locate([source], [tmp_path / "bad.onnx"], format="tensorflow"), layer, "Conv2D")
+    # That Conv carries its bias: its output is TensorFlow's BiasAdd after the Conv2D.
+    _assert_named(_locate([source], [tmp_path / "bad.onnx"], format="tensorflow"), layer, "BiasAdd")
 
 
 def test_rows_in_another_order_are_compared_sorted_not_named(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,16 +1,17 @@
-"""Read a TensorFlow model (SavedModel folder or Keras 3 ``.keras`` file) into a plain op list.
+"""Read a TensorFlow model (SavedModel folder, Keras ``.keras``/``.h5`` file, frozen ``.pb``) into a plain op list.
 
-TensorFlow reads the graph. A SavedModel is loaded without its checkpoint (no weight enters
-TensorFlow's memory); grappler inlines the signature's function calls and folds what does not
-depend on a weight; each variable read then becomes a constant whose value is a view of the mapped
-``variables.data`` file (``bundle.py``), so weights stay on disk until the exporter writes them.
-The converters fold the batch-norm arithmetic on those constants into the convolutions. Where
-that path cannot follow the model (a variable read by another op than ``ReadVariableOp``, a
-partitioned variable, a TF1 SavedModel, ...) and for ``.keras``/``.h5`` files and frozen graphs,
-the concrete function is frozen by TensorFlow (``convert_variables_to_constants_v2``) and
-grappler folds it, weights included; ``TFGraph.weights`` says which path ran and why. The result
-is a list of ``TFNode`` records in topological order with decoded attributes and the static output
-shapes TensorFlow inferred; nothing after this module imports TensorFlow.
+TensorFlow reads the graph; the weights are never copied. A SavedModel is loaded without its
+checkpoint (no weight enters TensorFlow's memory), and each variable read becomes a constant
+whose value is a view of the mapped ``variables.data`` file (``bundle.py``). A Keras model's
+variables are already in memory: each read becomes a constant sharing TensorFlow's buffer
+(DLPack). Either way grappler inlines the function calls and folds what does not depend on a
+weight, and the converters fold the batch-norm arithmetic on the weights into the convolutions
+(computed when the exporter writes them). Where that cannot follow the model (a variable read by
+another op than ``ReadVariableOp``, a partitioned variable, a TF1 SavedModel, ...) the concrete
+function is frozen by TensorFlow (``convert_variables_to_constants_v2``) and grappler folds it,
+weights included, which copies them several times; ``TFGraph.weights`` says which path ran and
+why. The result is a list of ``TFNode`` records in topological order with decoded attributes and
+the static output shapes TensorFlow inferred; nothing after this module imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ __all__ = [
     "load_keras",
     "quiet_stderr",
     "read_graph",
+    "read_runnable_graph",
     "tf_module",
 ]
 
@@ -331,30 +333,58 @@ def _attr(value: object) -> object:
     return None
 
 
+@dataclass(slots=True)
+class _Read:
+    """A model's graph as TensorFlow holds it, with the arrays its stand-in Placeholders hold."""
+
+    graph: object  # tf.Graph
+    inputs: dict[str, str]
+    outputs: dict[str, str]
+    consts: dict[str, np.ndarray]  # stand-in Placeholder name -> value (variable reads, captures)
+    weights: str = ""
+
+    def tf_graph(self, source: str) -> TFGraph:
+        return TFGraph(source=source, nodes=_nodes(self.graph, self.consts), inputs=self.inputs,
+                       outputs=self.outputs, weights=self.weights)
+
+
 def read_graph(path: Path, signature: str = DEFAULT_SIGNATURE) -> TFGraph:
     """Read the signature of a SavedModel (or a ``.keras`` model's call) into a ``TFGraph``.
 
-    A SavedModel's weights are views of its mapped variables files (``_mapped_graph``) unless the
-    model needs TensorFlow's freezing (the reason is kept in ``TFGraph.weights``). A frozen
-    model is dropped as soon as its signature is frozen (it holds one copy of the weights; VGG16
-    at 224x224 peaked at 13.7 GiB with it alive, 8.9 GiB without; 0.6 GiB mapped).
+    A SavedModel's weights are views of its mapped variables files (``_mapped_graph``), a Keras
+    model's share TensorFlow's buffers, unless the model needs TensorFlow's freezing (the reason is
+    kept in ``TFGraph.weights``). A frozen model is dropped as soon as its signature is frozen (it
+    holds one copy of the weights; VGG16 at 224x224 peaked at 13.7 GiB with it alive, 8.9 GiB
+    without; 1.1 GiB mapped).
 
     Raises:
         UsageError: not a TF model, or no such signature. ModelFormatError: TF cannot load it.
     """
+    return _read(path, signature).tf_graph(path.name)
+
+
+def read_runnable_graph(path: Path,
+                        signature: str = DEFAULT_SIGNATURE) -> tuple[object, dict[str, str], dict[str, np.ndarray]]:
+    """The ``tf.Graph`` the converter reads (for ``--locate``): it, its inputs by user-facing name,
+    and the values to feed its stand-in Placeholders (the variables) by tensor name."""
+    read = _read(path, signature)
+    return read.graph, read.inputs, {f"{name}:0": value for name, value in read.consts.items()}
+
+
+def _read(path: Path, signature: str) -> _Read:
     reason = ""
     if is_saved_model(path):
         try:
             return _mapped_graph(path, signature)
         except _NotMappableError as why:
             reason = str(why)  # fall back below, once this frame's copies are released
-        logger.info("tensorflow: %s: weights frozen by TensorFlow (%s)", path.name, reason)
+        logger.info("tensorflow: %s: weights not mapped (%s)", path.name, reason)
         _release_memory()
-    graph = graph_from_function(list(_concrete_function(path, signature)), source=path.name,
-                                what=f"signature '{signature}'")
-    if reason:
-        graph.weights = f"frozen by TensorFlow ({reason})"
-    return graph
+    read = _from_function(list(_concrete_function(path, signature)), source=path.name,
+                          what=f"signature '{signature}'")
+    if reason and not read.weights.startswith("frozen"):
+        read.weights += f" (not mapped: {reason})"
+    return read
 
 
 class _NotMappableError(Exception):
@@ -446,7 +476,7 @@ def _captured_values(path: Path, fn: object, bound: list[int],
     return values, variables
 
 
-def _mapped_graph(path: Path, signature: str) -> TFGraph:
+def _mapped_graph(path: Path, signature: str) -> _Read:
     """Read a SavedModel signature with each variable read as a constant viewing the mapped
     variables file (see the module's docstring).
 
@@ -454,15 +484,58 @@ def _mapped_graph(path: Path, signature: str) -> TFGraph:
         _NotMappableError: the model needs TensorFlow's freezing (the reason). UsageError: no such
         signature. ModelFormatError: TensorFlow cannot load it, or its variables files are damaged.
     """
-    tf = tf_module()  # first: it silences TensorFlow's start-up lines, which any import of it prints
-    from tensorflow.core.framework import node_def_pb2
-    from tensorflow.python.training import saver
-
+    tf_module()  # first: it silences TensorFlow's start-up lines, which any import of it prints
     found = _bound_inputs(path, signature)
-    fn, in_names, out_names, loaded = _signature(path, signature, skip_checkpoint=True)
+    fn, in_names, out_names, _loaded = _signature(path, signature, skip_checkpoint=True)
     if found is None:  # _signature knows the signature when the object graph did not
         raise _NotMappableError(f"signature '{signature}' is not in the object graph")
     values, variables = _captured_values(path, fn, *found)
+    read = _with_values(fn, in_names, out_names, values, variables, source=path.name,
+                        what=f"signature '{signature}'")
+    read.weights = (f"{len(variables)} variables mapped from variables/ (read when written)" if variables
+                    else "none (no variables)")
+    return read
+
+
+def _live_values(fn: object) -> tuple[dict[str, np.ndarray], set[str]]:
+    """Return the value of each tensor a concrete function captures, by placeholder name, and which
+    are variables: a variable's value shares TensorFlow's buffer (DLPack: no copy is made)."""
+    tf = tf_module()
+    internal = list(fn.graph.internal_captures)  # type: ignore[attr-defined]
+    external = list(fn.captured_inputs)  # type: ignore[attr-defined]
+    by_handle = {id(v.handle): v for v in fn.graph.variables}  # type: ignore[attr-defined]
+    values: dict[str, np.ndarray] = {}
+    variables: set[str] = set()
+    for placeholder, captured in zip(internal, external, strict=True):
+        name = placeholder.op.name
+        if captured.dtype != tf.resource:  # type: ignore[attr-defined]
+            values[name] = np.asarray(captured.numpy())
+            continue
+        variable = by_handle.get(id(captured))
+        if variable is None:
+            raise _NotMappableError("the function captures a resource that is not a variable")
+        try:
+            values[name] = np.from_dlpack(variable.read_value())
+        except (TypeError, BufferError, RuntimeError) as exc:  # a dtype DLPack lacks (string, ...)
+            raise _NotMappableError(f"variable '{variable.name}' cannot be shared ({exc})") from exc
+        variables.add(name)
+    return values, variables
+
+
+def _with_values(fn: object, in_names: Sequence[str], out_names: Sequence[str], values: dict[str, np.ndarray],
+                 variables: set[str], *, source: str, what: str) -> _Read:
+    """Inline and fold ``fn`` with grappler (no weight in it) and make each variable read a constant.
+
+    ``values`` holds each captured tensor's value by its placeholder's name; ``variables`` names
+    the captures that are variable handles, whose ``ReadVariableOp`` reads become constants.
+
+    Raises:
+        _NotMappableError: a variable is read by another op, or as another type.
+    """
+    tf = tf_module()
+    from tensorflow.core.framework import node_def_pb2
+    from tensorflow.python.training import saver
+
     graph_def = fn.graph.as_graph_def()  # type: ignore[attr-defined]
     _allow_inlining(graph_def)
     meta = saver.export_meta_graph(graph_def=graph_def, graph=fn.graph)  # type: ignore[attr-defined]
@@ -471,7 +544,7 @@ def _mapped_graph(path: Path, signature: str) -> TFGraph:
     flat = list(fn.inputs)  # type: ignore[attr-defined]
     placeholders = [t.name for t in flat[:len(flat) - len(values)]]  # the captures come last
     input_order = _ordered_inputs(fn, in_names)
-    del fn, loaded, graph_def
+    del graph_def
     optimized = _optimize(meta)
     del meta
     consts: dict[str, np.ndarray] = {}
@@ -506,26 +579,44 @@ def _mapped_graph(path: Path, signature: str) -> TFGraph:
         tf.graph_util.import_graph_def(optimized, name="")  # type: ignore[attr-defined]
     del optimized
     if len(placeholders) != len(in_names):
-        raise ModelFormatError(f"{path.name}: signature '{signature}' has {len(in_names)} inputs but its graph "
+        raise ModelFormatError(f"{source}: {what} has {len(in_names)} inputs but its graph "
                                f"takes {len(placeholders)} tensors")
-    return TFGraph(source=path.name, nodes=_nodes(graph, consts),
-                   inputs=dict(zip(input_order, placeholders, strict=True)),
-                   outputs=dict(zip(out_names, outputs, strict=True)),
-                   weights=f"{len(variables)} variables mapped from variables/ (read when written)" if variables
-                   else "none (no variables)")
+    return _Read(graph, dict(zip(input_order, placeholders, strict=True)), dict(zip(out_names, outputs, strict=True)),
+                 consts)
 
 
 def graph_from_function(fn: object, in_names: Sequence[str] = (), out_names: Sequence[str] = (), *,
                         source: str, what: str = "the function") -> TFGraph:
-    """Freeze and fold a concrete function (``tf.function(...).get_concrete_function()``) into a ``TFGraph``.
+    """Read a concrete function (``tf.function(...).get_concrete_function()``) into a ``TFGraph``.
 
-    ``in_names`` are the user-facing input names, ``out_names`` the output names in the order of
-    the function's flat outputs. ``fn`` may instead be the list ``[fn, in_names, out_names, owner]``
-    (``_concrete_function``'s result): the list is emptied once the function is frozen, so the
-    function and its owner (the loaded model, with its variables) can be freed before grappler runs.
+    Its variables' values are shared with TensorFlow's buffers (``_live_values``: no copy); where
+    that cannot follow the function, it is frozen and folded by TensorFlow (``frozen_graph``) and
+    ``TFGraph.weights`` says why. ``in_names`` are the user-facing input names, ``out_names`` the
+    output names in the order of the function's flat outputs. ``fn`` may instead be the list
+    ``[fn, in_names, out_names, owner]`` (``_concrete_function``'s result): the list is emptied,
+    so the function's owner (the loaded model) is not kept alive by the caller.
     """
-    graph, inputs, outputs = frozen_graph(fn, in_names, out_names, source=source, what=what)
-    return TFGraph(source=source, nodes=_nodes(graph, {}), inputs=inputs, outputs=outputs)
+    return _from_function(fn, in_names, out_names, source=source, what=what).tf_graph(source)
+
+
+def _from_function(fn: object, in_names: Sequence[str] = (), out_names: Sequence[str] = (), *,
+                   source: str, what: str) -> _Read:
+    if isinstance(fn, list):
+        parts = fn
+        fn, in_names, out_names, _owner = parts  # type: ignore[misc]
+        parts.clear()
+    try:
+        values, variables = _live_values(fn)
+        read = _with_values(fn, in_names, out_names, values, variables, source=source, what=what)
+    except _NotMappableError as why:
+        reason = str(why)  # fall back below, once this frame's copies are released
+    else:
+        read.weights = (f"{len(variables)} variables shared with TensorFlow's memory (not copied)" if variables
+                        else "none (no variables)")
+        return read
+    logger.info("tensorflow: %s: weights frozen by TensorFlow (%s)", source, reason)
+    frozen, inputs, outputs = frozen_graph(fn, in_names, out_names, source=source, what=what)
+    return _Read(frozen, inputs, outputs, {}, weights=f"frozen by TensorFlow ({reason})")
 
 
 def _nodes(graph: object, consts: dict[str, np.ndarray]) -> list[TFNode]:
@@ -554,7 +645,8 @@ def frozen_graph(fn: object, in_names: Sequence[str] = (), out_names: Sequence[s
                  source: str, what: str = "the function") -> tuple[object, dict[str, str], dict[str, str]]:
     """Freeze and fold a concrete function (or ``_concrete_function``'s list, see
     ``graph_from_function``) into a ``tf.Graph``; return it with its inputs and outputs by
-    user-facing name (tensor names). The graph the converter reads, and ``--locate`` runs."""
+    user-facing name (tensor names): the graph the converter reads where the weights cannot be
+    shared or mapped."""
     tf = tf_module()
     owner: object = None
     if isinstance(fn, list):
@@ -578,11 +670,6 @@ def frozen_graph(fn: object, in_names: Sequence[str] = (), out_names: Sequence[s
                                f"takes {len(placeholders)} tensors")
     # A signature's inputs are its Placeholders in the order of its structured input signature.
     return graph, dict(zip(input_order, placeholders, strict=True)), dict(zip(out_names, outs, strict=True))
-
-
-def read_frozen_graph(path: Path, signature: str = DEFAULT_SIGNATURE) -> tuple[object, dict[str, str], dict[str, str]]:
-    """``frozen_graph`` of a SavedModel signature, a ``.keras`` model's call or a frozen ``.pb``."""
-    return frozen_graph(list(_concrete_function(path, signature)), source=path.name, what=f"signature '{signature}'")
 
 
 def _ordered_inputs(fn: object, names: Sequence[str]) -> list[str]:

@@ -118,16 +118,17 @@ class TensorFlowRuntime:
 
 
     def all_tensors(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Every float op output of the frozen, folded graph the converter read, as TensorFlow
-        computes it (NHWC, in graph order), keyed by node name (the converted nodes' source
-        layer), for ``convert check --locate``. The graph is frozen again here and run in a
-        session; every value is held at once."""
-        from convert.frontends.tensorflow.graph import quiet_stderr, read_frozen_graph
+        """Every float op output of the folded graph the converter read, as TensorFlow computes it
+        (NHWC, in graph order), keyed by node name (the converted nodes' source layer), for
+        ``convert check --locate``. The graph is read again here and run in a session with its
+        weights fed; every value is held at once."""
+        from convert.frontends.tensorflow.graph import quiet_stderr, read_runnable_graph
 
         tf = self._tf
         with quiet_stderr():
-            graph, inputs, _ = read_frozen_graph(self._path, self._signature)
-        feed_dict = {}
+            graph, inputs, weights = read_runnable_graph(self._path, self._signature)
+        # The variables' stand-ins are fed their (mapped or shared) values.
+        feed_dict = {graph.get_tensor_by_name(name): value for name, value in weights.items()}  # type: ignore[attr-defined]
         for name, dtype, _ in self._specs:
             arr = np.asarray(feeds[name], dtype=dtype)
             if arr.ndim == 4 and not self._keep:

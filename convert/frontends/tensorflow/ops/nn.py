@@ -90,8 +90,10 @@ def _emit_conv(node: TFNode, ctx: TFContext, oihw: ConvWeight, kernel: list[int]
             raise RefusedError("a convolution after SpaceToBatchND must have stride 1, dilation 1 and VALID padding")
         attrs = {"kernel_shape": kernel, "strides": strides, "dilations": block, "group": group,
                  "pads": [paddings[0][0], paddings[1][0], paddings[0][1], paddings[1][1]]}
-        y = ctx.emit("Conv", [ctx.get(source, NCHW), weight], attrs)
+        x = ctx.get(source, NCHW)
+        y = ctx.emit("Conv", [x, weight], attrs)
         ctx.dilated[f"{node.name}:0"] = (y, block)
+        ctx.convs[f"{node.name}:0"] = (x, weight, attrs, channels, oihw, None)  # its crop makes it whole
         ctx.bind(y, NCHW)
         return
     attrs: dict[str, object] = {"kernel_shape": kernel, "strides": strides, "dilations": dilations, "group": group,
@@ -140,6 +142,10 @@ def batch_to_space_nd(node: TFNode, ctx: TFContext) -> None:
         raise RefusedError(f"crops {crops.tolist()} exceed the paddings")
     conv.attributes["pads"] = Attr("pads", AttributeType.INTS, pads)
     ctx.bind(y, NCHW)
+    entry = ctx.convs.get(node.inputs[0])
+    if entry is not None:  # a bias or batch norm after the crop can join the dilated Conv
+        x, weight, attrs, channels, oihw, bias = entry
+        ctx.convs[f"{node.name}:0"] = (x, weight, {**attrs, "pads": pads}, channels, oihw, bias)
 
 
 @register("DepthwiseConv2dNative", maps_to="Conv (group = in channels)",
