@@ -19,6 +19,7 @@ from convert.frontends.tensorflow.graph import TFNode
 from convert.frontends.tensorflow.ops import OPS as TF_OPS
 from convert.frontends.tensorflow.ops.nn import conv_pads
 from convert.ir import DataType, RefusedError, Registry, Value
+from convert.ir.tensors import lazy
 
 __all__ = ["OPS", "OPTIONS", "Converter", "QuantWeights", "decode_options"]
 
@@ -232,23 +233,15 @@ def weight(ctx: TFContext, key: str, perm: tuple[int, ...] | None, what: str,
     name = f"{node.name if node else 'tflite'}/{what}"
     if raw is None:
         arr = ctx.need_const(key, f"the {what}")
-        if arr.dtype != np.float32:
-            arr = arr.astype(np.float32)
-        if perm is not None:
-            arr = arr.transpose(perm)
-        if reshape is not None:
-            arr = arr.reshape(reshape)
-        return ctx.builder.const(np.ascontiguousarray(arr), name=name)
+        return _laid_out(ctx, arr, perm, reshape, np.dtype(np.float32), name)
     arr, quant = raw
     axis = quant.axis
+    shape = _shape_after(arr.shape, perm, reshape)
     if perm is not None:
-        arr = arr.transpose(perm)
         axis = None if axis is None else perm.index(axis)
-    if reshape is not None:
-        if axis is not None and arr.shape[axis] != reshape[axis]:
-            raise RefusedError(f"the {what}'s quantization axis does not survive the reshape")
-        arr = arr.reshape(reshape)
-    q = ctx.builder.const(np.ascontiguousarray(arr), name=name)
+    if reshape is not None and axis is not None and _shape_after(arr.shape, perm, None)[axis] != shape[axis]:
+        raise RefusedError(f"the {what}'s quantization axis does not survive the reshape")
+    q = _laid_out(ctx, arr, perm, reshape, arr.dtype, name)
     zero_dtype = np.int32 if arr.dtype == np.int32 else arr.dtype
     scale = quant.scale if axis is not None else quant.scale.reshape(())
     zero = quant.zero_point.astype(zero_dtype)
@@ -262,6 +255,41 @@ def _bias(node: TFNode, ctx: TFContext) -> Value | None:
     if len(node.inputs) < 3 or not node.inputs[2]:
         return None
     return weight(ctx, node.inputs[2], None, "bias")
+
+
+# Weights above this size become initializers computed when the exporter writes them: until then
+# they stay views of the mapped .tflite file (a transposed copy of every convolution's weight would
+# otherwise be held for the whole conversion).
+_DEFERRED_BYTES = 64 * 1024
+
+
+def _shape_after(shape: tuple[int, ...], perm: tuple[int, ...] | None,
+                 reshape: tuple[int, ...] | None) -> tuple[int, ...]:
+    """The shape of an array of ``shape`` transposed by ``perm``, then reshaped to ``reshape``."""
+    out = tuple(shape[p] for p in perm) if perm is not None else tuple(shape)
+    if reshape is None:
+        return out
+    total = int(np.prod(out, dtype=np.int64))
+    known = int(np.prod([d for d in reshape if d != -1], dtype=np.int64))
+    return tuple(total // max(known, 1) if d == -1 else int(d) for d in reshape)
+
+
+def _laid_out(ctx: TFContext, arr: np.ndarray, perm: tuple[int, ...] | None, reshape: tuple[int, ...] | None,
+              dtype: np.dtype, name: str) -> Value:
+    """``arr`` cast to ``dtype``, transposed and reshaped, as an initializer (computed on write when large)."""
+
+    def make() -> np.ndarray:
+        out = arr.astype(dtype) if arr.dtype != dtype else arr
+        if perm is not None:
+            out = out.transpose(perm)
+        if reshape is not None:
+            out = out.reshape(reshape)
+        return np.ascontiguousarray(out)
+
+    if arr.nbytes <= _DEFERRED_BYTES:
+        return ctx.builder.const(make(), name=name)
+    shape = _shape_after(arr.shape, perm, reshape)
+    return ctx.builder.initializer(lazy(make, dtype, shape, name=name), name)
 
 
 def _conv(node: TFNode, ctx: TFContext, w: Value, kernel: list[int], group: int) -> None:
