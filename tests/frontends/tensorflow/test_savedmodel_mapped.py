@@ -59,25 +59,6 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=300)
 
 
-def test_bundle_reads_every_tensor_as_tensorflow_does(cnn: Path) -> None:
-    import tensorflow as tf
-
-    from convert.frontends.tensorflow.bundle import Bundle
-
-    prefix = cnn / "variables" / "variables"
-    bundle = Bundle(prefix)
-    reader = tf.train.load_checkpoint(str(prefix))
-    keys = reader.get_variable_to_shape_map()
-    assert set(bundle.entries) == set(keys)
-    plain = [k for k in keys if k != "_CHECKPOINTABLE_OBJECT_GRAPH"]
-    assert len(plain) >= 12
-    for key in plain:
-        got, want = bundle.array(key), reader.get_tensor(key)
-        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want), key
-        assert not got.flags.owndata and not got.flags.writeable, key  # a view of the mapped file
-    assert bundle.string("_CHECKPOINTABLE_OBJECT_GRAPH") == reader.get_tensor("_CHECKPOINTABLE_OBJECT_GRAPH")
-
-
 def test_savedmodel_variables_are_mapped_and_the_conversion_matches_tensorflow(cnn: Path, tmp_path: Path) -> None:
     import onnx
 
