@@ -318,9 +318,14 @@ def _attr(value: object) -> object:
     if kind in ("i", "f", "b"):
         return getattr(value, kind)
     if kind == "type":
-        return np.dtype(tf.as_dtype(value.type).as_numpy_dtype)  # type: ignore[attr-defined]
+        dtype = tf.as_dtype(value.type)  # type: ignore[attr-defined]
+        # variant (TensorList), resource, string: no NumPy counterpart; a converter refuses them
+        return np.dtype(dtype.as_numpy_dtype) if dtype.is_numpy_compatible else np.dtype(object)
     if kind == "tensor":
-        return tf.make_ndarray(value.tensor)  # type: ignore[attr-defined]
+        try:
+            return tf.make_ndarray(value.tensor)  # type: ignore[attr-defined]
+        except (TypeError, ValueError, KeyError):  # a variant tensor (an empty TensorList): no array
+            return None
     if kind == "shape":
         return None if value.shape.unknown_rank else tuple(d.size for d in value.shape.dim)  # type: ignore[attr-defined]
     if kind == "list":

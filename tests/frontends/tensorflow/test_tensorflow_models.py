@@ -296,6 +296,22 @@ def test_every_unsupported_op_is_listed_at_once(tmp_path: Path) -> None:
     assert {"ArgMax", "Cumsum"} <= gaps and all(op in message for op in gaps), (gaps, message)
 
 
+def test_a_recurrent_layer_is_refused_in_one_line_listing_its_ops(tmp_path: Path) -> None:
+    """A Keras LSTM's while loop (TensorList ops, a variant-typed loop): one line, exit 2, its ops
+    listed (its variant-typed attributes once made this an internal error)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((5, 4))
+    path = tmp_path / "lstm"
+    keras.Model(inp, keras.layers.LSTM(6)(inp)).export(str(path), verbose=False)
+    r = _cli("tensorflow:onnx", str(path), "-o", str(tmp_path / "m.onnx"))
+    lines = [ln for ln in r.stderr.strip().splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert "unsupported ops" in lines[0] and "TensorListReserve" in lines[0] and "node '" in lines[0], lines[0]
+    assert not (tmp_path / "m.onnx").exists()
+
+
 def test_transformer_encoder_block_matches_tensorflow(tmp_path: Path) -> None:
     """MultiHeadAttention + LayerNormalization + a GELU MLP: Einsum, computed reshapes, Erfc."""
     import keras
