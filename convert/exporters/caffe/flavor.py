@@ -12,8 +12,9 @@ the op exactly and uses a dialect feature only when nothing plain does:
   ``round_mode``). Floor-rounded pooling that pads cannot express is ``round_mode: FLOOR``
   (CEIL = 0 / FLOOR = 1); Clip, HardSigmoid and HardSwish are written with ReLU/Power/Eltwise
   (exact, and loadable where BVLC master's ``Clip`` layer is not); nearest upsampling is a
-  fixed-weight grouped Deconvolution. No Permute. OpenCV and the fork cannot parse
-  ``round_mode``: the parity check runs a translated copy and says so.
+  fixed-weight grouped Deconvolution. No Permute. The parity check runs it in BVLC master as
+  written where ``scripts/build_caffe`` built it; OpenCV and the fork cannot parse ``round_mode``:
+  without BVLC master the check runs a translated copy and says so.
 * ``pspnet``: PSPNet's fork (BVLC 1.0 plus ``Interp`` for bilinear align-corners resizing):
   inputs as the net's ``input``/``input_shape`` (its field 143 is ``interp_param``, it has no
   Input layer) and no pooling rounding field (floor pooling that pads cannot give is refused).
@@ -52,7 +53,8 @@ FLAVORS = {
 
 FLAVOR_HELP = (
     "Caffe dialect to write: 'ssd' (default; the SSD fork as OpenCV DNN and brocolli-caffe read it: "
-    "Permute, ReLU6, Upsample, ceil_mode), 'bvlc' (BVLC master / Ascend ATC: plain layers, round_mode) "
+    "Permute, ReLU6, Upsample, ceil_mode), 'bvlc' (BVLC master / Ascend ATC: plain layers, round_mode; "
+    "checked in BVLC master when scripts/build_caffe built it) "
     "or 'pspnet' (PSPNet's fork: Interp, no Input layer, no rounding field). "
     "Pooling rounding is where they clash on the wire: BVLC's enum round_mode and the fork's bool "
     "ceil_mode are both field 13 with opposite meanings, so a file written for one is misread by the "

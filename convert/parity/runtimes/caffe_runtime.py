@@ -1,14 +1,20 @@
 """The Caffe parity runtime: real Caffe when it is built here, else OpenCV's DNN module.
 
-Real Caffe is the SSD-era fork packaged as the ``brocolli-caffe`` sdist, built by
-``scripts/build_caffe`` into ``~/.cache/convert-caffe/python`` (or where ``CONVERT_CAFFE_PYTHON``
-points: a folder holding ``caffe/_caffe.so``). It runs each net in a subprocess
-(``_caffe_worker``): Caffe aborts its process on a failed CHECK. ``CONVERT_CAFFE_RUNTIME=opencv``
-(or ``caffe``) forces the choice.
+``scripts/build_caffe`` builds two real Caffes, CPU only, into ``~/.cache/convert-caffe``:
 
-Real Caffe reads the fork's dialect: pooling field 13 is the bool ``ceil_mode``. A file written
-with BVLC master's ``round_mode`` is checked through a translated copy, and the report says the
-file as written does not load there (as with OpenCV).
+* the SSD-era fork packaged as the ``brocolli-caffe`` sdist (``python/``, or where
+  ``CONVERT_CAFFE_PYTHON`` points): pooling field 13 is the bool ``ceil_mode``; it has the SSD
+  layers (Permute, Normalize, PriorBox, DetectionOutput, ReLU6, Upsample) and no Clip;
+* BVLC master 99bd997 from Debian's source archive (``bvlc/python``, or
+  ``CONVERT_CAFFE_BVLC_PYTHON``): field 13 is the enum ``round_mode``; it has Clip and Swish and
+  none of the SSD layers.
+
+A file is run in the Caffe whose dialect it is written in: BVLC master when it is written in
+convert's ``bvlc`` flavor (its first line says so) or uses ``round_mode``, ``Clip`` or ``Swish``,
+the fork otherwise. Without BVLC master, a ``round_mode`` file is checked in
+the fork through a translated copy, and the report says the file as written does not load there
+(as with OpenCV). Each net runs in a subprocess (``_caffe_worker``): Caffe aborts its process on a
+failed CHECK. ``CONVERT_CAFFE_RUNTIME=opencv`` (or ``caffe``) forces the choice.
 """
 
 from __future__ import annotations
@@ -29,21 +35,47 @@ from convert.parity.runtime import Runtime, TensorSpec
 
 from .opencv_caffe import OpenCVCaffeRuntime, net_io, round_mode_note, translate_round_mode
 
-__all__ = ["RealCaffeRuntime", "find_caffe", "open_runtime"]
+__all__ = ["RealCaffeRuntime", "dialect_of", "find_caffe", "open_runtime", "real_caffe"]
 
 _TIMEOUT = 600
 _GLOG_FATAL = re.compile(r"^F\d{8} ")
 
 
-def find_caffe() -> Path | None:
-    """Return the folder holding real Caffe's ``_caffe.so``, or None when it is not built here."""
-    env = os.environ.get("CONVERT_CAFFE_PYTHON")
+# the two real Caffes: the folder under ~/.cache/convert-caffe, the variable naming another, the report's name
+_DIALECTS = {
+    "ssd": ("python", "CONVERT_CAFFE_PYTHON", "Caffe (brocolli-caffe 9.0.2, SSD fork)"),
+    "bvlc": ("bvlc/python", "CONVERT_CAFFE_BVLC_PYTHON", "Caffe (BVLC master 99bd997)"),
+}
+# a file for BVLC master: written in our bvlc flavor, or using what only BVLC master reads (the
+# pooling field round_mode, the layers Clip and Swish)
+_BVLC_ONLY = re.compile(r'^(# Written by convert-toolkit, Caffe flavor \'bvlc\'|\s*round_mode\s*:|'
+                        r'\s*type\s*:\s*"(Clip|Swish)")', re.MULTILINE)
+
+
+def find_caffe(dialect: str = "ssd") -> Path | None:
+    """Return the folder holding real Caffe's ``_caffe.so`` for ``dialect`` (``ssd``: the SSD fork,
+    ``bvlc``: BVLC master), or None when it is not built here."""
+    sub, var, _ = _DIALECTS[dialect]
+    env = os.environ.get(var)
     home = Path(os.environ.get("CONVERT_CAFFE_HOME", Path.home() / ".cache" / "convert-caffe"))
-    for base in ([Path(env)] if env else []) + [home / "python"]:
+    for base in ([Path(env)] if env else []) + [home / sub]:
         for folder in (base / "caffe", base):
             if (folder / "_caffe.so").is_file():
                 return folder
     return None
+
+
+def dialect_of(prototxt: Path) -> str:
+    """Return the real Caffe to run ``prototxt`` in: ``bvlc`` when it is written for BVLC master
+    and BVLC master is built here, else ``ssd`` (the fork)."""
+    return "bvlc" if _BVLC_ONLY.search(Path(prototxt).read_text()) and find_caffe("bvlc") else "ssd"
+
+
+def real_caffe(prototxt: Path, caffemodel: Path) -> RealCaffeRuntime | None:
+    """Open the net in the real Caffe of its dialect; None when that Caffe is not built here."""
+    dialect = dialect_of(prototxt)
+    caffe_dir = find_caffe(dialect)
+    return None if caffe_dir is None else RealCaffeRuntime(prototxt, caffemodel, caffe_dir, dialect)
 
 
 class CaffeFailedError(RuntimeError):
@@ -53,13 +85,15 @@ class CaffeFailedError(RuntimeError):
 class RealCaffeRuntime:
     """A Caffe net run by real Caffe (CPU), one subprocess per run."""
 
-    def __init__(self, prototxt: Path, caffemodel: Path, caffe_dir: Path) -> None:
+    def __init__(self, prototxt: Path, caffemodel: Path, caffe_dir: Path, dialect: str = "ssd") -> None:
+        """Open the net in the real Caffe at ``caffe_dir``, of ``dialect`` (``ssd`` or ``bvlc``).
+        The SSD fork runs a file written with ``round_mode`` through a translated copy."""
         from convert.frontends.caffe.reader import read_prototxt
 
         netdef = read_prototxt(Path(prototxt))
         self._tmp = tempfile.TemporaryDirectory(prefix="convert-caffe-")
         text = Path(prototxt).read_text()
-        translated = translate_round_mode(text)
+        translated = translate_round_mode(text) if dialect == "ssd" else text
         self.prototxt = Path(prototxt)
         self.notes: list[str] = []
         if translated != text:
@@ -68,10 +102,10 @@ class RealCaffeRuntime:
             self.notes.append(round_mode_note(Path(prototxt).name, "real Caffe (the SSD fork)"))
         self.caffemodel = Path(caffemodel)
         self.caffe_dir = caffe_dir
+        self.dialect = dialect
         self._inputs, self._outputs, self._writer = net_io(netdef)
         self._tops = {layer.name: list(layer.tops) for layer in netdef.layers}
-        self.name = "Caffe (brocolli-caffe 9.0.2, SSD fork)" + (" (round_mode read as ceil_mode)"
-                                                                 if translated != text else "")
+        self.name = _DIALECTS[dialect][2] + (" (round_mode read as ceil_mode)" if translated != text else "")
         self.device = "cpu"
         self._run_blobs([])  # load once now: a file real Caffe refuses fails here, not mid-check
 
@@ -135,12 +169,13 @@ def open_runtime(paths: Sequence[Path], options: Options) -> Runtime:
     if weights is None:
         raise UsageError("the Caffe runtime needs the .prototxt and the .caffemodel")
     choice = os.environ.get("CONVERT_CAFFE_RUNTIME", "")
-    caffe_dir = find_caffe()
+    dialect = dialect_of(proto)
+    caffe_dir = find_caffe(dialect)
     if choice == "caffe" and caffe_dir is None:
         raise UsageError("CONVERT_CAFFE_RUNTIME=caffe, but real Caffe is not built here (run scripts/build_caffe)")
     if caffe_dir is not None and choice != "opencv":
         try:
-            return RealCaffeRuntime(proto, weights, caffe_dir)
+            return RealCaffeRuntime(proto, weights, caffe_dir, dialect)
         except CaffeFailedError as exc:
             if choice == "caffe":
                 raise UsageError(str(exc)) from exc

@@ -33,12 +33,14 @@ IDS = [f"{a[0]}x{a[1]}-{b[0]}x{b[1]}" for a, b in SIZES]
 
 
 def _real(paths: list[Path]) -> object:
-    from convert.parity.runtimes.caffe_runtime import RealCaffeRuntime, find_caffe
+    """The file in the real Caffe of its dialect, as written (BVLC master reads round_mode and Clip)."""
+    from convert.parity.runtimes.caffe_runtime import find_caffe, real_caffe
 
-    caffe_dir = find_caffe()
-    if caffe_dir is None:
+    if find_caffe() is None or find_caffe("bvlc") is None:
         pytest.skip("real Caffe is not built here: run scripts/build_caffe")
-    return RealCaffeRuntime(paths[0], paths[1], caffe_dir)
+    rt = real_caffe(paths[0], paths[1])
+    assert rt is not None and not rt.notes, rt and rt.notes
+    return rt
 
 
 def _rel(ours: np.ndarray, ref: np.ndarray) -> float:

@@ -26,12 +26,14 @@ FLAVORS = ("ssd", "bvlc", "pspnet")
 
 
 def _real(paths: list[Path]) -> object:
-    from convert.parity.runtimes.caffe_runtime import RealCaffeRuntime, find_caffe
+    """The file in the real Caffe of its dialect, as written (BVLC master reads round_mode and Clip)."""
+    from convert.parity.runtimes.caffe_runtime import find_caffe, real_caffe
 
-    caffe_dir = find_caffe()
-    if caffe_dir is None:
+    if find_caffe() is None or find_caffe("bvlc") is None:
         pytest.skip("real Caffe is not built here: run scripts/build_caffe")
-    return RealCaffeRuntime(paths[0], paths[1], caffe_dir)
+    rt = real_caffe(paths[0], paths[1])
+    assert rt is not None and not rt.notes, rt and rt.notes
+    return rt
 
 
 class _Detect(nn.Module):

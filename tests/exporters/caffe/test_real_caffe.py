@@ -9,9 +9,11 @@ Caffe tests use (1e-5 of the output's scale), after checking the reference has s
 source nets also run in OpenCV DNN, an independent Caffe implementation, as a check of the
 runtime itself.
 
-Real Caffe reads pooling field 13 as the fork's bool ``ceil_mode``; a file written in the
-``bvlc`` flavour with BVLC master's ``round_mode`` is run through a translated copy, and the
-runtime's report says the file as written does not load there.
+Files written in the ``bvlc`` flavour also run, as written, in BVLC master (99bd997, built from
+Debian's source archive by the same script), which reads pooling field 13 as ``round_mode`` and
+has ``Clip``; those without ``round_mode`` run in the fork as well. The fork reads field 13 as its bool
+``ceil_mode``: given a ``round_mode`` file it runs a translated copy, and the runtime's report
+says the file as written does not load there.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import test_caffe_exporter as ex
 
 from convert import api
 from convert.ir import Options, passes
-from convert.parity.runtimes.caffe_runtime import RealCaffeRuntime, find_caffe
+from convert.parity.runtimes.caffe_runtime import RealCaffeRuntime, dialect_of, find_caffe
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "models" / "caffe"))
@@ -47,10 +49,29 @@ def caffe_dir() -> Path:
     return found
 
 
-def _real(paths: list[Path], caffe_dir: Path) -> RealCaffeRuntime:
+@pytest.fixture(scope="module")
+def bvlc_dir() -> Path:
+    found = find_caffe("bvlc")
+    if found is None:
+        pytest.skip("BVLC master Caffe is not built here: run scripts/build_caffe")
+    return found
+
+
+def _real(paths: list[Path], caffe_dir: Path, dialect: str = "ssd") -> RealCaffeRuntime:
     proto = next(p for p in paths if str(p).endswith(".prototxt"))
     model = next(p for p in paths if str(p).endswith(".caffemodel"))
-    return RealCaffeRuntime(proto, model, caffe_dir)
+    return RealCaffeRuntime(proto, model, caffe_dir, dialect)
+
+
+def _as_written(paths: list[Path], flavor: str, caffe_dir: Path, bvlc_dir: Path) -> list[RealCaffeRuntime]:
+    """The real Caffes that load a file written in ``flavor`` as it is: BVLC master for ``bvlc``
+    (and the fork too where the file uses no round_mode), the fork otherwise."""
+    proto = next(p for p in paths if str(p).endswith(".prototxt"))
+    assert dialect_of(proto) == ("bvlc" if flavor == "bvlc" else "ssd")  # what the parity check picks
+    if flavor != "bvlc":
+        return [_real(paths, caffe_dir)]
+    fork = [] if "round_mode" in proto.read_text() else [_real(paths, caffe_dir)]
+    return [_real(paths, bvlc_dir, "bvlc"), *fork]
 
 
 def _rel(ours: np.ndarray, ref: np.ndarray) -> float:
@@ -62,7 +83,7 @@ FLAVOR_CASES = [(c, f) for c in ex.CASES for f in ("ssd", "bvlc") if f == "ssd" 
 
 
 @pytest.mark.parametrize(("case", "flavor"), FLAVOR_CASES, ids=[f"{c}-{f}" for c, f in FLAVOR_CASES])
-def test_onnx_source_in_real_caffe(case: str, flavor: str, caffe_dir: Path, tmp_path: Path) -> None:
+def test_onnx_source_in_real_caffe(case: str, flavor: str, caffe_dir: Path, bvlc_dir: Path, tmp_path: Path) -> None:
     import onnxruntime as ort
 
     text, weights, _ = ex.CASES[case]
@@ -71,17 +92,16 @@ def test_onnx_source_in_real_caffe(case: str, flavor: str, caffe_dir: Path, tmp_
     feeds = ex._feeds(src)
     sess = ort.InferenceSession(src.SerializeToString(), providers=["CPUExecutionProvider"])
     ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
-    rt = _real(paths, caffe_dir)
-    ours = rt.run(feeds)
-    for key, r in ref.items():
-        assert float(r.std()) > 1e-3, f"degenerate reference {key}"
-        assert _rel(ours[key], r) <= RTOL, key
-    written = Path(paths[0]).read_text()
-    assert bool(rt.notes) == ("round_mode" in written)
+    for rt in _as_written(paths, flavor, caffe_dir, bvlc_dir):
+        ours = rt.run(feeds)
+        assert not rt.notes, rt.notes  # the file as written, no translated copy
+        for key, r in ref.items():
+            assert float(r.std()) > 1e-3, f"degenerate reference {key}"
+            assert _rel(ours[key], r) <= RTOL, (rt.name, key)
 
 
 @pytest.mark.parametrize("name", ex.NETS, ids=ex.NETS)
-def test_caffe_nets_in_real_caffe(name: str, caffe_dir: Path, tmp_path: Path) -> None:
+def test_caffe_nets_in_real_caffe(name: str, caffe_dir: Path, bvlc_dir: Path, tmp_path: Path) -> None:
     """The test nets agree in real Caffe and OpenCV; their round trip agrees in real Caffe."""
     paths = list(build_nets.build(name, tmp_path / "src"))
     src = _real(paths, caffe_dir)
@@ -96,9 +116,11 @@ def test_caffe_nets_in_real_caffe(name: str, caffe_dir: Path, tmp_path: Path) ->
     passes.standard_pipeline()(model)
     flavor = "ssd" if name == "ssd" else "bvlc"
     out = list(EXPORTER.save(model, tmp_path / "out" / name, Options(extra={"caffe_flavor": flavor})))
-    got = _real(out, caffe_dir).run({spec.name: x})
-    for key, r in ref.items():
-        assert _rel(got[key], r) <= RTOL, key
+    for rt in _as_written(out, flavor, caffe_dir, bvlc_dir):
+        got = rt.run({spec.name: x})
+        assert not rt.notes, rt.notes
+        for key, r in ref.items():
+            assert _rel(got[key], r) <= RTOL, (rt.name, key)
 
 
 # Source nets real Caffe cannot parse (brocolli-caffe has no ShuffleChannel): their reference is OpenCV.
@@ -129,6 +151,43 @@ def test_parity_check_runs_in_real_caffe(caffe_dir: Path, tmp_path: Path) -> Non
     back = api.convert([tmp_path / "r.onnx"], to="caffe", out=tmp_path / "back" / "r", caffe_flavor="ssd")
     assert back.report is not None and back.report.passed, back.report.table()
     assert back.report.dest_runtime.startswith("Caffe (brocolli-caffe")
+
+
+FLOOR_POOL = ("t = Transpose <perm = [0, 2, 3, 1]> (c)\n        y = Reshape (t, shp)", "y = Reshape (c, shp)")
+
+
+def test_parity_check_runs_a_bvlc_file_in_bvlc_master_as_written(caffe_dir: Path, bvlc_dir: Path,
+                                                                 tmp_path: Path) -> None:
+    """A ``bvlc`` file with ``round_mode`` is checked in BVLC master, the file as it is."""
+    text, weights, _ = ex.CASES["floor_pool_permute_relu6"]
+    (tmp_path / "m.onnx").write_bytes(ex._model(text.replace(*FLOOR_POOL), weights).SerializeToString())
+    result = api.convert([tmp_path / "m.onnx"], to="caffe", out=tmp_path / "b" / "m", caffe_flavor="bvlc")
+    assert "round_mode: FLOOR" in result.outputs[0].read_text()
+    report = result.report
+    assert report is not None and report.passed, report.table()
+    assert report.dest_runtime == "Caffe (BVLC master 99bd997)"
+    assert not [n for n in report.notes if "DOES NOT LOAD" in n], report.notes
+
+
+def test_the_two_real_caffes_read_different_dialects(caffe_dir: Path, bvlc_dir: Path, tmp_path: Path) -> None:
+    """The fork cannot parse BVLC master's round_mode nor run Clip; BVLC master has no SSD layers."""
+    from convert.parity.runtimes.caffe_runtime import CaffeFailedError
+
+    text, weights, _ = ex.CASES["floor_pool_permute_relu6"]
+    ssd = ex._export(ex._model(text, weights), tmp_path / "ssd", "ssd")
+    assert 'type: "Permute"' in ssd[0].read_text() and "ceil_mode: false" in ssd[0].read_text()
+    with pytest.raises(CaffeFailedError, match='no field named "ceil_mode"'):
+        _real(ssd, bvlc_dir, "bvlc")
+    bvlc = ex._export(ex._model(text.replace(*FLOOR_POOL), weights), tmp_path / "bvlc", "bvlc")
+    with pytest.raises(CaffeFailedError, match='no field named "round_mode"'):
+        _real(bvlc, caffe_dir, "bvlc")  # the fork, given the file untranslated
+    b = build_nets.NetBuilder("clip", 0)
+    b.input("data", (1, 4, 10, 10))
+    b.layer("Clip", "c", ["data"], ["c"], clip_param={"min": -0.5, "max": 1.0})
+    clip = list(b.save(tmp_path / "clip"))
+    with pytest.raises(CaffeFailedError, match="clip_param"):
+        _real(clip, caffe_dir)
+    _real(clip, bvlc_dir, "bvlc")
 
 
 def test_a_file_real_caffe_refuses_is_a_one_line_runtime_error(caffe_dir: Path, tmp_path: Path) -> None:

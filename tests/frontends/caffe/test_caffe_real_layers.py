@@ -2,7 +2,9 @@
 
 Each case is a small net after an input ``data`` (1, 4, 6, 5). Real Caffe (``scripts/build_caffe``)
 runs it and is the reference; the converted ONNX runs in ONNX Runtime. Bound: 1e-5 of the
-output's scale (exact for indices), after checking the reference has spread.
+output's scale (exact for indices), after checking the reference has spread. The SSD fork runs
+``CASES``; BVLC master runs ``BVLC_CASES``, what only it has (Clip, Swish, pooling ``round_mode``),
+through the parity check, which picks it by the file's dialect.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import onnxruntime as ort
 import pytest
 
 from convert import api
-from convert.parity.runtimes.caffe_runtime import RealCaffeRuntime, find_caffe
+from convert.parity.runtimes.caffe_runtime import RealCaffeRuntime, dialect_of, find_caffe
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "models" / "caffe"))
@@ -47,6 +49,18 @@ CASES: dict[str, Callable[[NetBuilder], None]] = {
     "priorbox-step": lambda b: b.layer("PriorBox", "p", ["data", "data"], ["p"], prior_box_param={
         "min_size": [30.0, 60.0], "aspect_ratio": [2.0, 0.5], "flip": False, "img_size": 300, "step": 50.0,
         "offset": 0.3, "variance": [0.1]}),
+    "bias-channels": lambda b: b.layer("Bias", "bi", ["data"], ["bi"],
+                                       blobs=[np.array([0.5, -1.0, 2.0, 0.25])], bias_param={"axis": 1}),
+}
+
+# BVLC master's layers and fields (not in the SSD fork)
+BVLC_CASES: dict[str, Callable[[NetBuilder], None]] = {
+    "clip": lambda b: b.layer("Clip", "c", ["data"], ["c"], clip_param={"min": -0.5, "max": 1.25}),
+    "swish": lambda b: b.layer("Swish", "s", ["data"], ["s"], swish_param={"beta": 1.5}),
+    "pool-round-floor": lambda b: b.layer("Pooling", "p", ["data"], ["p"], pooling_param={
+        "pool": 0, "kernel_size": 2, "stride": 2, "round_mode": 1}),
+    "pool-round-ceil-ave": lambda b: b.layer("Pooling", "p", ["data"], ["p"], pooling_param={
+        "pool": 1, "kernel_size": 3, "stride": 2, "pad": 1, "round_mode": 0}),
 }
 
 
@@ -75,6 +89,30 @@ def test_layer_matches_real_caffe(case: str, caffe_dir: Path, tmp_path: Path) ->
         scale = float(np.abs(r).max())
         assert scale > 0 and (r.size == 1 or float(r.std()) > 1e-3 * scale), f"degenerate reference {name}"
         assert float(np.abs(g - r).max()) <= 1e-5 * scale, name
+
+
+@pytest.mark.parametrize("case", list(BVLC_CASES), ids=list(BVLC_CASES))
+def test_bvlc_layer_matches_bvlc_master(case: str, caffe_dir: Path, tmp_path: Path) -> None:
+    if find_caffe("bvlc") is None:
+        pytest.skip("BVLC master Caffe is not built here: run scripts/build_caffe")
+    b = NetBuilder("net", 0)
+    b.input("data", SHAPE)
+    BVLC_CASES[case](b)
+    proto, model = b.save(tmp_path)
+    assert dialect_of(proto) == "bvlc"
+    result = api.convert([proto, model], to="onnx", out=tmp_path / "net.onnx", seed=4)
+    report = result.report
+    assert report is not None and report.source_runtime == "Caffe (BVLC master 99bd997)"
+    assert report.passed and not report.notes, report.table()
+    x = (np.random.default_rng(4).standard_normal(SHAPE) * 2 + 0.5).astype(np.float32)
+    ref = RealCaffeRuntime(proto, model, find_caffe("bvlc"), "bvlc").run({"data": x})  # type: ignore[arg-type]
+    sess = ort.InferenceSession(str(result.outputs[0]), providers=["CPUExecutionProvider"])
+    got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {"data": x}), strict=True))
+    for name, r in ref.items():
+        assert got[name].shape == r.shape, (name, got[name].shape, r.shape)
+        scale = float(np.abs(r).max())
+        assert float(r.std()) > 1e-3 * scale, f"degenerate reference {name}"
+        assert float(np.abs(got[name] - r).max()) <= 1e-5 * scale, name
 
 
 def _ssd_head(b: NetBuilder, code_type: int, keep_top_k: int) -> None:
