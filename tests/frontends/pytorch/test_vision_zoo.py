@@ -116,6 +116,7 @@ def test_vision_cnn_to_caffe_matches_eager(name: str, tmp_path: Path) -> None:
 
 DRAFTED: set[str] = set()  # captured by torch.export itself: valid for any input
 DET_FLOOR = 1e-3
+DIM_FLOOR = 1e-2  # the dim image (see the caller): float32 rounding alone reaches 4e-3 in torch
 
 
 def _pasted_boxes(boxes: np.ndarray) -> np.ndarray:
@@ -125,24 +126,40 @@ def _pasted_boxes(boxes: np.ndarray) -> np.ndarray:
     return expand_boxes(torch.from_numpy(boxes), 30 / 28).to(torch.int64).numpy()
 
 
+def _pair(boxes: np.ndarray, labels: np.ndarray, ref_boxes: np.ndarray, ref_labels: np.ndarray) -> np.ndarray:
+    """Pair two runs' detections as sets: for each reference row, the index of its partner, the
+    closest box (L-inf, same label) taken greedily, closest pairs first. Sorting both by box
+    instead misaligns rows whose first coordinates are within rounding of each other."""
+    cost = np.abs(boxes[:, None, :].astype(np.float64) - ref_boxes[None, :, :]).max(axis=-1)
+    cost[labels[:, None] != ref_labels[None, :]] = np.inf
+    partner = np.full(len(ref_boxes), -1)
+    taken = np.zeros(len(boxes), bool)
+    for flat in np.argsort(cost, axis=None):
+        i, j = divmod(int(flat), len(ref_boxes))
+        if not np.isfinite(cost[i, j]):
+            break
+        if not taken[i] and partner[j] < 0:
+            partner[j], taken[i] = i, True
+    assert (partner >= 0).all(), "a detection has no partner with its label in the other run"
+    return partner
+
+
 def _detections_agree(name: str, model: torch.nn.Module, path: Path, feed: str, x: torch.Tensor,
                       dim: bool) -> None:
-    """Ours against eager as sets (rows sorted by box): same count, equal labels, boxes, scores,
-    masks, keypoints and keypoint scores within REL_TO_SCALE, or, where float32 rounding alone
-    exceeds that (ResNet-50 backbones), no farther from the net run in float64 than torch's float32
-    run (+25 %) and within DET_FLOOR.
-    On the dim image the bound is DET_FLOOR (see the caller); a mask is compared where both sides
-    paste it into the same integer box: a box edge within float rounding of an integer truncates
-    either way, which moves the whole mask by a pixel (at most two boxes may do so)."""
+    """Ours against eager as sets (``_pair``): same count, equal labels, boxes, scores, masks,
+    keypoints and keypoint scores within REL_TO_SCALE (DET_FLOOR on the dim image), or, where
+    float32 rounding alone exceeds that (ResNet-50 backbones, the dim image), no farther from the
+    net run in float64 than torch's float32 run (+25 %) and within DET_FLOOR (DIM_FLOOR).
+    A mask is compared where both sides paste it into the same integer box: a box edge within
+    float rounding of an integer truncates either way, which moves the whole mask by a pixel (at
+    most two boxes may do so)."""
     with torch.no_grad():
         refs = [t.numpy() for t in model(x)]
     boxes, scores = refs[0], refs[1]
     assert len(boxes) >= 10 and (dim or np.diff(np.sort(scores)).max() > 1e-3), "degenerate detections"
     ours = run_onnx(path, {feed: x.numpy()})
     assert len(ours) == len(refs) and ours[0].shape == boxes.shape, (name, ours[0].shape, boxes.shape)
-    mine, theirs = np.lexsort(ours[0].T[::-1]), np.lexsort(boxes.T[::-1])
-    assert np.array_equal(ours[2][mine], refs[2][theirs])
-    ours, refs = [o[mine] for o in ours], [r[theirs] for r in refs]
+    ours = [o[_pair(ours[0], ours[2], boxes, refs[2])] for o in ours]
     masks = len(refs) > 3 and refs[3].ndim == 4  # Mask R-CNN (Keypoint R-CNN's are keypoints, scores)
     if masks:  # pasted into the same integer box on both sides
         same = (_pasted_boxes(ours[0]) == _pasted_boxes(refs[0])).all(axis=1)
@@ -155,11 +172,10 @@ def _detections_agree(name: str, model: torch.nn.Module, path: Path, feed: str, 
     over = [k for k, e in errs.items() if e > (DET_FLOOR if dim else REL_TO_SCALE)]
     if not over:
         return
-    assert not dim, (name, errs)
     with torch.no_grad():  # float32 rounding? compare with the same net in float64
         r64 = [t.numpy() for t in copy.deepcopy(model).double()(x.double())]
     assert r64[0].shape == boxes.shape, (name, "float64 run found another count")
-    r64 = [r[np.lexsort(r64[0].T[::-1])] for r in r64]
+    r64 = [r[_pair(r64[0], r64[2], boxes, refs[2])] for r in r64]
     if masks:
         r64[3] = r64[3][same]
     for k in over:
@@ -167,8 +183,8 @@ def _detections_agree(name: str, model: torch.nn.Module, path: Path, feed: str, 
         torch_err = float(np.abs(refs[k] - r64[k]).max()) / scale
         our_err = float(np.abs(ours[k].astype(np.float64) - r64[k]).max()) / scale
         print(f"DET-F64 {name} out{k} torch32 {torch_err:.1e} ours {our_err:.1e}")
-        assert errs[k] <= DET_FLOOR and our_err <= FLOAT64_MARGIN * torch_err, (name, k, errs[k], our_err,
-                                                                               torch_err)
+        assert errs[k] <= (DIM_FLOOR if dim else DET_FLOOR) and our_err <= FLOAT64_MARGIN * torch_err, (
+            name, k, errs[k], our_err, torch_err)
 
 
 @pytest.mark.parametrize("name", _zoo().DETECTORS)  # type: ignore[attr-defined]
@@ -192,6 +208,8 @@ def test_detector_matches_eager_as_sets(name: str, tmp_path: Path) -> None:
     # A dim image: other proposal and detection counts than the example's (a graph that took its
     # sizes from the example fails here; the draft-exported Faster R-CNN did, in ONNX Runtime).
     # Low contrast packs the random heads' scores together, which amplifies float differences:
-    # measured on Faster R-CNN, boxes 1.2e-4 and scores 9.3e-4 of their scale (13 of 91 boxes move
-    # by 0.01-0.04 px), SSDlite and RetinaNet <= 6e-6, Mask R-CNN's masks 6.8e-4; hence DET_FLOOR.
+    # measured on Faster R-CNN, boxes 3.0e-4 and scores 3.2e-3 of their scale (0.1 px at most), where
+    # torch's own float32 run is 2.4e-4 and 4.2e-3 from float64 and ours 1.2e-4 and 1.1e-3 (on
+    # another CPU: 1.2e-4, 9.3e-4 from eager); SSDlite and RetinaNet <= 6e-6, Mask R-CNN's masks
+    # 6.8e-4. Hence DET_FLOOR, and past it the float64 rule within DIM_FLOOR.
     _detections_agree(name, model, path, feed, inputs(4)[0] * 0.3, dim=True)
