@@ -102,7 +102,6 @@ class RealCaffeRuntime:
             self.notes.append(round_mode_note(Path(prototxt).name, "real Caffe (the SSD fork)"))
         self.caffemodel = Path(caffemodel)
         self.caffe_dir = caffe_dir
-        self.dialect = dialect
         self._inputs, self._outputs, self._writer = net_io(netdef)
         self._tops = {layer.name: list(layer.tops) for layer in netdef.layers}
         self.name = _DIALECTS[dialect][2] + (" (round_mode read as ceil_mode)" if translated != text else "")

@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper
 
 from convert.exporters.caffe import EXPORTER
 from convert.ir import Options, UnsupportedOpsError, passes, serde
-from convert.parity.runtimes.caffe_runtime import RealCaffeRuntime, dialect_of, find_caffe
+from convert.parity.runtimes.caffe_runtime import find_caffe, real_caffe
 
 RTOL = 1e-5
 FLAVORS = ["ssd", "bvlc", "pspnet"]
@@ -140,11 +140,8 @@ def test_asymmetric_pads_match_in_real_caffe_and_opencv(case: str, flavor: str, 
     assert float(ref.std()) > 1e-3, "degenerate reference"
     proto = next(p for p in paths if str(p).endswith(".prototxt"))
     weights = next(p for p in paths if str(p).endswith(".caffemodel"))
-    # the file as written, in the real Caffe of its dialect (BVLC master reads round_mode)
-    dialect = dialect_of(proto)
-    assert dialect == "ssd" or find_caffe("bvlc") is not None
-    runtime = RealCaffeRuntime(proto, weights, find_caffe(dialect) or caffe_dir, dialect)
-    assert not runtime.notes, runtime.notes
+    runtime = real_caffe(proto, weights)  # the file as written, in the real Caffe of its dialect
+    assert runtime is not None and not runtime.notes, runtime and runtime.notes
     real = runtime.run(feeds)["y"]
     assert _rel(real, ref) <= RTOL, f"{runtime.name}: {_rel(real, ref):.2e}"
     text = proto.read_text()

@@ -292,6 +292,17 @@ def _opencv(paths: list[Path]) -> object:
     return open_runtime(paths, Options())
 
 
+def _real(paths: list[Path]) -> object:
+    """The file in the real Caffe of its dialect, as written (BVLC master reads round_mode and Clip)."""
+    from convert.parity.runtimes.caffe_runtime import find_caffe, real_caffe
+
+    if find_caffe() is None or find_caffe("bvlc") is None:
+        pytest.skip("real Caffe is not built here: run scripts/build_caffe")
+    rt = real_caffe(paths[0], paths[1])
+    assert rt is not None and not rt.notes, rt and rt.notes
+    return rt
+
+
 def _rel(ours: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(ours.reshape(ref.shape) - ref).max() / np.abs(ref).max())
 

@@ -32,17 +32,6 @@ SIZES = [((5, 7), (10, 14)), ((4, 4), (12, 12)), ((3, 3), (24, 24)), ((2, 3), (8
 IDS = [f"{a[0]}x{a[1]}-{b[0]}x{b[1]}" for a, b in SIZES]
 
 
-def _real(paths: list[Path]) -> object:
-    """The file in the real Caffe of its dialect, as written (BVLC master reads round_mode and Clip)."""
-    from convert.parity.runtimes.caffe_runtime import find_caffe, real_caffe
-
-    if find_caffe() is None or find_caffe("bvlc") is None:
-        pytest.skip("real Caffe is not built here: run scripts/build_caffe")
-    rt = real_caffe(paths[0], paths[1])
-    assert rt is not None and not rt.notes, rt and rt.notes
-    return rt
-
-
 def _rel(ours: np.ndarray, ref: np.ndarray) -> float:
     return float(np.abs(ours.reshape(ref.shape) - ref).max() / np.abs(ref).max())
 
@@ -74,7 +63,7 @@ def test_resize_half_pixel_in_every_flavor(size: tuple[int, int], out: tuple[int
         paths = ex._export(src, tmp_path / flavor, flavor)
         text = paths[0].read_text()
         assert "Interp" not in text and "Upsample" not in text and "BilinearInterpolate" not in text
-        for name, rt in (("real Caffe", _real(paths)), ("OpenCV", ex._opencv(paths))):
+        for name, rt in (("real Caffe", ex._real(paths)), ("OpenCV", ex._opencv(paths))):
             got = rt.run({"x": x})["y"]  # type: ignore[attr-defined]
             assert _rel(got, ref) <= RTOL, (flavor, name)
 
@@ -110,7 +99,7 @@ def test_other_ratios_and_modes_as_interpolation_matrices(size: tuple[int, int],
             assert 'type: "InnerProduct"' in text and ("Permute" in text) == (flavor == "ssd")
         runtimes = [("OpenCV", ex._opencv(paths))]
         if "Interp" not in text:
-            runtimes.append(("real Caffe", _real(paths)))
+            runtimes.append(("real Caffe", ex._real(paths)))
         for name, rt in runtimes:
             got = rt.run({"x": x})["y"]  # type: ignore[attr-defined]
             assert _rel(got, ref) <= RTOL, (flavor, name)
@@ -128,7 +117,7 @@ def test_large_maps_without_permute_are_refused_with_the_reason(tmp_path: Path) 
     paths = ex._export(src, tmp_path / "ssd", "ssd")
     x = np.random.default_rng(2).standard_normal((1, 3, 40, 40)).astype(np.float32)
     ref = F.interpolate(torch.from_numpy(x), size=(97, 97), mode="bilinear", align_corners=False).numpy()
-    assert _rel(_real(paths).run({"x": x})["y"], ref) <= RTOL  # type: ignore[attr-defined]
+    assert _rel(ex._real(paths).run({"x": x})["y"], ref) <= RTOL  # type: ignore[attr-defined]
 
 
 class _DeepLabV3Like(nn.Module):
@@ -192,7 +181,7 @@ def test_segmentation_heads_match_torch_in_real_caffe(net: type[nn.Module], tmp_
     for flavor in FLAVORS:
         result = api.convert(model, (x,), to="caffe", out=tmp_path / flavor / "net", caffe_flavor=flavor, check=False)
         paths = result.outputs
-        for name, rt in (("real Caffe", _real(paths)), ("OpenCV", ex._opencv(paths))):
+        for name, rt in (("real Caffe", ex._real(paths)), ("OpenCV", ex._opencv(paths))):
             got = next(iter(rt.run({rt.inputs()[0].name: x.numpy()}).values()))  # type: ignore[attr-defined]
             assert _rel(got, ref) <= RTOL, (flavor, name)
 

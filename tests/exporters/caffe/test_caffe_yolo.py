@@ -25,17 +25,6 @@ RTOL = 1e-5
 FLAVORS = ("ssd", "bvlc", "pspnet")
 
 
-def _real(paths: list[Path]) -> object:
-    """The file in the real Caffe of its dialect, as written (BVLC master reads round_mode and Clip)."""
-    from convert.parity.runtimes.caffe_runtime import find_caffe, real_caffe
-
-    if find_caffe() is None or find_caffe("bvlc") is None:
-        pytest.skip("real Caffe is not built here: run scripts/build_caffe")
-    rt = real_caffe(paths[0], paths[1])
-    assert rt is not None and not rt.notes, rt and rt.notes
-    return rt
-
-
 class _Detect(nn.Module):
     """Ultralytics' Detect.forward at inference (export form): decoded boxes (xywh, pixels) + scores."""
 
@@ -101,7 +90,7 @@ def test_yolov8_decoded_head_in_every_flavor(net: str, tmp_path: Path) -> None:
         text = result.outputs[0].read_text()
         if flavor != "ssd":
             assert "Permute" not in text
-        for name, rt in (("real Caffe", _real(result.outputs)), ("OpenCV", ex._opencv(result.outputs))):
+        for name, rt in (("real Caffe", ex._real(result.outputs)), ("OpenCV", ex._opencv(result.outputs))):
             got = next(iter(rt.run({rt.inputs()[0].name: x.numpy()}).values()))  # type: ignore[attr-defined]
             err = float(np.abs(got.reshape(ref.shape) - ref).max() / np.abs(ref).max())
             assert err <= RTOL, (flavor, name, err)
@@ -118,6 +107,6 @@ def test_constant_minus_tensor_is_a_scale(tmp_path: Path) -> None:
     assert 'type: "Scale"' in paths[0].read_text()
     feeds = ex._feeds(src)
     ref = ort.InferenceSession(src.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-    for rt in (_real(paths), ex._opencv(paths)):
+    for rt in (ex._real(paths), ex._opencv(paths)):
         got = rt.run(feeds)["y"]  # type: ignore[attr-defined]
         np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=0, atol=1e-6)
