@@ -154,19 +154,38 @@ def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Te
             concretize(program, example)
             return program
     except Exception as exc:
-        where = _script_node_place(script, _first_line(exc))
+        why = _first_line(exc).rstrip(".")
+        where = _script_node_place(script, why)
         if traced_from is not None:
             raise ConversionError(f"module {source}", f"torch.export failed ({traced_from}), its draft mode too, "
-                                  f"and torch could not convert the traced graph: {_first_line(exc)}{where}") from exc
-        if "roi_heads.py" in where:  # torchvision's traced mask paste or keypoint decoding
-            hint = ("This is torchvision's Mask/Keypoint R-CNN post-processing: convert the module instead, "
-                    "convert.convert(model, example) in Python (its loops are replaced during the capture)")
-        else:
-            hint = ("Save the model with torch.export.save instead (a Python loop is unrolled there, a "
-                    "data-dependent branch can be written with torch.cond, a data-dependent loop with "
-                    "torch._higher_order_ops.while_loop)")
+                                  f"and torch could not convert the traced graph: {why}{where}") from exc
+        if _traced_torchvision_detection(script):
+            raise ConversionError(
+                f"TorchScript model {source}",
+                f"this is a traced torchvision detector, which torch's "
+                f"TorchScript converter cannot follow: torchvision's tracing-only code computes image sizes "
+                f"as tensors (and Mask/Keypoint R-CNN's post-processing as scripted loops), so the converted "
+                f"graph meets data-dependent sizes ({why}{where}). Convert the module instead, "
+                f"convert.convert(model, example) in Python: torchvision's detectors are captured by "
+                f"torch.export there, with their post-processing replaced by equivalents it can follow") from exc
+        hint = ("Save the model with torch.export.save instead (a Python loop is unrolled there, a "
+                "data-dependent branch can be written with torch.cond, a data-dependent loop with "
+                "torch._higher_order_ops.while_loop)")
         raise ConversionError(f"TorchScript model {source}",
-                              f"torch could not convert the scripted graph: {_first_line(exc)}{where}. {hint}") from exc
+                              f"torch could not convert the scripted graph: {why}{where}. {hint}") from exc
+
+
+def _traced_torchvision_detection(script: torch.jit.ScriptModule) -> bool:
+    """Whether ``script`` holds code traced from torchvision's detection models
+    (``torchvision/models/detection/``), as its source ranges say (a file saved without them: False)."""
+    import re
+
+    pattern = re.compile(r'File "[^"]*torchvision[/\\]models[/\\]detection[/\\]')
+    try:
+        graph = script.inlined_graph  # type: ignore[attr-defined]  # kept alive while its nodes are read
+        return any(pattern.search(str(node.sourceRange())) for node in graph.nodes())
+    except Exception:  # source ranges are best effort
+        return False
 
 
 def _script_node_place(script: torch.jit.ScriptModule, message: str) -> str:
