@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from convert.ir import EXAMPLE_FEEDS, ConversionError, Options, UsageError
 
-from .lower import concretize
+from .tvpost import decode_heatmaps, offset_batched_nms, paste_expanded_masks
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -144,13 +144,15 @@ def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Te
     says so, instead of suggesting torch.export.save, which would fail the same way).
     """
     try:
-        from torch._export.converter import TS2EPConverter
+        from torch._export import converter  # noqa: F401  # what script_to_exported drives
     except ImportError as exc:
         raise UsageError(f"{source}: this torch version cannot convert TorchScript graphs; "
                          "install torch>=2.5") from exc
+    from .tsfold import concretize, script_to_exported
+
     try:
         with quiet_torch():
-            program = TS2EPConverter(script, tuple(example)).convert()
+            program = script_to_exported(script, example)
             concretize(program, example)
             return program
     except Exception as exc:
@@ -162,17 +164,20 @@ def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Te
         if _traced_torchvision_detection(script):
             raise ConversionError(
                 f"TorchScript model {source}",
-                f"this is a traced torchvision detector, which torch's "
-                f"TorchScript converter cannot follow: torchvision's tracing-only code computes image sizes "
-                f"as tensors (and Mask/Keypoint R-CNN's post-processing as scripted loops), so the converted "
-                f"graph meets data-dependent sizes ({why}{where}). Convert the module instead, "
-                f"convert.convert(model, example) in Python: torchvision's detectors are captured by "
-                f"torch.export there, with their post-processing replaced by equivalents it can follow") from exc
+                f"torch could not convert this traced torchvision detector ({why}{where}); torchvision's "
+                f"tracing-only code computes image sizes as tensors and Mask/Keypoint R-CNN's post-processing "
+                f"as scripted loops, which are replaced where they have the form torchvision {_tv_version()} "
+                f"traces. Convert the module instead, convert.convert(model, example) in Python: "
+                f"torchvision's detectors are captured by torch.export there") from exc
         hint = ("Save the model with torch.export.save instead (a Python loop is unrolled there, a "
                 "data-dependent branch can be written with torch.cond, a data-dependent loop with "
                 "torch._higher_order_ops.while_loop)")
         raise ConversionError(f"TorchScript model {source}",
                               f"torch could not convert the scripted graph: {why}{where}. {hint}") from exc
+
+
+def _tv_version() -> str:
+    return str(getattr(sys.modules.get("torchvision"), "__version__", "?"))
 
 
 def _traced_torchvision_detection(script: torch.jit.ScriptModule) -> bool:
@@ -284,30 +289,17 @@ def _replaced(modules: Sequence[str], name: str, replacement: object) -> Iterato
 
 def _batched_nms_replacement() -> object | None:
     """Return what replaces torchvision's ``batched_nms`` while a model is captured (None when
-    torchvision's module is not loaded): one NMS over class-separated boxes.
-
-    torchvision's own ``batched_nms`` branches on data twice: above 4000 box coordinates on the
-    CPU it loops in Python over ``torch.unique(labels)`` (a capture would unroll that loop for
-    the example's classes only), and its other path returns early on empty input. Neither branch
-    survives a capture of a detector, whose box count is data. The function put in its place
-    takes the offset path for every input: each class's boxes are shifted by ``class * (largest
-    - smallest coordinate + 1)``, both taken with 0 included, so that no two classes overlap, then
-    one NMS runs. For boxes with non-negative coordinates (a detector's, clipped to the image)
-    the shift is torchvision's to the bit; an empty input stays empty; with negative coordinates,
-    where torchvision's own offset path can let classes overlap, the classes stay apart as in its
-    per-class path.
-    """
+    torchvision's module is not loaded): ``tvpost.offset_batched_nms`` with torchvision's ``nms``,
+    one NMS over class-separated boxes (torchvision's own branches on data twice, which no capture
+    of a detector, whose box count is data, survives)."""
     boxes = sys.modules.get("torchvision.ops.boxes")
     nms = getattr(boxes, "nms", None)
     if nms is None:
         return None
-    import torch
 
     def batched_nms(boxes_: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor,
                     iou_threshold: float) -> torch.Tensor:
-        coords = torch.cat([boxes_.reshape(-1), boxes_.new_zeros(1)])
-        offsets = idxs.to(boxes_) * (coords.max() - coords.min() + 1)
-        return nms(boxes_ + offsets[:, None], scores, iou_threshold)  # type: ignore[misc]
+        return offset_batched_nms(boxes_, scores, idxs, iou_threshold, nms)
 
     return batched_nms
 
@@ -351,16 +343,9 @@ def _multiscale_roi_align_replacement() -> object | None:
 
 def _mask_paste_replacement() -> object | None:
     """Return what replaces torchvision's ``paste_masks_in_image`` (Mask R-CNN) while a model is
-    captured (None when its module is not loaded): one batched computation.
-
-    torchvision's own version loops in Python over the detections (a data-dependent count) and
-    resizes each mask to its box's size (data-dependent too). Bilinear resizing is separable: a
-    box's resized mask, placed in the image, is ``rows @ mask @ cols.T``, where ``rows`` holds, for
-    each image row inside the box, the two source rows and weights that ``F.interpolate(mode=
-    "bilinear", align_corners=False)`` takes (source index ``(r + 0.5) * side / extent - 0.5``,
-    clamped at 0, as torch computes it), and zeros outside the box; ``cols`` likewise. The values
-    are torchvision's up to float rounding of the source index (a few 1e-6 on masks in [0, 1]:
-    torch's own float32 kernel is as far from its float64 one), for any number of detections.
+    captured (None when its module is not loaded): torchvision's padding and box expansion, then all
+    masks pasted at once (``tvpost.paste_expanded_masks``) instead of a Python loop over the
+    detections (a data-dependent count) that resizes each mask to its box's size (data-dependent too).
     """
     roi_heads = sys.modules.get("torchvision.models.detection.roi_heads")
     expand_masks = getattr(roi_heads, "expand_masks", None)
@@ -373,104 +358,20 @@ def _mask_paste_replacement() -> object | None:
                              padding: int = 1) -> torch.Tensor:
         masks, scale = expand_masks(masks, padding=padding)  # type: ignore[misc]
         boxes = expand_boxes(boxes, scale).to(dtype=torch.int64)  # type: ignore[misc]
-        side = masks.shape[-1]
-        grid = torch.arange(side, device=boxes.device)
-
-        def weights(start: torch.Tensor, stop: torch.Tensor, size: int) -> torch.Tensor:
-            # [boxes, size, side]: image position -> weights over the padded mask's rows (columns)
-            extent = (stop - start + 1).clamp(min=1)
-            pos = torch.arange(size, device=boxes.device)
-            inside = (pos >= start.clamp(min=0)[:, None]) & (pos < (stop + 1).clamp(max=size)[:, None])
-            ratio = side / extent.to(masks.dtype)
-            src = (ratio[:, None] * ((pos - start[:, None]).to(masks.dtype) + 0.5) - 0.5).clamp(min=0)
-            low = src.floor().clamp(max=side - 1)
-            frac = (src - low).clamp(0, 1)
-            low = low.to(torch.int64)
-            high = (low + 1).clamp(max=side - 1)
-            taken = (1 - frac)[..., None] * (low[..., None] == grid) + frac[..., None] * (high[..., None] == grid)
-            return taken * inside[..., None]
-
-        rows = weights(boxes[:, 1], boxes[:, 3], img_shape[0])
-        cols = weights(boxes[:, 0], boxes[:, 2], img_shape[1])
-        return (rows @ masks[:, 0] @ cols.transpose(1, 2))[:, None]
+        return paste_expanded_masks(masks, boxes, img_shape[0], img_shape[1])[:, None]
 
     return paste_masks_in_image
 
 
 def _keypoint_decoding_replacement() -> object | None:
     """Return what replaces torchvision's ``heatmaps_to_keypoints`` (Keypoint R-CNN) while a model
-    is captured (None when its module is not loaded): a loop a capture can follow.
-
-    torchvision's own version loops in Python over the detections and resizes each one's heatmaps
-    (bicubic, ``align_corners=False``) to its box's size in whole pixels, then takes each keypoint's
-    first maximum: a data-dependent count of data-dependent sizes. Bicubic resizing is separable, so
-    a box's resized heatmaps are ``rows @ maps @ cols.T``, with torch's source index (``(r + 0.5) *
-    side / extent - 0.5``), its a = -0.75 taps and its clamping at the borders in ``rows`` and
-    ``cols``; those are computed for every box at once, at the tallest and widest box's size, and
-    zero past each box's own. A ``while_loop`` (ONNX ``Loop``) then resizes one box's heatmaps per
-    step, the positions outside its size set to -inf, and takes each keypoint's maximum and its
-    row-major position (the first on ties, as torch's) over the same pixels as torchvision's. One
-    step holds 17 x tallest x widest floats, as torchvision's loop holds one box's.
-    """
+    is captured (None when its module is not loaded): ``tvpost.decode_heatmaps``, a loop a capture
+    can follow (torchvision's own loops in Python over the detections and resizes each one's
+    heatmaps to its box's size: a data-dependent count of data-dependent sizes)."""
     roi_heads = sys.modules.get("torchvision.models.detection.roi_heads")
     if getattr(roi_heads, "heatmaps_to_keypoints", None) is None:
         return None
-    import torch
-    from torch._higher_order_ops.while_loop import while_loop
-
-    cubic = -0.75  # torch's bicubic coefficient
-
-    def heatmaps_to_keypoints(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        widths = (rois[:, 2] - rois[:, 0]).clamp(min=1)
-        heights = (rois[:, 3] - rois[:, 1]).clamp(min=1)
-        widths_ceil, heights_ceil = widths.ceil(), heights.ceil()
-        one = widths.new_ones(1)  # no detections: a 1 x 1 canvas
-        tallest = torch.cat([heights_ceil, one]).max().to(torch.int64).item()
-        widest = torch.cat([widths_ceil, one]).max().to(torch.int64).item()
-
-        def weights(extent: torch.Tensor, side: int, size: object) -> tuple[torch.Tensor, torch.Tensor]:
-            # [boxes, size, side]: resized position -> weights over the heatmap's rows (columns)
-            pos = torch.arange(size, device=maps.device)  # type: ignore[call-overload]
-            src = (side / extent)[:, None] * (pos.to(maps.dtype) + 0.5) - 0.5
-            low = src.floor()
-            t = src - low
-            taps = (((cubic * (t + 1) - 5 * cubic) * (t + 1) + 8 * cubic) * (t + 1) - 4 * cubic,
-                    ((cubic + 2) * t - (cubic + 3)) * t * t + 1,
-                    ((cubic + 2) * (1 - t) - (cubic + 3)) * (1 - t) * (1 - t) + 1,
-                    ((cubic * (2 - t) - 5 * cubic) * (2 - t) + 8 * cubic) * (2 - t) - 4 * cubic)
-            grid = torch.arange(side, device=maps.device)
-            first = low.to(torch.int64) - 1
-            taken = sum(c[..., None] * ((first + k).clamp(0, side - 1)[..., None] == grid)
-                        for k, c in enumerate(taps))
-            return taken, pos < extent[:, None]  # type: ignore[return-value]
-
-        rows, rows_in = weights(heights_ceil, maps.shape[-2], tallest)
-        cols, cols_in = weights(widths_ceil, maps.shape[-1], widest)
-        index = torch.arange(maps.shape[0], device=maps.device)
-        count = (index >= 0).sum()  # a tensor: while_loop takes no data-dependent int from outside
-
-        def cond(i: torch.Tensor, scores: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-            return i < count
-
-        def body(i: torch.Tensor, scores: torch.Tensor,
-                 pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-            at = i.reshape(1)
-            resized = rows.index_select(0, at) @ maps.index_select(0, at)[0] @ cols.index_select(0, at).transpose(1, 2)
-            inside = rows_in.index_select(0, at)[0][:, None] & cols_in.index_select(0, at)[0][None, :]
-            best, where = resized.masked_fill(~inside, float("-inf")).flatten(1).max(dim=1)
-            here = (index == i)[:, None]
-            return i + 1, torch.where(here, best, scores), torch.where(here, where, pos)
-
-        start = (torch.zeros((), dtype=torch.int64, device=maps.device),
-                 maps.new_zeros(maps.shape[:2]), torch.zeros(maps.shape[:2], dtype=torch.int64, device=maps.device))
-        _, scores, pos = while_loop(cond, body, start)
-        x_int = pos % widest
-        y_int = torch.div(pos - x_int, widest, rounding_mode="floor")
-        x = (x_int.float() + 0.5) * (widths / widths_ceil)[:, None] + rois[:, :1]
-        y = (y_int.float() + 0.5) * (heights / heights_ceil)[:, None] + rois[:, 1:2]
-        return torch.stack([x, y, torch.ones_like(x)], dim=2), scores
-
-    return heatmaps_to_keypoints
+    return decode_heatmaps
 
 
 # torchvision's functions replaced while a model is captured: the modules that hold each (the first

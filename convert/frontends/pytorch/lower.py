@@ -24,29 +24,26 @@ from convert.ir import (
     ConvertError,
     DataType,
     GapCollector,
-    Graph,
     GraphBuilder,
     InternalError,
     Model,
     ModelFormatError,
-    Node,
     Options,
     Provenance,
-    Shape,
-    TensorType,
     Unsupported,
     UnsupportedOpsError,
     Value,
     from_array,
 )
 
+from .controlflow import ControlFlowLowering
 from .ops import LowerContext, OpCall, TensorMeta, functional_key, resolve
 from .ops.spectral import COMPLEX_FORMS, real_dtype
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["FOLD_MAX_BYTES", "concretize", "lower_program", "op_key", "output_names", "prepare_program",
+__all__ = ["FOLD_MAX_BYTES", "lower_program", "op_key", "output_names", "prepare_program",
            "unsupported_ops"]
 
 logger = logging.getLogger(__name__)
@@ -178,7 +175,7 @@ def _wrap(tensor: torch.Tensor, name: str, options: Options) -> Value | None:
     return from_array(array, name=name)  # type: ignore[return-value]
 
 
-class _Lowering:
+class _Lowering(ControlFlowLowering):
     """State of one lowering: the FX-node -> IR environment and the constants torch can evaluate."""
 
     def __init__(self, program: object, builder: GraphBuilder, options: Options, source: str) -> None:
@@ -389,6 +386,7 @@ class _Lowering:
         return bound, metas
 
     def _fold(self, node: object) -> None:
+        import torch
         import torch.fx
 
         def real(a: object) -> object:
@@ -398,129 +396,29 @@ class _Lowering:
                 return type(a)(real(x) for x in a)
             return a
 
+        self._snapshot_before_write(node)
         args: list[object] = list(real(node.args))  # type: ignore[attr-defined, call-overload]
         kwargs = {k: real(v) for k, v in node.kwargs.items()}  # type: ignore[attr-defined]
         result = node.target(*args, **kwargs)  # type: ignore[attr-defined]
         self.consts[node] = result
         self.const_names[node] = str(node.name)  # type: ignore[attr-defined]
 
-    def _cond(self, node: object) -> None:
-        """Lower torch.cond(pred, true_fn, false_fn, operands) to If with two subgraphs.
+    def _snapshot_before_write(self, node: object) -> None:
+        """Before a folded in-place op writes a constant (``offset += n``), give every initializer
+        already made from that memory a copy of its current values (earlier users read those), and
+        let later users make a new one from the written memory."""
+        import torch
 
-        Each branch's graph is lowered into its own IR graph; its placeholders are the operands,
-        which the subgraph reads from the enclosing scope. Constants made inside a branch stay there.
-        """
-        key = _COND
-        where, prov = _where(key, node, self.source)
-        pred_node, true_node, false_node, operands = node.args[:4]  # type: ignore[attr-defined]
-        pred = self.value(pred_node)
-        if not isinstance(pred, Value):
-            raise ConversionError(where, "the condition is a Python value; torch.export should have specialised it")
-        outer = [self.value(o) for o in operands]
-        branches = []
-        count = 0
-        for label, ref in (("then", true_node), ("else", false_node)):
-            module = _get_attr(self.ep, ref.target)
-            saved = self.builder.graph, dict(self.builder._consts), dict(self.ctx._scalars)
-            sub = Graph([], [], nodes=[], name=self.builder.names.fresh(f"{prov.layer or 'cond'}_{label}"))
-            self.builder.graph = sub
-            try:
-                outs = self._lower_branch(module, outer, where)
-            finally:
-                self.builder.graph, self.builder._consts, self.ctx._scalars = saved
-            # an output must be produced inside the branch: outer values and constants pass an Identity
-            for i, v in enumerate(outs):
-                if v.producer() is None or v.producer().graph is not sub or v.is_graph_output():
-                    ident = Value(name=self.builder.names.fresh(f"{sub.name}_out{i}"), type=v.type, shape=v.shape)
-                    sub.append(Node("", "Identity", [v], outputs=[ident], name=self.builder.names.fresh("Identity")))
-                    v = ident
-                sub.outputs.append(v)
-            count = len(outs)
-            branches.append(sub)
-        self.ctx.call = OpCall(op=key, overload="", args={}, metas={}, out=None, where=where, module=prov.layer,
-                               prov=prov)
-        cond = self.ctx.emit("Cast", [self.ctx.emit("Reshape", [pred, self.ctx.ints([])])], {"to": DataType.BOOL})
-        results = self.ctx.emit_multi("If", [cond], {"then_branch": branches[0], "else_branch": branches[1]},
-                                    outputs=count)
-        metas = _meta_of(node.meta.get("val"), self.sym_names)  # type: ignore[attr-defined]
-        if isinstance(metas, list):
-            for r, m in zip(results, metas, strict=False):
-                _annotate(r, m)
-        self.env[node] = tuple(results)
-
-    def _while(self, node: object) -> None:
-        """Lower torch's while_loop(cond_fn, body_fn, carried, additional) to ONNX Loop.
-
-        The condition is computed once before the loop, on the initial values, and again at the
-        end of each iteration on the new ones (ONNX Loop's cond input and output). The body graph
-        takes ONNX's iteration number and condition, then the carried values; the additional
-        inputs are read from the enclosing scope.
-        """
-        key = _WHILE
-        where, prov = _where(key, node, self.source)
-        cond_ref, body_ref, carried, additional = node.args[:4]  # type: ignore[attr-defined]
-        cond_module, body_module = _get_attr(self.ep, cond_ref.target), _get_attr(self.ep, body_ref.target)
-        initial = [self.value(c) for c in carried]
-        extra = [self.value(a) for a in additional]
-        if not all(isinstance(v, Value) for v in initial):
-            raise ConversionError(where, "a loop-carried value is a Python value; ONNX Loop carries tensors")
-        call = OpCall(op=key, overload="", args={}, metas={}, out=None, where=where, module=prov.layer,
-                      prov=prov)
-        self.ctx.call = call
-        (first,) = self._lower_branch(cond_module, [*initial, *extra], where)
-        first = self.ctx.emit("Cast", [self.ctx.emit("Reshape", [first, self.ctx.ints([])])], {"to": DataType.BOOL})
-        metas = [_meta_of(c.meta.get("val"), self.sym_names) for c in carried]  # type: ignore[attr-defined]
-        name = self.builder.names.fresh(f"{prov.layer or 'while_loop'}_body")
-        step = Value(name=f"{name}_i", type=TensorType(DataType.INT64), shape=Shape([]))
-        cond_in = Value(name=f"{name}_cond", type=TensorType(DataType.BOOL), shape=Shape([]))
-        state = []
-        for i, m in enumerate(metas):
-            v = Value(name=f"{name}_in{i}")
-            _annotate(v, m)
-            state.append(v)
-        sub = Graph([step, cond_in, *state], [], nodes=[], name=name)
-        saved = self.builder.graph, dict(self.builder._consts), dict(self.ctx._scalars)
-        self.builder.graph = sub
-        try:
-            outs = self._lower_branch(body_module, [*state, *extra], where)
-            (again,) = self._lower_branch(cond_module, [*outs, *extra], where)
-            self.ctx.call = call  # the body's ops made their own calls current
-            again = self.ctx.emit("Cast", [self.ctx.emit("Reshape", [again, self.ctx.ints([])])],
-                                  {"to": DataType.BOOL})
-        finally:
-            self.builder.graph, self.builder._consts, self.ctx._scalars = saved
-        for i, v in enumerate([again, *outs]):
-            if v.producer() is None or v.producer().graph is not sub or v.is_graph_output():
-                ident = Value(name=self.builder.names.fresh(f"{name}_out{i}"), type=v.type, shape=v.shape)
-                sub.append(Node("", "Identity", [v], outputs=[ident], name=self.builder.names.fresh("Identity")))
-                v = ident
-            sub.outputs.append(v)
-        self.ctx.call = call
-        results = self.ctx.emit_multi("Loop", [None, first, *initial], {"body": sub}, outputs=len(initial))
-        for r, m in zip(results, metas, strict=True):
-            _annotate(r, m)
-        self.env[node] = tuple(results)
-
-    def _lower_branch(self, module: object, operands: Sequence[object], where: str) -> list[Value]:
-        placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]  # type: ignore[attr-defined]
-        if len(placeholders) != len(operands):
-            raise ConversionError(where, f"a branch takes {len(placeholders)} inputs, {len(operands)} were given")
-        for n, v in zip(placeholders, operands, strict=True):
-            self.env[n] = v
-        outs: list[Value] = []
-        for n in module.graph.nodes:  # type: ignore[attr-defined]
-            if n.op == "call_function":
-                self.run_node(n)
-            elif n.op == "get_attr":
-                self.consts[n] = _get_attr_of(module, n.target)
-            elif n.op == "output":
-                returned = n.args[0]
-                for o in returned if isinstance(returned, (list, tuple)) else [returned]:
-                    v = self.value(o)
-                    if not isinstance(v, Value):
-                        raise ConversionError(where, "a branch returns a Python value; ONNX If needs tensors")
-                    outs.append(v)
-        return outs
+        written = {self.consts[w].untyped_storage().data_ptr() for w in _written(node)  # type: ignore[attr-defined]
+                   if isinstance(self.consts.get(w), torch.Tensor)}
+        if not written:
+            return
+        for member, value in list(self.env.items()):
+            tensor = self.consts.get(member)
+            if isinstance(tensor, torch.Tensor) and isinstance(value, Value) and value.const_value is not None \
+                    and tensor.untyped_storage().data_ptr() in written:
+                value.const_value = _wrap(tensor.clone(), value.name or "const", self.options)
+                del self.env[member]
 
     def run_node(self, node: object) -> None:
         key = op_key(node.target)  # type: ignore[attr-defined]
@@ -651,83 +549,6 @@ def _annotate(result: object, meta: object) -> None:
     elif isinstance(result, (list, tuple)) and isinstance(meta, (list, tuple)):
         for r, m in zip(result, meta, strict=False):
             _annotate(r, m)
-
-
-def _is_static(val: object) -> bool:
-    import torch
-
-    if isinstance(val, torch.Tensor):
-        return all(isinstance(d, int) for d in val.shape)
-    if isinstance(val, (list, tuple)):
-        return all(_is_static(v) for v in val)
-    return not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
-
-
-# Ops whose result's length depends on the values of their inputs.
-_DATA_DEPENDENT_OPS = frozenset({"aten.nonzero", "aten.masked_select", "aten._unique2", "aten.unique_dim",
-                                 "aten.unique_consecutive", "torchvision.nms"})
-
-
-def _produces_data_dependent_size(node: object, interp: object) -> bool:
-    """Return True for a node whose output length depends on data: nonzero, nms, x[bool_mask]..."""
-    import torch
-
-    key = op_key(node.target)  # type: ignore[attr-defined]
-    if key in _DATA_DEPENDENT_OPS:
-        return True
-    if key in ("aten.index", "aten.index_put"):
-        env = interp.env  # type: ignore[attr-defined]
-        indices = node.args[1] if len(node.args) > 1 else []  # type: ignore[attr-defined]
-        for idx in indices or []:
-            value = env.get(idx) if isinstance(idx, torch.fx.Node) else None
-            if isinstance(value, torch.Tensor) and value.dtype == torch.bool:
-                return True
-    return False
-
-
-def concretize(program: object, example: Sequence[object]) -> None:
-    """Replace symbolic (unbacked) shapes in ``program``'s metadata by those of a run on ``example``.
-
-    torch's TorchScript converter turns traced size arithmetic into data-dependent symbols; one
-    run of the graph on the example inputs gives every node its actual, static value. Nodes
-    downstream of an op whose result length depends on the data (nonzero, ``x[mask]``,
-    torchvision's nms) keep their symbolic sizes: a detector's count differs from input to input.
-    """
-    import torch
-    import torch.fx
-
-    nodes = list(program.graph.nodes)  # type: ignore[attr-defined]
-    if all(_is_static(n.meta.get("val")) for n in nodes if n.op in ("placeholder", "call_function")):
-        return
-    lowering_consts: list[object] = []
-    sig = program.graph_signature  # type: ignore[attr-defined]
-    state = program.state_dict  # type: ignore[attr-defined]
-    constants = getattr(program, "constants", {}) or {}
-    users = iter(example)
-    for spec in sig.input_specs:
-        if spec.kind.name == "USER_INPUT":
-            lowering_consts.append(next(users))
-        else:
-            lowering_consts.append(state[spec.target] if spec.target in state else constants[spec.target])
-
-    dynamic: set[torch.fx.Node] = set()
-
-    class _Record(torch.fx.Interpreter):
-        def run_node(self, n: torch.fx.Node) -> object:
-            result = super().run_node(n)
-            if n.op != "call_function":
-                if n.op == "placeholder":
-                    n.meta["val"] = result
-                return result
-            if _produces_data_dependent_size(n, self) or any(a in dynamic for a in n.all_input_nodes):
-                dynamic.add(n)
-                if not _is_static(n.meta.get("val")):
-                    return result  # a size that depends on the data stays symbolic
-            n.meta["val"] = result
-            return result
-
-    with torch.no_grad():
-        _Record(program.graph_module).run(*lowering_consts)  # type: ignore[attr-defined]
 
 
 def prepare_program(program: object, source: str, options: Options) -> object:

@@ -157,6 +157,7 @@ CASES: dict[str, tuple[Callable[[], nn.Module], list[tuple[int, ...]]]] = {
     "inplace_through_views": (lambda: Fn(lambda m, x: _inplace_views(x)), S4),
     "inplace_aliases": (lambda: Fn(lambda m, x: _inplace_aliases(x)), S4),
     "inplace_stale_view": (lambda: Fn(lambda m, x: _inplace_stale_view(x)), S4),
+    "inplace_on_constant": (lambda: Fn(lambda m, x: _inplace_on_constant(x)), S4),
     "out_variant": (lambda: Fn(lambda m, x: _out_variant(x)), S4),
     "index_advanced": (lambda: Fn(lambda m, x, y: _advanced_index(x, y)), S4 + S4),
     "index_put": (lambda: Fn(lambda m, x, y: _index_put(x, y)), S4 + S4),
@@ -285,6 +286,17 @@ def _inplace_stale_view(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
     early = y.view(1, 4, 64)  # a view taken before the write and used after it: functionalized
     F.relu(y, inplace=True)
     return early.sum(-1), y
+
+
+def _inplace_on_constant(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """A constant written by constants after it was read (torchvision's RPN offsets, ``offset +=
+    num_anchors``): both sides fold, and the earlier read keeps the value from before the write."""
+    offset = torch.zeros(())
+    first = x + offset
+    offset.add_(1.5)
+    second = x + offset
+    offset.add_(2.0)
+    return first, second, x * offset
 
 
 def _inplace_aliases(x: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -213,3 +213,28 @@ def test_detector_matches_eager_as_sets(name: str, tmp_path: Path) -> None:
     # another CPU: 1.2e-4, 9.3e-4 from eager); SSDlite and RetinaNet <= 6e-6, Mask R-CNN's masks
     # 6.8e-4. Hence DET_FLOOR, and past it the float64 rule within DIM_FLOOR.
     _detections_agree(name, model, path, feed, inputs(4)[0] * 0.3, dim=True)
+
+
+@pytest.mark.parametrize("name", _zoo().DETECTORS)  # type: ignore[attr-defined]
+def test_traced_detector_file_matches_eager_as_sets(name: str, tmp_path: Path) -> None:
+    """The same detectors traced to a TorchScript ``.pt`` and converted from the file, compared with
+    eager (not with the traced graph) as sets, on three inputs and the dim image.
+
+    Under tracing torchvision takes its ONNX-export code: image sizes as tensors (folded to the
+    traced input size), NMS through its scripted coordinate trick, Mask/Keypoint R-CNN's
+    post-processing as scripted loops (replaced by the module route's equivalents). The detection
+    count stays data-dependent: the dim image gives other counts than the traced one."""
+    from convert.frontends.pytorch import load
+    from convert.ir import Options
+
+    model, inputs = _zoo().build(name)  # type: ignore[attr-defined]
+    with torch.no_grad():
+        traced = torch.jit.trace(model, inputs(1), check_trace=False)
+    torch.jit.save(traced, tmp_path / "m.pt")
+    del traced
+    ir_model = load([tmp_path / "m.pt"], Options())
+    path = to_onnx(ir_model, tmp_path / "m.onnx")
+    feed = ir_model.graph.inputs[0].name
+    for seed in (1, 2, 3):
+        _detections_agree(name, model, path, feed, inputs(seed)[0], dim=False)
+    _detections_agree(name, model, path, feed, inputs(4)[0] * 0.3, dim=True)

@@ -16,6 +16,9 @@ __all__ = ["addmm", "div", "linear", "matmul", "mean", "remainder"]
 def _operand(call: OpCall, ctx: LowerContext, name: str, like: TensorMeta) -> Value:
     value = call.args.get(name)
     if isinstance(value, Value):
+        if not isinstance(call.metas.get(name), TensorMeta) and value.dtype != like.dtype:
+            # a number computed at run time (x * int(t), its dtype unknown or another): the tensor's dtype
+            return ctx.emit("Cast", [value], {"to": like.dtype})
         return value
     if isinstance(value, (bool, int, float)):
         return ctx.scalar_like(value, like)

@@ -47,7 +47,8 @@ def getitem(call: OpCall, ctx: LowerContext) -> object:
 
 
 def _target(call: OpCall, ctx: LowerContext, *, expand: bool = False) -> Value:
-    return ctx.shape_value(call.out_meta.shape, like=call.meta("self"), sizes=call.args.get("size"), expand=expand)
+    sizes = call.args.get("size", call.args.get("shape"))  # view's and expand's argument; reshape's
+    return ctx.shape_value(call.out_meta.shape, like=call.meta("self"), sizes=sizes, expand=expand)
 
 
 @lowers("aten.view", "aten.reshape", "aten._unsafe_view", "aten.view_copy", to="Reshape")

@@ -1,0 +1,305 @@
+"""TorchScript to ExportedProgram through torch's converter, with the traced sizes folded.
+
+A traced graph records size arithmetic as tensor arithmetic: torchvision's detectors read the
+image size with ``_shape_as_tensor``, scale it as a float tensor and turn it back into an int
+(``aten::Int``) for ``interpolate``; their RPN takes ``min(k, anchors)`` the same way. torch's
+TorchScript converter turns each tensor-to-number conversion into ``_local_scalar_dense``, which
+``torch.export`` can only give a data-dependent symbol, and the capture then fails on the first
+guard on it (a batch norm of an image whose size is such a symbol).
+
+The input shapes of a converted TorchScript graph are fixed (the example's), so a number computed
+only from constants, weights and the sizes of tensors whose shape does not depend on the data is a
+constant. ``fold_static_scalars`` runs the converted FX graph once on the example and replaces every
+tensor-to-number conversion that is such a constant by its value. Which sizes do not depend on the
+data is decided without trusting a list of ops: a node's result has a static shape when torch's
+meta kernel computes it from its inputs' shapes alone (a meta tensor holds no data, so an op whose
+result length depends on the data, nonzero, ``x[mask]``, nms, cannot run on one). A number
+computed from a detection count (after nms) is left as it is, and the graph keeps that count
+dynamic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import operator
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = ["concretize", "fold_static_scalars", "script_to_exported"]
+
+# result values kept by the probe: numbers, and tensors up to this many elements (sizes, scales)
+_SMALL = 64
+_NONDETERMINISTIC = ("rand", "normal", "bernoulli", "dropout", "empty", "uniform", "multinomial", "poisson")
+
+
+def _conversions(gm: object) -> list[object]:
+    """The nodes of ``gm`` that turn a tensor into a Python number."""
+    import torch
+
+    scalar = {torch.ops.aten._local_scalar_dense.default, torch.ops.aten.item.default,
+              torch.ops.aten.ScalarImplicit.default}
+    return [n for n in gm.graph.nodes  # type: ignore[attr-defined]
+            if n.op == "call_function"
+            and (n.target in scalar or getattr(n.target, "__name__", "") == "to_float_tensor")]
+
+
+@contextlib.contextmanager
+def _written_attributes_copied(gm: torch.fx.GraphModule) -> Iterator[None]:
+    """Give ``gm`` copies of the attributes (weights, constants) its in-place ops write to, directly
+    or through a view, while it runs; put the originals back afterwards."""
+    import torch
+
+    written: set[str] = set()
+    for node in gm.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) \
+                or not target._schema.is_mutable:
+            continue
+        for arg, spec in zip(node.args, target._schema.arguments, strict=False):
+            if not isinstance(arg, torch.fx.Node) or spec.alias_info is None or not spec.alias_info.is_write:
+                continue
+            base = arg
+            while base.op == "call_function" and isinstance(base.target, torch._ops.OpOverload) \
+                    and base.target._schema.arguments and base.target._schema.arguments[0].alias_info is not None \
+                    and base.args and isinstance(base.args[0], torch.fx.Node):
+                base = base.args[0]  # a view or an in-place result shares its first argument's storage
+            if base.op == "get_attr":
+                written.add(str(base.target))
+    originals = {name: _attribute(gm, name) for name in written}
+    try:
+        for name, value in originals.items():
+            _set_attribute(gm, name, value.clone())
+        yield
+    finally:
+        for name, value in originals.items():
+            _set_attribute(gm, name, value)
+
+
+def _attribute(gm: object, name: str) -> torch.Tensor:
+    owner = gm
+    for part in name.split("."):
+        owner = getattr(owner, part)
+    return owner  # type: ignore[return-value]
+
+
+def _set_attribute(gm: object, name: str, value: object) -> None:
+    *path, last = name.split(".")
+    owner = gm
+    for part in path:
+        owner = getattr(owner, part)
+    setattr(owner, last, value)
+
+
+def fold_static_scalars(gm: torch.fx.GraphModule, args: Sequence[object]) -> int:
+    """Replace each tensor-to-number conversion of ``gm`` whose value depends only on constants,
+    weights and data-independent sizes by that value (one run on ``args``); return how many."""
+    import torch
+    import torch.fx
+    from torch.fx.node import map_aggregate, map_arg
+
+    conversions = _conversions(gm)
+    if not conversions:
+        return 0
+    from .tvpost import shape_as_tensor
+
+    aten = torch.ops.aten  # torch's converter calls aten::size and aten::numel as the packets
+    size_ops = {aten.sym_size, aten.sym_size.int, aten.sym_numel, aten.sym_numel.default, aten.dim.default,
+                aten._shape_as_tensor.default, shape_as_tensor}
+    static_value: set[torch.fx.Node] = set()  # the node's value does not depend on the input data
+    static_shape: set[torch.fx.Node] = set()  # its shape does not (the input shapes are fixed)
+    meta: dict[torch.fx.Node, object] = {}  # tensor results as meta tensors: shape, strides, dtype, no data
+    kept: dict[torch.fx.Node, object] = {}  # small results (numbers, sizes), for the folding
+    storage: dict[torch.fx.Node, int] = {}  # where each tensor result lives, to follow in-place writes
+
+    def as_meta(value: object) -> object:
+        if isinstance(value, torch.Tensor):
+            return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+        return value
+
+    def has_static_shape(node: torch.fx.Node) -> bool:
+        target = node.target
+        if target is operator.getitem:
+            return node.all_input_nodes[0] in static_shape
+        if not isinstance(target, torch._ops.OpOverload):
+            return False  # a subgraph or a Python function: not looked into
+        for arg in node.all_input_nodes:
+            if isinstance(meta.get(arg), (torch.Tensor, list, tuple)):
+                if arg not in static_shape:
+                    return False
+            elif arg not in static_value or arg not in kept:
+                return False
+        try:  # meta holds numbers as they are and tensors as meta tensors
+            target(*map_arg(node.args, lambda m: meta[m]), **map_arg(node.kwargs, lambda m: meta[m]))
+        except Exception:  # no meta kernel, or a result length that depends on the data
+            return False
+        return True
+
+    class _Probe(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> object:
+            result = super().run_node(n)
+            meta[n] = map_aggregate(result, as_meta)
+            if not isinstance(result, torch.Tensor) or result.numel() <= _SMALL:
+                kept[n] = result
+            if isinstance(result, torch.Tensor):
+                storage[n] = result.untyped_storage().data_ptr()
+            self._classify(n)
+            return result
+
+        def _classify(self, n: torch.fx.Node) -> None:
+            inputs = n.all_input_nodes
+            if n.op == "placeholder":
+                static_shape.add(n)
+                return
+            if n.op == "get_attr":  # a weight or a constant
+                static_shape.add(n)
+                static_value.add(n)
+                return
+            if n.op != "call_function":
+                return
+            target = n.target
+            if target in size_ops:
+                if inputs and inputs[0] in static_shape and all(i in static_value for i in inputs[1:]):
+                    static_value.add(n)
+                    static_shape.add(n)
+                return
+            mutable = isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable
+            if mutable:  # what it writes, and every tensor sharing that storage, now holds other values
+                written = {storage[a] for a, spec in zip(n.args, target._schema.arguments, strict=False)
+                           if isinstance(a, torch.fx.Node) and a in storage
+                           and spec.alias_info is not None and spec.alias_info.is_write}
+                for other, where in storage.items():
+                    if where in written:
+                        static_value.discard(other)
+            deterministic = not any(word in str(target) for word in _NONDETERMINISTIC)
+            if not mutable and deterministic and all(i in static_value for i in inputs):
+                static_value.add(n)
+                static_shape.add(n)
+            elif has_static_shape(n):
+                static_shape.add(n)
+
+    with torch.no_grad(), _written_attributes_copied(gm):
+        _Probe(gm).run(*args)
+    folded = 0
+    for node in conversions:
+        if node in static_value and node in kept:
+            value = kept[node]
+            node.replace_all_uses_with(value.item() if isinstance(value, torch.Tensor) else value)
+            gm.graph.erase_node(node)
+            folded += 1
+    if folded:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
+    return folded
+
+
+def script_to_exported(script: torch.jit.ScriptModule, example: Sequence[torch.Tensor]) -> object:
+    """Convert ``script`` with torch's TorchScript converter (``TS2EPConverter.convert``, whose
+    steps this follows), torchvision's scripted post-processing replaced first
+    (``tvpost.replace_torchvision_loops``) and the traced sizes folded before the capture."""
+    import warnings
+
+    from torch._export import converter
+
+    from .tvpost import replace_torchvision_loops
+
+    replace_torchvision_loops(script)
+    ts = converter.TS2EPConverter(script, tuple(example))
+    blocks, fqns = converter.get_block_to_lifted_attrs(ts.ts_graph)
+    graph_converter = converter.TS2FXGraphConverter(
+        ts.ts_graph, ts.name_to_param, ts.name_to_buffer, blocks, ts.name_to_non_tensor_attributes,
+        ts.name_to_constant, fqns)
+    gm = graph_converter.convert()
+    converter.replace_quantized_ops_with_standard_ops(gm)
+    fold_static_scalars(gm, example)
+    program = ts.retrace_as_exported_program(gm, graph_converter.name_to_constant)
+    for key, tensor in script.state_dict().items():  # as torch's converter: weights the graph does not use
+        if key not in program.state_dict:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                program.state_dict[key] = tensor
+    return program
+
+
+def _is_static(val: object) -> bool:
+    import torch
+
+    if isinstance(val, torch.Tensor):
+        return all(isinstance(d, int) for d in val.shape)
+    if isinstance(val, (list, tuple)):
+        return all(_is_static(v) for v in val)
+    return not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+# Ops whose result's length depends on the values of their inputs.
+_DATA_DEPENDENT_OPS = frozenset({"aten.nonzero", "aten.nonzero_numpy", "aten.argwhere", "aten.masked_select",
+                                 "aten._unique2", "aten.unique_dim",
+                                 "aten.unique_consecutive", "torchvision.nms"})
+
+
+def _produces_data_dependent_size(node: object, interp: object) -> bool:
+    """Return True for a node whose output length depends on data: nonzero, nms, x[bool_mask]..."""
+    import torch
+
+    from .lower import op_key
+
+    key = op_key(node.target)  # type: ignore[attr-defined]
+    if key in _DATA_DEPENDENT_OPS:
+        return True
+    if key == "aten.where" and len(node.args) + len(node.kwargs) == 1:  # type: ignore[attr-defined]
+        return True  # torch.where(condition): nonzero as a tuple of index tensors
+    if key in ("aten.index", "aten.index_put"):
+        env = interp.env  # type: ignore[attr-defined]
+        indices = node.args[1] if len(node.args) > 1 else []  # type: ignore[attr-defined]
+        for idx in indices or []:
+            value = env.get(idx) if isinstance(idx, torch.fx.Node) else None
+            if isinstance(value, torch.Tensor) and value.dtype == torch.bool:
+                return True
+    return False
+
+
+def concretize(program: object, example: Sequence[object]) -> None:
+    """Replace symbolic (unbacked) shapes in ``program``'s metadata by those of a run on ``example``.
+
+    torch's TorchScript converter turns traced size arithmetic into data-dependent symbols; one
+    run of the graph on the example inputs gives every node its actual, static value. Nodes
+    downstream of an op whose result length depends on the data (nonzero, ``x[mask]``,
+    torchvision's nms) keep their symbolic sizes: a detector's count differs from input to input.
+    """
+    import torch
+    import torch.fx
+
+    nodes = list(program.graph.nodes)  # type: ignore[attr-defined]
+    if all(_is_static(n.meta.get("val")) for n in nodes if n.op in ("placeholder", "call_function")):
+        return
+    lowering_consts: list[object] = []
+    sig = program.graph_signature  # type: ignore[attr-defined]
+    state = program.state_dict  # type: ignore[attr-defined]
+    constants = getattr(program, "constants", {}) or {}
+    users = iter(example)
+    for spec in sig.input_specs:
+        if spec.kind.name == "USER_INPUT":
+            lowering_consts.append(next(users))
+        else:
+            lowering_consts.append(state[spec.target] if spec.target in state else constants[spec.target])
+
+    dynamic: set[torch.fx.Node] = set()
+
+    class _Record(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> object:
+            result = super().run_node(n)
+            if n.op != "call_function":
+                if n.op == "placeholder":
+                    n.meta["val"] = result
+                return result
+            if _produces_data_dependent_size(n, self) or any(a in dynamic for a in n.all_input_nodes):
+                dynamic.add(n)
+                if not _is_static(n.meta.get("val")):
+                    return result  # a size that depends on the data stays symbolic
+            n.meta["val"] = result
+            return result
+
+    with torch.no_grad():
+        _Record(program.graph_module).run(*lowering_consts)  # type: ignore[attr-defined]
