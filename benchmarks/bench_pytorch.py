@@ -11,13 +11,15 @@ and the real Hugging Face transformers models of ``models/pytorch/hf.py`` (names
 when transformers is installed; built from small configs, nothing downloaded) and the real
 torchvision and timm models of ``models/pytorch/vision_zoo.py`` (``tv:resnet18``, ``timm:dla34``...,
 when both import; ``det:NAME`` torchvision detectors; ``yolo:yolov8n``... when ultralytics imports
-too), and adds whether each file matches eager: max error relative to the output's scale over
+too; ``traced:NAME`` converts the same model from a ``.pt`` traced before the clock starts, every
+tool reading the file), and adds whether each file matches eager: max error relative to the output's scale over
 every output and two inputs, a match when <= 1e-4 (detections compared as sets: same count, rows sorted by box),
 or, past it, when the parity check's float64 rule calls it float32 rounding (``f64``: no more than
 twice as far from the net run in float64 as eager float32 is).
 
     python benchmarks/bench_pytorch.py [--models resnet50,big] [--runs 20]
     python benchmarks/bench_pytorch.py --zoo [--models bert,gpt2,hf:bert,hf:gpt2_lm,tv:resnet18,timm:dla34]
+    python benchmarks/bench_pytorch.py --zoo --models traced:det:maskrcnn_resnet50_fpn
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ def _vision() -> object | None:
 def _zoo_build(name: str) -> tuple[object, object]:
     """Return (model, inputs(seed)) of zoo model ``name``; ``hf:NAME`` is a Hugging Face model,
     ``tv:NAME`` / ``timm:NAME`` / ``yolo:NAME`` a torchvision / timm / ultralytics one."""
+    name = name.removeprefix("traced:")  # the same model, converted from a traced .pt
     if name.startswith(("tv:", "timm:", "yolo:", "det:")):
         vision = _vision()
         if vision is None:
@@ -118,9 +121,16 @@ def _build(name: str) -> tuple[object, tuple[object, ...]]:
 
 def child(tool: str, name: str, out: str) -> None:
     """Build model ``name``, convert it with ``tool`` to ``out``, print a JSON measurement."""
+    import inspect
+
     import torch
 
     model, example = _build(name)
+    names = list(inspect.signature(model.forward).parameters)[: len(example)]  # type: ignore[attr-defined]
+    traced = Path(out).with_suffix(".pt") if name.startswith("zoo:traced:") else None
+    if traced is not None:  # traced before the clock starts; every tool then reads the file
+        with torch.no_grad():
+            torch.jit.save(torch.jit.trace(model, example, check_trace=False), traced)  # type: ignore[arg-type]
     base_anon = _status("RssAnon")
     peak = [base_anon]
     stop = threading.Event()
@@ -137,19 +147,18 @@ def child(tool: str, name: str, out: str) -> None:
     try:
         if tool == "ours":
             from convert.exporters.onnx import EXPORTER
-            from convert.frontends.pytorch import load_module
+            from convert.frontends.pytorch import load, load_module
             from convert.ir import Options, passes
 
             options = Options()
-            ir_model = load_module(model, example, options)  # type: ignore[arg-type]
+            ir_model = (load([traced], options) if traced is not None
+                        else load_module(model, example, options))  # type: ignore[arg-type]
             passes.standard_pipeline()(ir_model)
             EXPORTER.save(ir_model, Path(out), options)
         else:
-            import inspect
-
-            names = list(inspect.signature(model.forward).parameters)[: len(example)]  # type: ignore[attr-defined]
+            source = torch.jit.load(traced) if traced is not None else model  # type: ignore[no-untyped-call]
             with torch.no_grad():
-                torch.onnx.export(model, example, out, opset_version=17, input_names=names,
+                torch.onnx.export(source, example, out, opset_version=17, input_names=names,
                                   dynamo=tool.endswith("(dynamo)"))
     except Exception as exc:  # reported in the table
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:120] if str(exc).strip() else ''}"
@@ -197,11 +206,12 @@ def _match(path: Path, name: str) -> tuple[float, bool]:
 
     from convert.parity.compare import FLOAT64_MARGIN
 
-    model, inputs = _zoo_build(name[4:])
+    model, inputs = _zoo_build(name[4:])  # the eager model, for a traced file too
     so = ort.SessionOptions()
     so.log_severity_level = 3
     session = ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
-    detector = name[4:] in _zoo().DETECTORS or name.startswith("zoo:det:")  # type: ignore[attr-defined]
+    base = name[4:].removeprefix("traced:")
+    detector = base in _zoo().DETECTORS or base.startswith("det:")  # type: ignore[attr-defined]
     wide: object = None
 
     def flat(model_: object, xs: tuple[torch.Tensor, ...]) -> list[np.ndarray]:

@@ -198,28 +198,25 @@ def fold_static_scalars(gm: torch.fx.GraphModule, args: Sequence[object]) -> int
 def script_to_exported(script: torch.jit.ScriptModule, example: Sequence[torch.Tensor]) -> object:
     """Convert ``script`` with torch's TorchScript converter (``TS2EPConverter.convert``, whose
     steps this follows), torchvision's scripted post-processing replaced first
-    (``tvpost.replace_torchvision_loops``) and the traced sizes folded before the capture."""
-    import warnings
-
+    (``tvpost.replace_torchvision_scripted``) and the traced sizes folded before the capture."""
     from torch._export import converter
 
-    from .tvpost import replace_torchvision_loops
+    from .tvpost import converter_handlers, replace_torchvision_scripted
 
-    replace_torchvision_loops(script)
-    ts = converter.TS2EPConverter(script, tuple(example))
-    blocks, fqns = converter.get_block_to_lifted_attrs(ts.ts_graph)
-    graph_converter = converter.TS2FXGraphConverter(
-        ts.ts_graph, ts.name_to_param, ts.name_to_buffer, blocks, ts.name_to_non_tensor_attributes,
-        ts.name_to_constant, fqns)
-    gm = graph_converter.convert()
+    replace_torchvision_scripted(script)
+    with converter_handlers():
+        ts = converter.TS2EPConverter(script, tuple(example))
+        blocks, fqns = converter.get_block_to_lifted_attrs(ts.ts_graph)
+        graph_converter = converter.TS2FXGraphConverter(
+            ts.ts_graph, ts.name_to_param, ts.name_to_buffer, blocks, ts.name_to_non_tensor_attributes,
+            ts.name_to_constant, fqns)
+        gm = graph_converter.convert()
     converter.replace_quantized_ops_with_standard_ops(gm)
     fold_static_scalars(gm, example)
     program = ts.retrace_as_exported_program(gm, graph_converter.name_to_constant)
     for key, tensor in script.state_dict().items():  # as torch's converter: weights the graph does not use
         if key not in program.state_dict:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                program.state_dict[key] = tensor
+            program.state_dict[key] = tensor
     return program
 
 

@@ -15,22 +15,24 @@ They serve two routes. A module is captured with them in place of torchvision's 
 torchvision's tracing-only versions as scripted functions (``_batched_nms_coordinate_trick``,
 ``_onnx_paste_masks_in_image_loop``, ``_onnx_heatmaps_to_keypoints_loop``), which torch's
 TorchScript converter cannot follow (a data-dependent branch, loops whose trip count is data):
-``replace_torchvision_loops`` puts an operator of ours in place of each call in the TorchScript
+``replace_torchvision_scripted`` puts an operator of ours in place of each call in the TorchScript
 graph, and torch's converter turns that operator into a call of the form here. The operator's own
 kernel runs torchvision's function unchanged, so a rewritten module still computes what it did.
 """
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["decode_heatmaps", "offset_batched_nms", "paste_expanded_masks", "replace_torchvision_loops",
-           "shape_as_tensor"]
+__all__ = ["converter_handlers", "decode_heatmaps", "offset_batched_nms", "paste_expanded_masks",
+           "replace_torchvision_scripted", "shape_as_tensor"]
 
 _NAMESPACE = "convert_tv"
 _CUBIC = -0.75  # torch's bicubic coefficient
@@ -227,9 +229,9 @@ def _keypoints_args(call: torch._C.Node) -> list[torch._C.Value] | None:
     return inputs[:2] if len(inputs) == 9 else None
 
 
-# torchvision's scripted loop -> (our operator, its schema, the call's inputs it takes, its kernel,
-# the function torch's converter calls in its place)
-_LOOPS = {
+# torchvision's scripted function -> (our operator, its schema, the call's inputs it takes, its
+# kernel, the function torch's converter calls in its place)
+_SCRIPTED = {
     "_batched_nms_coordinate_trick": (
         "batched_nms", "(Tensor boxes, Tensor scores, Tensor idxs, float iou_threshold) -> Tensor",
         lambda call: list(call.inputs())[1:], _nms_kernel, offset_batched_nms),
@@ -258,30 +260,51 @@ def _fx_handler(target: object) -> object:
 
 
 def _register() -> None:
-    """Define our operators (once per process) and teach torch's TorchScript converter them."""
+    """Define our operators (once per process: a library namespace of ours, ``convert_tv``)."""
     if _registered:
         return
     import torch
-    from torch._export import converter
 
     library = torch.library.Library(_NAMESPACE, "DEF")
-    for op, schema, _, kernel, target in _LOOPS.values():
+    for op, schema, _, kernel, _ in _SCRIPTED.values():
         library.define(op + schema)
         library.impl(op, kernel, "CompositeExplicitAutograd")
-        # torch's converter looks its handlers up by node kind: convert_<namespace>_<op>
-        setattr(converter.TS2FXGraphConverter, f"convert_{_NAMESPACE}_{op}", _fx_handler(target))
-    converter.TS2FXGraphConverter.convert_aten__shape_as_tensor = _fx_handler(shape_as_tensor)
     _registered.append(library)
 
 
-def replace_torchvision_loops(script: torch.jit.ScriptModule) -> int:
-    """Put our operators in place of torchvision's scripted post-processing loops in every graph of
-    ``script`` (edited in place); return how many were replaced.
+@contextlib.contextmanager
+def converter_handlers() -> Iterator[None]:
+    """Teach torch's TorchScript converter our operators and ``aten::_shape_as_tensor`` (whose own
+    kernel cannot run on the fake tensors of its capture) while it runs; put its class back after.
+
+    The converter looks its handlers up by node kind, as ``convert_<namespace>_<op>`` methods.
+    """
+    from torch._export import converter
+
+    cls = converter.TS2FXGraphConverter
+    handlers = {f"convert_{_NAMESPACE}_{op}": _fx_handler(target) for op, _, _, _, target in _SCRIPTED.values()}
+    handlers["convert_aten__shape_as_tensor"] = _fx_handler(shape_as_tensor)
+    saved = {name: cls.__dict__[name] for name in handlers if name in cls.__dict__}
+    for name, handler in handlers.items():
+        setattr(cls, name, handler)
+    try:
+        yield
+    finally:
+        for name in handlers:
+            if name in saved:
+                setattr(cls, name, saved[name])
+            else:
+                delattr(cls, name)
+
+
+def replace_torchvision_scripted(script: torch.jit.ScriptModule) -> int:
+    """Put our operators in place of torchvision's scripted post-processing (``_SCRIPTED``: its
+    batched NMS, Mask/Keypoint R-CNN's loops) in every graph of ``script`` (edited in place); return
+    how many calls were replaced.
 
     A call whose image size is not one tracing recorded as an int is left as it is (torch's
     converter then refuses its loop, which names the place).
     """
-    _register()  # also teaches torch's converter ``_shape_as_tensor``, which any traced file may hold
     if "torchvision.models.detection.roi_heads" not in sys.modules:
         return 0
     import torch
@@ -295,12 +318,13 @@ def replace_torchvision_loops(script: torch.jit.ScriptModule) -> int:
         for call in graph.findAllNodes("prim::CallFunction"):
             function = call.inputsAt(0).node()
             name = function.s("name") if function.hasAttribute("name") else None
-            if name not in _LOOPS:
+            if name not in _SCRIPTED:
                 continue
-            op, _, take, _, _ = _LOOPS[name]
+            op, _, take, _, _ = _SCRIPTED[name]
             args = take(call)
             if args is None:
                 continue
+            _register()
             outputs = 2 if call.output().type().kind() == "TupleType" else 1
             ours = graph.create(f"{_NAMESPACE}::{op}", args, outputs)
             ours.insertBefore(call)
