@@ -195,7 +195,7 @@ class LowerContext(FrontendContext):
             parts = []
             for s in sizes:
                 if isinstance(s, Value):  # a size computed at run time: as one int64 element
-                    parts.append(self.emit("Reshape", [self.emit("Cast", [s], {"to": 7}), self.ints([1])]))
+                    parts.append(self.emit("Reshape", [self.emit("Cast", [s], {"to": DataType.INT64}), self.ints([1])]))
                 else:
                     n = int(s)
                     parts.append(self.ints([1 if (expand and n == -1) else n]))

@@ -122,7 +122,7 @@ def cumsum(call: OpCall, ctx: LowerContext) -> Value:
 
 def _topk(ctx: LowerContext, x: Value, k: int | Value, axis: int, largest: bool) -> tuple[Value, Value]:
     if isinstance(k, Value):  # a computed k (min(1000, count); a traced int32 .item()): TopK takes int64 [1]
-        kk = ctx.emit("Reshape", [ctx.emit("Cast", [k], {"to": 7}), ctx.ints([1])])
+        kk = ctx.emit("Reshape", [ctx.emit("Cast", [k], {"to": DataType.INT64}), ctx.ints([1])])
     else:
         kk = ctx.ints([k])
     values, indices = ctx.emit_multi("TopK", [x, kk], {"axis": axis, "largest": int(largest),
