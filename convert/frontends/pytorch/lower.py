@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = ["FOLD_MAX_BYTES", "lower_program", "op_key", "output_names", "prepare_program",
-           "unsupported_ops"]
+           "unsupported_ops", "written_bases"]
 
 logger = logging.getLogger(__name__)
 
@@ -223,16 +223,10 @@ class _Lowering(ControlFlowLowering):
     def _protect_written_state(self) -> None:
         """Copy the parameters and buffers the graph writes to (``self.buf.add_(1)``), so that
         folding runs those writes on the copy and never changes the user's module."""
-        for node in self.ep.graph.nodes:  # type: ignore[attr-defined]
-            if node.op != "call_function":
-                continue
-            for w in _written(node):
-                base = w
-                while getattr(base, "op", None) == "call_function" and (_is_view(base) or _written(base)):
-                    base = base.args[0]  # type: ignore[attr-defined]
-                real = self.consts.get(base)
-                if real is not None and getattr(base, "op", None) == "placeholder" and hasattr(real, "clone"):
-                    self.consts[base] = real.clone()  # type: ignore[attr-defined]
+        for base in written_bases(self.ep.graph.nodes):  # type: ignore[attr-defined]
+            real = self.consts.get(base)
+            if real is not None and getattr(base, "op", None) == "placeholder" and hasattr(real, "clone"):
+                self.consts[base] = real.clone()  # type: ignore[attr-defined]
 
     def _find_foldable(self) -> set[object]:
         foldable: set[object] = set(self.consts)
@@ -386,7 +380,6 @@ class _Lowering(ControlFlowLowering):
         return bound, metas
 
     def _fold(self, node: object) -> None:
-        import torch
         import torch.fx
 
         def real(a: object) -> object:
@@ -511,6 +504,20 @@ def _written(node: object) -> list[object]:
         if isinstance(a, torch.fx.Node):
             out.append(a)
     return out
+
+
+def written_bases(nodes: Sequence[object]) -> list[object]:
+    """The nodes whose memory the in-place ops among ``nodes`` write: each written argument followed
+    back through views and earlier in-place results to the node that made its memory."""
+    bases: list[object] = []
+    for node in nodes:
+        if getattr(node, "op", None) != "call_function":
+            continue
+        for base in _written(node):
+            while getattr(base, "op", None) == "call_function" and (_is_view(base) or _written(base)):
+                base = base.args[0]  # type: ignore[attr-defined]
+            bases.append(base)
+    return bases
 
 
 def _is_view(node: object) -> bool:

@@ -50,47 +50,25 @@ def _conversions(gm: object) -> list[object]:
 def _written_attributes_copied(gm: torch.fx.GraphModule) -> Iterator[None]:
     """Give ``gm`` copies of the attributes (weights, constants) its in-place ops write to, directly
     or through a view, while it runs; put the originals back afterwards."""
-    import torch
+    from .lower import _get_attr_of, written_bases
 
-    written: set[str] = set()
-    for node in gm.graph.nodes:
-        target = node.target
-        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload) \
-                or not target._schema.is_mutable:
-            continue
-        for arg, spec in zip(node.args, target._schema.arguments, strict=False):
-            if not isinstance(arg, torch.fx.Node) or spec.alias_info is None or not spec.alias_info.is_write:
-                continue
-            base = arg
-            while base.op == "call_function" and isinstance(base.target, torch._ops.OpOverload) \
-                    and base.target._schema.arguments and base.target._schema.arguments[0].alias_info is not None \
-                    and base.args and isinstance(base.args[0], torch.fx.Node):
-                base = base.args[0]  # a view or an in-place result shares its first argument's storage
-            if base.op == "get_attr":
-                written.add(str(base.target))
-    originals = {name: _attribute(gm, name) for name in written}
+    written = {str(base.target) for base in written_bases(gm.graph.nodes)  # type: ignore[attr-defined]
+               if base.op == "get_attr"}  # type: ignore[attr-defined]
+    originals = {name: _get_attr_of(gm, name) for name in written}
     try:
         for name, value in originals.items():
-            _set_attribute(gm, name, value.clone())
+            _set_attribute(gm, name, value.clone())  # type: ignore[attr-defined]
         yield
     finally:
         for name, value in originals.items():
             _set_attribute(gm, name, value)
 
 
-def _attribute(gm: object, name: str) -> torch.Tensor:
-    owner = gm
-    for part in name.split("."):
-        owner = getattr(owner, part)
-    return owner  # type: ignore[return-value]
-
-
 def _set_attribute(gm: object, name: str, value: object) -> None:
-    *path, last = name.split(".")
-    owner = gm
-    for part in path:
-        owner = getattr(owner, part)
-    setattr(owner, last, value)
+    from .lower import _get_attr_of
+
+    parent, _, last = name.rpartition(".")
+    setattr(_get_attr_of(gm, parent) if parent else gm, last, value)
 
 
 def fold_static_scalars(gm: torch.fx.GraphModule, args: Sequence[object]) -> int:
@@ -103,6 +81,7 @@ def fold_static_scalars(gm: torch.fx.GraphModule, args: Sequence[object]) -> int
     conversions = _conversions(gm)
     if not conversions:
         return 0
+    from .lower import _written
     from .tvpost import shape_as_tensor
 
     aten = torch.ops.aten  # torch's converter calls aten::size and aten::numel as the packets
@@ -167,9 +146,7 @@ def fold_static_scalars(gm: torch.fx.GraphModule, args: Sequence[object]) -> int
                 return
             mutable = isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable
             if mutable:  # what it writes, and every tensor sharing that storage, now holds other values
-                written = {storage[a] for a, spec in zip(n.args, target._schema.arguments, strict=False)
-                           if isinstance(a, torch.fx.Node) and a in storage
-                           and spec.alias_info is not None and spec.alias_info.is_write}
+                written = {storage[a] for a in _written(n) if a in storage}
                 for other, where in storage.items():
                     if where in written:
                         static_value.discard(other)

@@ -327,7 +327,6 @@ def test_traced_sizes_fold_only_what_the_data_does_not_change(tmp_path: Path) ->
     """tsfold: the size computed from the input's shape becomes a constant; the two computed from the
     data stay computed. Checked on inputs with other counts than the traced example's."""
     from convert.frontends.pytorch import load
-    from convert.frontends.pytorch.tsfold import fold_static_scalars  # noqa: F401  # what is tested
     from convert.ir import Options
 
     example = torch.rand(1, 3, 8, 8, generator=torch.Generator().manual_seed(0))
