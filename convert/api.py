@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from . import formats, ir
-from .parity import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TOL, ParityReport, open_runtime, resolve_inputs, run_parity
+from .parity import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TOL, ParityReport, open_runtime, resolve_inputs, run_parity, source_options
 
 __all__ = ["ConversionResult", "convert", "load", "routes", "save", "supported_ops", "verify"]
 
@@ -341,7 +341,7 @@ def convert(
             if module_src and fe.object_runtime is not None:
                 src_runtime = fe.object_runtime(src, example_inputs, opts)  # type: ignore[assignment]
             else:
-                src_runtime = open_runtime(fmt, paths, opts)
+                src_runtime = open_runtime(fmt, paths, source_options(fmt, opts))
         except ir.ConvertError as exc:
             parity_error = f"the {fmt} reference runtime is unavailable: {exc}"
         if src_runtime is not None:

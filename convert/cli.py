@@ -449,7 +449,10 @@ def _convert_options(func):  # type: ignore[no-untyped-def]
         click.option("--fold-bn/--no-fold-bn", default=True, show_default=True,
                      help="Fold BatchNormalization into the preceding convolution."),
         click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-                     help="Where ONNX Runtime runs the parity check (cuda needs onnxruntime-gpu)."),
+                     help="Where the parity check runs: the converted model in ONNX Runtime (cuda needs "
+                          "onnxruntime-gpu) and the source in its framework when it has a GPU build "
+                          "(PyTorch, TensorFlow, Paddle); CUDA runs are exact fp32 (TF32 off). An ONNX "
+                          "source runs on the CPU."),
         click.option("-q", "--quiet", is_flag=True, help="Only the parity table and the summary line."),
     ]
     for opt in reversed(opts):
@@ -617,7 +620,8 @@ def _check_baseline(report: ParityReport, kw: dict[str, object]) -> bool:
 @click.option("--inputs", type=click.Path(path_type=Path), metavar="FILE.npz")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--report", type=click.Path(path_type=Path), metavar="FILE.json")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              help="Where both models run (CUDA in exact fp32, TF32 off; an ONNX source on the CPU).")
 @click.option("--baseline", type=click.Path(path_type=Path), metavar="FILE.json",
               help="An accepted report (--report, or a batch report of one model): fail when an output's error "
                    "grew past --regression-factor times its baseline, even within --tol.")

@@ -7,6 +7,7 @@ the same inputs: seeded random ones shaped from the model's inputs, or the user'
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 from collections.abc import Mapping, Sequence
@@ -17,7 +18,15 @@ import numpy as np
 from convert.formats import normalize, runtime_module
 from convert.ir import ConvertError, ModelFormatError, Options, UsageError
 
-from .compare import OutputResult, ParityReport, arbitrate_float64, compare_one, match_outputs, needs_float64
+from .compare import (
+    OutputResult,
+    ParityReport,
+    arbitrate_float64,
+    arbitrate_half,
+    compare_one,
+    match_outputs,
+    needs_float64,
+)
 from .locate import Location
 from .locate import locate as locate_layers
 from .runtime import Runtime, TensorSpec
@@ -34,6 +43,7 @@ __all__ = [
     "open_runtime",
     "resolve_inputs",
     "run_parity",
+    "source_options",
 ]
 
 logger = logging.getLogger(__name__)
@@ -60,6 +70,18 @@ def open_runtime(fmt: str, paths: Sequence[Path], options: Options) -> Runtime:
             raise UsageError(f"the parity runtime for '{fmt}' is not part of this installation") from exc
         raise
     return mod.open_runtime([Path(p) for p in paths], options)  # type: ignore[no-any-return]
+
+
+def source_options(source_format: str, options: Options) -> Options:
+    """Return the options the source's runtime opens with: ``options``, but an ONNX source on the CPU.
+
+    An ONNX source runs in ONNX Runtime like the converted model: on the same GPU in the same mode
+    the two sessions share that mode's shortcuts and differences hide. The CPU provider is the
+    reference that computes the model as written; ``--device`` then picks where ours runs.
+    """
+    if normalize(source_format) != "onnx" or options.get("device", "auto") == "cpu":
+        return options
+    return dataclasses.replace(options, extra={**options.extra, "device": "cpu"})
 
 
 def _concrete_shape(spec: TensorSpec, options: Options, perm: Sequence[int] | None = None) -> tuple[int, ...]:
@@ -191,7 +213,7 @@ def run_parity(
     (``report.location``); None does so only when the check fails.
     """
     options = options or Options()
-    src = source_runtime or open_runtime(source_format, source_paths, options)
+    src = source_runtime or open_runtime(source_format, source_paths, source_options(source_format, options))
     feeds = resolve_inputs(src, inputs, options, seed=seed)
     dst = open_runtime(dest_format, dest_paths, options)
     src_specs = list(src.inputs())
@@ -217,8 +239,15 @@ def run_parity(
                                   spread=float(spreads.get(r, 0.0)), random=randoms.get(g, ""),
                                   second=seconds.get(r))
                       for r, g in pairs]
-    _settle_by_float64(src, feeds, ref, got, pairs, report, tol)
-    if locate or (locate is None and any(not o.passed and not o.random for o in report.outputs)):
+    precision = str(getattr(dst, "precision", "fp32"))  # a half-precision ONNX file of ours says so
+    if precision != "fp32":
+        report.precision = precision
+        _settle_by_half(src, feeds, ref, pairs, report, precision)
+    else:
+        _settle_by_float64(src, feeds, ref, got, pairs, report, tol)
+    # A half-precision model differs from the float32 source at every layer: no layer stands out.
+    failed = any(not o.passed and not o.random for o in report.outputs) and precision == "fp32"
+    if locate or (locate is None and failed):
         report.location = _locate(source_format, source_paths, dest_format, dest_paths, src, feeds, dst_feeds,
                                   options, tol)
     return report
@@ -241,6 +270,21 @@ def _settle_by_float64(src: Runtime, feeds: Mapping[str, np.ndarray], ref: Mappi
         r, g = pairs[i]
         if r in ref64:
             report.outputs[i] = arbitrate_float64(report.outputs[i], ref[r], got[g], ref64[r], tol)
+
+
+def _settle_by_half(src: Runtime, feeds: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
+                    pairs: Sequence[tuple[str, str]], report: ParityReport, precision: str) -> None:
+    """Judge a half-precision model's outputs that missed ``tol`` on their error alone against the
+    source's own run in ``precision`` (``run_half``; PyTorch has one), ``compare.arbitrate_half``."""
+    pending = [i for i, (r, _) in enumerate(pairs) if needs_float64(report.outputs[i], ref[r])]
+    if not pending:
+        return
+    run_half = getattr(src, "run_half", None)
+    ref_half = run_half(feeds, precision) if run_half is not None else None
+    for i in pending:
+        r, _ = pairs[i]
+        report.outputs[i] = arbitrate_half(report.outputs[i], ref[r], None if ref_half is None else ref_half.get(r),
+                                           precision)
 
 
 def _locate(source_format: str, source_paths: Sequence[Path], dest_format: str, dest_paths: Sequence[Path],

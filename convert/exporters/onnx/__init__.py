@@ -32,4 +32,22 @@ EXPORTER = ir.ExporterSpec(
     suffix=".onnx",
     save=_save,
     ops=_ops,
+    options=(
+        ir.OptionSpec(
+            flag="--precision",
+            dest="precision",
+            help="ONNX: compute and weights in fp16 or bf16 (fp32 kept for reductions, normalisations, "
+                 "softmax, exp/log; inputs and outputs stay fp32). The check judges the result against "
+                 "the source framework's own half-precision run.",
+            default="fp32",
+            choices=("fp32", "fp16", "bf16"),
+        ),
+        ir.OptionSpec(
+            flag="--half-io",
+            dest="half_io",
+            help="ONNX with --precision fp16/bf16: inputs and outputs in half too (default: fp32).",
+            is_flag=True,
+            default=False,
+        ),
+    ),
 )

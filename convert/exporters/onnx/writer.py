@@ -100,6 +100,16 @@ def save_onnx(model: ir.Model, path: Path, options: ir.Options) -> list[Path]:
                                  "the frontend must set it")
     if options.dynamic_batch:
         make_batch_dynamic(model, options.diagnostics)
+    precision = str(options.get("precision", "fp32"))
+    if precision != "fp32":
+        from .precision import lower_precision
+
+        counts = lower_precision(model, precision, keep_io_types=not options.get("half_io", False))
+        options.diagnostics.note(
+            f"--precision {precision}: {counts['half']} nodes in {precision}, {counts['fp32']} kept in fp32 "
+            f"(reductions, normalisations, softmax, exp/log: see docs/precision.md), {counts['weights']} "
+            f"weights in {precision}, inputs and outputs "
+            f"{'in ' + precision if options.get('half_io', False) else 'kept fp32'}")
     # IR 4 dropped the rule that initializers must be graph inputs; folding adds initializers.
     ir_needed = max(_min_ir_version(opset), 4)
     model.ir_version = ir_needed

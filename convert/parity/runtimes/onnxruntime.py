@@ -1,11 +1,15 @@
 """ONNX Runtime as a parity runtime: CUDA when onnxruntime-gpu and a GPU are present, else CPU.
 
+On CUDA the session runs exact float32 (TF32 off, ``_gpu``): ORT's CUDA default computes
+convolutions and GEMMs in TF32, as far from float32 as torch's own TF32 run.
+
 When the CUDA provider fails to load, ONNX Runtime falls back to the CPU with only a log line,
 so the provider reported is the one the session actually holds (``get_providers()[0]``).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -16,8 +20,9 @@ import numpy as np
 from convert.ir import Options, UsageError
 
 from ..runtime import TensorSpec
+from ._gpu import CUDA_EP, EXACT_FP32, ORT_CUDA_OPTIONS
 
-__all__ = ["OnnxRuntime", "open_runtime"]
+__all__ = ["OnnxRuntime", "describe_device", "open_runtime", "session_providers"]
 
 logger = logging.getLogger(__name__)
 
@@ -102,12 +107,12 @@ class OnnxRuntime:
     def __init__(self, path: Path, *, device: str = "auto") -> None:
         import onnxruntime as ort
 
-        _warn_if_both_installed()
-        available = ort.get_available_providers()
-        want_cuda = device in ("auto", "cuda") and "CUDAExecutionProvider" in available
+        providers = session_providers(device, ort.get_available_providers())
+        want_cuda = providers[0] != "CPUExecutionProvider"
+        if device in ("auto", "cuda") and not want_cuda:
+            _warn_if_both_installed()  # onnxruntime-gpu shadowed by onnxruntime: the likely cause
         if device == "cuda" and not want_cuda:
             raise UsageError("--device cuda: this onnxruntime has no CUDA provider (install convert-toolkit[gpu])")
-        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if want_cuda else ["CPUExecutionProvider"]
         so = ort.SessionOptions()
         so.log_severity_level = 3
         threads = _thread_limit()
@@ -125,12 +130,19 @@ class OnnxRuntime:
         try:
             self.session = ort.InferenceSession(os.fspath(path), sess_options=so, providers=providers)
         except Exception as exc:  # ORT raises its own exception types for bad models
-            raise UsageError(f"ONNX Runtime cannot load {path.name}: {str(exc).strip().splitlines()[0]}") from exc
+            first = str(exc).strip().splitlines()[0]
+            if "NOT_IMPLEMENTED" in first and not want_cuda:
+                first += (" (this ONNX Runtime has no CPU kernel for that op in that type: a bf16 model runs "
+                          "on CUDA, --device cuda with onnxruntime-gpu)")
+            raise UsageError(f"ONNX Runtime cannot load {path.name}: {first}") from exc
         self.random_outputs = random_outputs(path) if named & RANDOM_OPS else {}  # compared by shape only
         self.name = f"ONNX Runtime {ort.__version__}"
-        self.device = self.session.get_providers()[0]
-        if want_cuda and self.device != "CUDAExecutionProvider":
-            logger.warning("the CUDA provider did not load; ONNX Runtime runs on %s", self.device)
+        self.device = describe_device(self.session)
+        # A half-precision file of ours says so (``--precision``); the check then judges it as one.
+        meta = self.session.get_modelmeta().custom_metadata_map
+        self.precision = meta.get("convert:precision", "fp32")
+        if want_cuda and not self.device.startswith(CUDA_EP):
+            _warn_cuda_fallback(self.device)
 
     def inputs(self) -> Sequence[TensorSpec]:
         """Return the session's inputs (initializers are not inputs)."""
@@ -144,11 +156,40 @@ class OnnxRuntime:
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once on ``feeds``."""
         names = self.outputs()
-        results = self.session.run(names, dict(feeds))
+        # A half-precision model with half inputs (--half-io) takes the float32 feeds rounded.
+        halves = {i.name for i in self.session.get_inputs() if i.type == "tensor(float16)"}
+        results = self.session.run(names, {k: np.asarray(v, np.float16) if k in halves else v
+                                           for k, v in feeds.items()})
         return dict(zip(names, (np.asarray(r) for r in results), strict=True))
 
 
-def _warn_if_both_installed() -> None:
+def session_providers(device: str, available: Sequence[str]) -> list[str | tuple[str, dict[str, str]]]:
+    """Return the providers a session for ``--device device`` asks for, given ORT's ``available`` ones.
+
+    CUDA comes with the options of an exact float32 run (``_gpu.ORT_CUDA_OPTIONS``: TF32 off), then
+    the CPU as ORT's fallback for ops CUDA lacks. ``cpu``, or no CUDA provider: the CPU alone.
+    """
+    if device in ("auto", "cuda") and CUDA_EP in available:
+        return [(CUDA_EP, dict(ORT_CUDA_OPTIONS)), "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def describe_device(session: object) -> str:
+    """Name where ``session`` runs and, on CUDA, its float32 math mode as the provider reports it.
+
+    The mode is read back from the session (``get_provider_options``), not from what was asked:
+    ``CUDAExecutionProvider, fp32 (TF32 off)``, or ``... TF32 ON`` where the option did not take.
+    """
+    first = session.get_providers()[0]  # type: ignore[attr-defined]
+    if first != CUDA_EP:
+        return str(first)
+    options = session.get_provider_options().get(CUDA_EP, {})  # type: ignore[attr-defined]
+    mode = EXACT_FP32 if str(options.get("use_tf32", "1")) == "0" else "TF32 ON (fp32 results differ)"
+    return f"{CUDA_EP}, {mode}"
+
+
+@functools.cache
+def _both_installed() -> bool:
     from importlib import metadata
 
     names = []
@@ -158,11 +199,23 @@ def _warn_if_both_installed() -> None:
             names.append(dist)
         except metadata.PackageNotFoundError:
             pass
-    if len(names) == 2:
+    return len(names) == 2
+
+
+@functools.cache  # once per process: a check opens two sessions
+def _warn_if_both_installed() -> None:
+    if _both_installed():
         logger.warning(
-            "both onnxruntime and onnxruntime-gpu are installed; they share one module and the CUDA "
-            "provider may be missing. Fix: pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime-gpu"
+            "no CUDA provider: onnxruntime and onnxruntime-gpu are both installed and share one module. "
+            "Fix: pip uninstall -y onnxruntime onnxruntime-gpu && pip install onnxruntime-gpu"
         )
+
+
+@functools.cache
+def _warn_cuda_fallback(device: str) -> None:
+    hint = " (onnxruntime and onnxruntime-gpu are both installed)" if _both_installed() else \
+        " (check the CUDA and cuDNN libraries onnxruntime-gpu needs)"
+    logger.warning("the CUDA provider did not load; ONNX Runtime runs on %s%s", device, hint)
 
 
 def open_runtime(paths: Sequence[Path], options: Options) -> OnnxRuntime:

@@ -15,6 +15,8 @@ import numpy as np
 from convert.ir import Options, UsageError
 from convert.parity.runtime import TensorSpec
 
+from ._gpu import EXACT_FP32, tensorflow_exact_fp32
+
 __all__ = ["TensorFlowRuntime", "open_runtime"]
 
 _TO_NCHW = (0, 3, 1, 2)
@@ -22,9 +24,11 @@ _TO_NHWC = (0, 2, 3, 1)
 
 
 class TensorFlowRuntime:
-    """A SavedModel signature or ``.keras`` model run eagerly by TensorFlow on the CPU."""
+    """A SavedModel signature or ``.keras`` model run eagerly by TensorFlow, on the CPU or, on a GPU
+    build with a GPU (``--device auto``/``cuda``), on the GPU in exact float32 (TF32 off, ``_gpu``)."""
 
-    def __init__(self, path: Path, *, signature: str = "serving_default", keep_nhwc: bool = False) -> None:
+    def __init__(self, path: Path, *, signature: str = "serving_default", keep_nhwc: bool = False,
+                 device: str = "cpu") -> None:
         from convert.frontends.tensorflow.graph import (
             frozen_graph_function,
             is_frozen_graph,
@@ -36,6 +40,12 @@ class TensorFlowRuntime:
 
         tf = tf_module()
         self._tf = tf
+        gpus = tf.config.list_physical_devices("GPU")  # type: ignore[attr-defined]
+        if device == "cuda" and not gpus:
+            raise UsageError("--device cuda: this TensorFlow sees no GPU (tensorflow-cpu, or no CUDA device); "
+                             "use --device cpu")
+        on_gpu = device in ("auto", "cuda") and bool(gpus)
+        self._place = "/GPU:0" if on_gpu else "/CPU:0"
         self._keep = keep_nhwc
         self._path, self._signature = path, signature
         if is_saved_model(path):
@@ -84,7 +94,7 @@ class TensorFlowRuntime:
         self.name = f"TensorFlow {tf.__version__}"  # type: ignore[attr-defined]
         # --input-shape names TensorFlow's NHWC shape; rank-4 inputs are presented NCHW.
         self.input_perms = {} if keep_nhwc else {n: _TO_NCHW for n, _, shape in self._specs if len(shape) == 4}
-        self.device = "cpu"
+        self.device = f"gpu:0, {EXACT_FP32}" if on_gpu else "cpu"
 
     def inputs(self) -> Sequence[TensorSpec]:
         """Return the signature's inputs (rank-4 ones in NCHW unless --keep-nhwc)."""
@@ -109,7 +119,8 @@ class TensorFlowRuntime:
             if arr.ndim == 4 and not self._keep:
                 arr = arr.transpose(_TO_NHWC)
             tf_feeds[name] = self._tf.constant(np.ascontiguousarray(arr))  # type: ignore[attr-defined]
-        result = self._call(tf_feeds)
+        with self._tf.device(self._place), tensorflow_exact_fp32():  # type: ignore[attr-defined]
+            result = self._call(tf_feeds)
         out = {}
         for name in self._outputs:
             arr = np.asarray(result[name])
@@ -151,4 +162,5 @@ def open_runtime(paths: Sequence[Path], options: Options) -> TensorFlowRuntime:
     if len(paths) != 1:
         raise UsageError("tensorflow: give one SavedModel folder or one .keras file")
     return TensorFlowRuntime(Path(paths[0]), signature=str(options.get("tf_signature", "serving_default")),
-                             keep_nhwc=bool(options.get("keep_nhwc", False)))
+                             keep_nhwc=bool(options.get("keep_nhwc", False)),
+                             device=str(options.get("device", "auto")))

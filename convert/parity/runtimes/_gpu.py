@@ -1,0 +1,74 @@
+"""Exact float32 on CUDA for the parity runtimes: every math shortcut that changes fp32 results off.
+
+NVIDIA GPUs since Ampere multiply float32 matrices in TF32 (10-bit mantissa) when a library allows
+it, and ONNX Runtime's CUDA provider, PyTorch's cuDNN convolutions and TensorFlow all allow it by
+default. A TF32 run of a deep net is 1e-3 to 1e-1 of scale from the float32 one (ResNet-152 0.15 on
+an H100), so a check run that way fails correct conversions. Each runtime here switches it off for
+its own run and says so in the report's device column (``CUDAExecutionProvider, fp32 (TF32 off)``).
+
+The switches, per runtime:
+
+* ONNX Runtime: the CUDA provider options ``use_tf32=0`` (convolutions and GEMMs in IEEE fp32) and
+  ``enable_skip_layer_norm_strict_mode=1`` (a LayerNorm fused with its residual Add accumulates as
+  the unfused pair does).
+* PyTorch: ``fp32_precision = "ieee"`` on ``torch.backends.cuda.matmul`` and ``torch.backends.cudnn``
+  (torch >= 2.9), else ``allow_tf32 = False`` on both; restored after the run, so a process that
+  converts and then trains keeps its own settings.
+* TensorFlow: ``tf.config.experimental.enable_tensor_float_32_execution(False)``, restored after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+__all__ = ["CUDA_EP", "EXACT_FP32", "ORT_CUDA_OPTIONS", "tensorflow_exact_fp32", "torch_exact_fp32"]
+
+CUDA_EP = "CUDAExecutionProvider"
+#: What the report says of a CUDA run with the switches below.
+EXACT_FP32 = "fp32 (TF32 off)"
+#: ONNX Runtime's CUDA provider options for an exact float32 run.
+ORT_CUDA_OPTIONS: dict[str, str] = {"use_tf32": "0", "enable_skip_layer_norm_strict_mode": "1"}
+
+
+@contextlib.contextmanager
+def torch_exact_fp32() -> Iterator[None]:
+    """Run the block with PyTorch's TF32 paths off (matmul and cuDNN), restoring them after.
+
+    The flags are process-wide host settings: setting them needs no GPU, and they act on CUDA runs only.
+    """
+    import torch
+
+    backends = [torch.backends.cuda.matmul, torch.backends.cudnn]
+    if all(hasattr(b, "fp32_precision") for b in backends):  # torch >= 2.9: the legacy flags warn
+        saved = [b.fp32_precision for b in backends]
+        try:
+            for b in backends:
+                b.fp32_precision = "ieee"
+            yield
+        finally:
+            for b, value in zip(backends, saved, strict=True):
+                b.fp32_precision = value
+        return
+    legacy = [b.allow_tf32 for b in backends]
+    try:
+        for b in backends:
+            b.allow_tf32 = False
+        yield
+    finally:
+        for b, value in zip(backends, legacy, strict=True):
+            b.allow_tf32 = value
+
+
+@contextlib.contextmanager
+def tensorflow_exact_fp32() -> Iterator[None]:
+    """Run the block with TensorFlow's TensorFloat-32 execution off, restoring it after."""
+    import tensorflow as tf
+
+    config = tf.config.experimental
+    saved = bool(config.tensor_float_32_execution_enabled())
+    config.enable_tensor_float_32_execution(False)
+    try:
+        yield
+    finally:
+        config.enable_tensor_float_32_execution(saved)
