@@ -18,7 +18,16 @@ from pathlib import Path
 import numpy as np
 
 from . import formats, ir
-from .parity import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TOL, ParityReport, open_runtime, resolve_inputs, run_parity, source_options
+from .parity import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    DEFAULT_TOL,
+    ParityReport,
+    open_runtime,
+    resolve_inputs,
+    run_parity,
+    source_options,
+)
 
 __all__ = ["ConversionResult", "convert", "load", "routes", "save", "supported_ops", "verify"]
 

@@ -49,7 +49,7 @@ MODEL_KEYS = {
     "dynamic_batch": "symbolic leading dimension",
     "strict": "warnings become errors",
     "external_data": "ONNX weights in <out>.data",
-    "device": "auto, cpu or cuda: where ONNX Runtime runs the parity check",
+    "device": "auto, cpu or cuda: where the parity check runs (CUDA in exact fp32, TF32 off)",
     "options": "format options by name (caffe_flavor, random_weights, decode, trust_pickle, model ...)",
 }
 _TOP_KEYS = {"output", "defaults", "models"}

@@ -174,6 +174,13 @@ class ParityReport:
             out.append(f"NOT VERIFIED: on {', '.join(repr(n) for n in amplified)} the source's own float32 run is "
                        f"more than {FLOAT32_LIMIT:g} x tol from its float64 run: the net amplifies rounding too "
                        "much for any float32 conversion to be judged on these inputs (see the output's note).")
+        empty = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.note.startswith("empty")]
+        unverified = [n for n in unverified if n not in empty]
+        if empty:
+            out.append(f"NOT VERIFIED: {', '.join(repr(n) for n in empty)} {'are' if len(empty) > 1 else 'is'} "
+                       "empty on both sides on these inputs (a detector that detects nothing on random "
+                       "input, say): nothing was compared. Give real inputs with --inputs FILE.npz (images "
+                       "for a detector).")
         if unverified:
             constant = [o.name for o in self.outputs if o.name in unverified and "integer output" in o.note]
             out.append(f"NOT VERIFIED: the reference output{'s' if len(unverified) > 1 else ''} "
@@ -250,7 +257,9 @@ def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol
     else:
         r64, g64 = ref.astype(np.float64), got.astype(np.float64)
     if r64.size == 0:
-        return OutputResult(name, ref_name, tuple(ref.shape), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, True, "empty")
+        # Nothing compared proves nothing (a detector that detects nothing on noise): NOT VERIFIED.
+        return OutputResult(name, ref_name, tuple(ref.shape), 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, False,
+                            "empty on these inputs: nothing was compared", degenerate=True)
     nan_mismatch = bool(np.any(np.isnan(r64) != np.isnan(g64)))
     finite = np.isfinite(r64) & np.isfinite(g64)
     diff = np.abs(r64 - g64)

@@ -23,7 +23,7 @@ from onnx import helper
 from convert.ir import Options, UsageError
 from convert.parity import source_options
 from convert.parity.runtimes import onnxruntime as ort_runtime
-from convert.parity.runtimes._gpu import ORT_CUDA_OPTIONS, tensorflow_exact_fp32, torch_exact_fp32
+from convert.parity.runtimes._gpu import ORT_CUDA_OPTIONS, torch_exact_fp32
 
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -147,6 +147,24 @@ def test_tensorflow_tf32_switches_off_and_back() -> None:
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "restored" in r.stdout, r.stderr[-2000:]
+
+
+def test_paddle_tf32_switches_off_and_back() -> None:
+    pytest.importorskip("paddle")
+    from paddle.base import core
+
+    from convert.parity.runtimes._gpu import paddle_exact_fp32
+
+    before = (core.get_cublas_switch(), core.get_cudnn_switch())
+    core.set_cublas_switch(True)  # TF32 allowed, as on Paddle's CUDA builds
+    core.set_cudnn_switch(True)
+    try:
+        with paddle_exact_fp32():
+            assert not core.get_cublas_switch() and not core.get_cudnn_switch()
+        assert core.get_cublas_switch() and core.get_cudnn_switch()
+    finally:
+        core.set_cublas_switch(before[0])
+        core.set_cudnn_switch(before[1])
 
 
 def test_torch_runtime_names_its_device_and_leaves_the_callers_module() -> None:

@@ -201,3 +201,45 @@ def test_constant_integer_output_is_not_verified_and_says_why() -> None:
     text = report.table()
     assert report.verdict == "NOT VERIFIED" and text.splitlines()[5].startswith("NOT VERIFIED: 1/2 outputs"), text
     assert "single-class detector's labels" in text
+
+
+def _detector_like(path: Path) -> None:
+    """Rows of x above a threshold (NonZero + Gather): empty on N(0, 1) input, rows on a real one."""
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["peak"], axes=[1], keepdims=0),
+        helper.make_node("Greater", ["peak", "thr"], ["hit"]),
+        helper.make_node("NonZero", ["hit"], ["idx"]),
+        helper.make_node("Squeeze", ["idx", "zero"], ["rows"]),
+        helper.make_node("Gather", ["x", "rows"], ["y"], axis=0),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16])],
+        [numpy_helper.from_array(np.array(10.0, np.float32), "thr"),
+         numpy_helper.from_array(np.array([0], np.int64), "zero")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+
+
+def test_empty_output_is_not_verified_never_pass(tmp_path: Path) -> None:
+    """Nothing compared is not a PASS: an output empty on both sides is NOT VERIFIED (exit 1) with a
+    hint; the same model on inputs that give rows passes."""
+    src = tmp_path / "det.onnx"
+    _detector_like(src)
+    x = _seeded_x()
+    sess = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    assert sess.run(None, {"x": x})[0].shape == (0, 16)  # the oracle: ONNX Runtime finds no row
+    code, data, out = _check(src, src, tmp_path)
+    assert code == 1 and data["verdict"] == "NOT VERIFIED", out
+    assert "nothing was compared" in out and "--inputs" in out
+    hot = x.copy()
+    hot[1, 3] = 50.0
+    assert sess.run(None, {"x": hot})[0].shape == (1, 16)
+    np.savez(tmp_path / "hot.npz", x=hot)
+    report = tmp_path / "hot.json"
+    r = subprocess.run([sys.executable, "-m", "convert", "check", "onnx:onnx", str(src), "--against", str(src),
+                        "--report", str(report), "--inputs", str(tmp_path / "hot.npz")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and json.loads(report.read_text())["verdict"] == "PASS", r.stdout + r.stderr

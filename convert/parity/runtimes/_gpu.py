@@ -15,6 +15,8 @@ The switches, per runtime:
   (torch >= 2.9), else ``allow_tf32 = False`` on both; restored after the run, so a process that
   converts and then trains keeps its own settings.
 * TensorFlow: ``tf.config.experimental.enable_tensor_float_32_execution(False)``, restored after.
+* Paddle: ``paddle.base.core.set_cublas_switch(False)`` and ``set_cudnn_switch(False)`` (Paddle's
+  ``phi::SetAllowTF32Cublas``/``SetAllowTF32Cudnn``), restored after.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-__all__ = ["CUDA_EP", "EXACT_FP32", "ORT_CUDA_OPTIONS", "tensorflow_exact_fp32", "torch_exact_fp32"]
+__all__ = [
+    "CUDA_EP",
+    "EXACT_FP32",
+    "ORT_CUDA_OPTIONS",
+    "paddle_exact_fp32",
+    "tensorflow_exact_fp32",
+    "torch_exact_fp32",
+]
 
 CUDA_EP = "CUDAExecutionProvider"
 #: What the report says of a CUDA run with the switches below.
@@ -72,3 +81,21 @@ def tensorflow_exact_fp32() -> Iterator[None]:
         yield
     finally:
         config.enable_tensor_float_32_execution(saved)
+
+
+@contextlib.contextmanager
+def paddle_exact_fp32() -> Iterator[None]:
+    """Run the block with Paddle's TF32 paths off (cuBLAS and cuDNN), restoring them after."""
+    from paddle.base import core
+
+    if not hasattr(core, "set_cublas_switch"):  # an older Paddle: no switch to turn
+        yield
+        return
+    saved = (bool(core.get_cublas_switch()), bool(core.get_cudnn_switch()))
+    core.set_cublas_switch(False)
+    core.set_cudnn_switch(False)
+    try:
+        yield
+    finally:
+        core.set_cublas_switch(saved[0])
+        core.set_cudnn_switch(saved[1])

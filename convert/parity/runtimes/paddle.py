@@ -2,7 +2,7 @@
 
 Runs on the CPU with oneDNN and IR fusion passes off, so the reference computes the program as
 written (oneDNN also rejects some PIR attributes, e.g. interpolation scales as double arrays);
-on a CUDA build of Paddle with ``--device cuda`` it runs on the GPU.
+on a CUDA build of Paddle with a GPU (``--device auto``/``cuda``) it runs on the GPU, TF32 off.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import numpy as np
 
 from convert.ir import ModelFormatError, Options, UsageError
 from convert.parity.runtime import TensorSpec
+
+from ._gpu import EXACT_FP32, paddle_exact_fp32
 
 __all__ = ["PaddleRuntime", "open_runtime"]
 
@@ -53,7 +55,7 @@ class PaddleRuntime:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelFormatError(f"Paddle Inference cannot load {files.program.name}: {first}") from exc
         self.name = f"Paddle Inference {paddle.__version__}"  # type: ignore[attr-defined]
-        self.device = "gpu:0" if use_gpu else "cpu"
+        self.device = f"gpu:0, {EXACT_FP32}" if use_gpu else "cpu"
 
     def inputs(self) -> Sequence[TensorSpec]:
         """Return the feed inputs, with -1 dims as free (None)."""
@@ -77,7 +79,8 @@ class PaddleRuntime:
             handle = self.predictor.get_input_handle(name)
             handle.reshape(list(np.shape(feeds[name])))
             handle.copy_from_cpu(np.ascontiguousarray(feeds[name]))
-        self.predictor.run()
+        with paddle_exact_fp32():
+            self.predictor.run()
         return {n: self.predictor.get_output_handle(n).copy_to_cpu() for n in self.outputs()}
 
 
