@@ -117,18 +117,19 @@ def test_onnx_source_runs_on_the_cpu() -> None:
 def test_torch_tf32_switches_off_and_back() -> None:
     torch = pytest.importorskip("torch")
     matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
-    before = (matmul.fp32_precision, cudnn.fp32_precision)
+    conv = cudnn.conv  # torch's default for cuDNN convolutions is "tf32", whatever cudnn's own is
+    before = (matmul.fp32_precision, cudnn.fp32_precision, conv.fp32_precision)
     matmul.fp32_precision = "tf32"  # a user who enabled TF32 for training
     try:
         with torch_exact_fp32():
-            assert matmul.fp32_precision == "ieee" and cudnn.fp32_precision == "ieee"
-            assert torch.backends.cuda.matmul.allow_tf32 is False
-        assert matmul.fp32_precision == "tf32"
+            assert matmul.fp32_precision == cudnn.fp32_precision == conv.fp32_precision == "ieee"
+            assert cudnn.rnn.fp32_precision == "ieee"
+        assert (matmul.fp32_precision, conv.fp32_precision) == ("tf32", before[2])
         with pytest.raises(RuntimeError), torch_exact_fp32():
             raise RuntimeError("a failing run restores too")
         assert matmul.fp32_precision == "tf32"
     finally:
-        matmul.fp32_precision, cudnn.fp32_precision = before
+        matmul.fp32_precision, cudnn.fp32_precision, conv.fp32_precision = before
 
 
 def test_tensorflow_tf32_switches_off_and_back() -> None:

@@ -11,9 +11,10 @@ The switches, per runtime:
 * ONNX Runtime: the CUDA provider options ``use_tf32=0`` (convolutions and GEMMs in IEEE fp32) and
   ``enable_skip_layer_norm_strict_mode=1`` (a LayerNorm fused with its residual Add accumulates as
   the unfused pair does).
-* PyTorch: ``fp32_precision = "ieee"`` on ``torch.backends.cuda.matmul`` and ``torch.backends.cudnn``
-  (torch >= 2.9), else ``allow_tf32 = False`` on both; restored after the run, so a process that
-  converts and then trains keeps its own settings.
+* PyTorch: ``fp32_precision = "ieee"`` on ``torch.backends.cuda.matmul``, ``cudnn`` and its
+  ``conv``/``rnn`` (which default to "tf32" and do not inherit), and oneDNN's (torch >= 2.9), else
+  ``allow_tf32 = False``; restored after the run, so a process that converts and then trains keeps
+  its own settings.
 * TensorFlow: ``tf.config.experimental.enable_tensor_float_32_execution(False)``, restored after.
 * Paddle: ``paddle.base.core.set_cublas_switch(False)`` and ``set_cudnn_switch(False)`` (Paddle's
   ``phi::SetAllowTF32Cublas``/``SetAllowTF32Cudnn``), restored after.
@@ -40,25 +41,39 @@ EXACT_FP32 = "fp32 (TF32 off)"
 ORT_CUDA_OPTIONS: dict[str, str] = {"use_tf32": "0", "enable_skip_layer_norm_strict_mode": "1"}
 
 
+# torch >= 2.9: every backend and per-op switch of float32 math; the per-op ones do not inherit a
+# parent's setting when set themselves (``cudnn.conv`` and ``cudnn.rnn`` default to "tf32"), so each is set.
+_TORCH_FP32_SWITCHES = ("cuda.matmul", "cudnn", "cudnn.conv", "cudnn.rnn", "mkldnn", "mkldnn.matmul",
+                        "mkldnn.conv", "mkldnn.rnn")
+
+
 @contextlib.contextmanager
 def torch_exact_fp32() -> Iterator[None]:
-    """Run the block with PyTorch's TF32 paths off (matmul and cuDNN), restoring them after.
+    """Run the block with PyTorch's reduced-precision float32 paths off (TF32 on CUDA matmul and
+    cuDNN convolutions and RNNs; oneDNN's bf32/tf32 on the CPU), restoring every switch after.
 
-    The flags are process-wide host settings: setting them needs no GPU, and they act on CUDA runs only.
+    The flags are process-wide host settings: setting them needs no GPU.
     """
     import torch
 
-    backends = [torch.backends.cuda.matmul, torch.backends.cudnn]
-    if all(hasattr(b, "fp32_precision") for b in backends):  # torch >= 2.9: the legacy flags warn
-        saved = [b.fp32_precision for b in backends]
+    switches = []
+    for path in _TORCH_FP32_SWITCHES:
+        obj: object = torch.backends
+        for part in path.split("."):
+            obj = getattr(obj, part, None)
+        if obj is not None and hasattr(obj, "fp32_precision"):
+            switches.append(obj)
+    if switches:  # torch >= 2.9: the legacy allow_tf32 flags warn
+        saved = [b.fp32_precision for b in switches]  # type: ignore[attr-defined]
         try:
-            for b in backends:
-                b.fp32_precision = "ieee"
+            for b in switches:
+                b.fp32_precision = "ieee"  # type: ignore[attr-defined]
             yield
         finally:
-            for b, value in zip(backends, saved, strict=True):
-                b.fp32_precision = value
+            for b, value in zip(switches, saved, strict=True):
+                b.fp32_precision = value  # type: ignore[attr-defined]
         return
+    backends = [torch.backends.cuda.matmul, torch.backends.cudnn]
     legacy = [b.allow_tf32 for b in backends]
     try:
         for b in backends:
