@@ -24,6 +24,7 @@ from .compare import (
     arbitrate_float64,
     arbitrate_half,
     compare_one,
+    mark_inexact,
     match_outputs,
     needs_float64,
 )
@@ -245,6 +246,14 @@ def run_parity(
         _settle_by_half(src, feeds, ref, pairs, report, precision)
     else:
         _settle_by_float64(src, feeds, ref, got, pairs, report, tol)
+    gap = str(getattr(src, "formula_gap", "") or "")  # the reference cannot compute the target exactly
+    if gap:
+        report.outputs = [mark_inexact(o, gap) for o in report.outputs]
+    explain = getattr(src, "explain_verdict", None)  # what else the reference can tell (Darknet's lineage)
+    if explain is not None:
+        said = explain(feeds, {r: got[g] for r, g in pairs}, tol, report.passed)
+        if said:
+            report.notes.append(said)
     # A half-precision model differs from the float32 source at every layer: no layer stands out.
     failed = any(not o.passed and not o.random for o in report.outputs) and precision == "fp32"
     if locate or (locate is None and failed):

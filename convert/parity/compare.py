@@ -25,7 +25,8 @@ import numpy as np
 if TYPE_CHECKING:
     from .locate import Location
 
-__all__ = ["OutputResult", "ParityReport", "arbitrate_float64", "arbitrate_half", "match_outputs", "needs_float64"]
+__all__ = ["OutputResult", "ParityReport", "arbitrate_float64", "arbitrate_half", "mark_inexact", "match_outputs",
+           "needs_float64"]
 
 
 @dataclass(slots=True)
@@ -66,13 +67,17 @@ class OutputResult:
     by_half: bool = False
     #: ... or not judged: the source has no half-precision run to measure what half costs.
     half_unjudged: bool = False
+    #: The reference cannot compute the function the conversion targets exactly (a Darknet batch norm
+    #: whose variances its own formula cannot express): an error beyond ``tol`` is not ours to blame.
+    ref_inexact: bool = False
 
     @property
     def verdict(self) -> str:
         """PASS, FAIL, or NOT VERIFIED (a degenerate, unstable, amplified or random output whose shape agrees)."""
         if self.passed:
             return "PASS"
-        unjudged = self.degenerate or self.unstable or self.random or self.amplified or self.half_unjudged
+        unjudged = (self.degenerate or self.unstable or self.random or self.amplified or self.half_unjudged
+                    or self.ref_inexact)
         return "NOT VERIFIED" if unjudged and not self.differs else "FAIL"
 
 
@@ -155,6 +160,12 @@ class ParityReport:
         amplified = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.amplified]
         random = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.random]
         half = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.half_unjudged]
+        inexact = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.ref_inexact]
+        if inexact:
+            out.append(f"NOT VERIFIED: {', '.join(repr(n) for n in inexact)} "
+                       f"{'miss' if len(inexact) > 1 else 'misses'} tol, and the reference cannot compute the "
+                       "conversion's function exactly on these weights (see the note): the difference may be the "
+                       "reference's.")
         if half:
             out.append(f"NOT VERIFIED: {', '.join(repr(n) for n in half)} of a half-precision model "
                        f"{'miss' if len(half) > 1 else 'misses'} tol, and the source framework has no "
@@ -351,6 +362,15 @@ def arbitrate_half(result: OutputResult, ref: np.ndarray, ref_half: np.ndarray |
     if not math.isfinite(theirs) or ours > HALF_MARGIN * theirs:
         return replace(result, note=note)
     return replace(result, note=note, passed=True, differs=False, by_half=True)
+
+
+def mark_inexact(result: OutputResult, reason: str) -> OutputResult:
+    """NOT VERIFIED, not FAIL, for an output that missed ``tol`` on its error alone while the reference
+    cannot compute the conversion's function exactly (``reason`` says why); other results unchanged."""
+    if result.passed or result.random or not math.isfinite(result.rel_to_scale) or result.note.startswith("NaN"):
+        return result
+    note = (result.note + "; " if result.note else "") + reason
+    return replace(result, note=note, ref_inexact=True, differs=False)
 
 
 def needs_float64(result: OutputResult, ref: np.ndarray) -> bool:

@@ -115,12 +115,19 @@ def compare(ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], tol: f
 
 
 def parity(cfg: Path, tmp: Path, runtime: str, *, seed: int = 0, tol: float = RTOL_HEAD,
-           weights: Path | None = None, **extra: object) -> dict[str, float]:
-    """Random weights for ``cfg``, convert, run ours and the reference, compare every output."""
-    if runtime == "libdarknet":  # pjreddie's Darknet: compare the conversion made for its lineage
+           weights: Path | None = None, trained: bool = False, **extra: object) -> dict[str, float]:
+    """Random weights for ``cfg``, convert, run ours and the reference, compare every output.
+
+    ``trained``: with trained-like batch-norm statistics (``trained_like``), converted with the
+    default lineage; the reference computes that lineage's batch norm on matched weights. Without
+    it, libdarknet checks the conversion made for its own (original) lineage.
+    """
+    if runtime == "libdarknet" and not trained:  # pjreddie's Darknet: the conversion for its lineage
         extra.setdefault("darknet_lineage", "original")
     if weights is None:
         weights = write_random_weights(cfg, tmp / (cfg.stem + ".weights"), seed=seed)
+    if trained:
+        weights = trained_like(cfg, weights, tmp / (cfg.stem + ".trained.weights"))
     onnx_path, options = convert_to_onnx(cfg, weights, tmp / (cfg.stem + ".onnx"), **extra)
     cls = DarknetLib if runtime == "libdarknet" else OpenCVDarknet
     rt = cls(cfg, weights, options)
@@ -143,3 +150,21 @@ def write_weights(path: Path, arrays: list[np.ndarray], *, header: tuple[int, in
             fh.write(np.asarray(arr, dtype="<f4").tobytes())
         fh.write(extra)
     return path
+
+
+def trained_like(cfg: Path, weights: Path, out: Path, *, options: Options | None = None) -> Path:
+    """Copy ``weights`` with trained-like batch-norm statistics: variances x1e-4, scales x1e-2.
+
+    In exact arithmetic without epsilon the net computes the same function (scale / sqrt(var) is
+    unchanged); with the forks' epsilons it does not, which is the regime of real trained weights,
+    where the reference's batch-norm formula decides the verdict.
+    """
+    from convert.parity.runtimes._darknet_bn import param_regions
+
+    data = bytearray(weights.read_bytes())
+    for role, factor in (("variance", 1e-4), ("scale", 1e-2)):
+        for r in param_regions(cfg, weights, options or Options(), role):
+            view = np.frombuffer(data, dtype="<f4", count=r.count, offset=r.offset)
+            view[:] = view * np.float32(factor)
+    out.write_bytes(bytes(data))
+    return out

@@ -1,8 +1,11 @@
-"""Parity of whole Darknet cfgs against real Darknet: libdarknet (original lineage) and OpenCV DNN.
+"""Parity of whole Darknet cfgs against real Darknet: libdarknet (pjreddie's) and OpenCV DNN.
 
 Random seeded weights, inputs shrunk where the cfg allows, every head (and the last layer)
 compared: max|ours - ref| / max|ref| <= 1e-4. Classifiers are also compared before their final
-softmax, where the outputs have more spread.
+softmax, where the outputs have more spread. Every net is checked twice: with random statistics,
+and with trained-like batch-norm statistics (variances x1e-4) converted at the default lineage,
+where each reference's own batch-norm epsilon would decide the verdict if its weights were not
+matched to the conversion's lineage (``convert/parity/runtimes/_darknet_bn.py``).
 """
 
 from __future__ import annotations
@@ -64,11 +67,15 @@ def _shared(name: str) -> Path:
 def _run_original(name: str, size: int | None, mode: str, replace: dict[str, str] | None, tmp_path: Path) -> None:
     src = _system(name)
     if mode in ("full", "both"):
-        parity(sized_cfg(src, tmp_path, size, replace=replace), tmp_path, "libdarknet")
+        cfg = sized_cfg(src, tmp_path, size, replace=replace)
+        parity(cfg, tmp_path, "libdarknet")
+        parity(cfg, tmp_path, "libdarknet", trained=True)
     if mode in ("logits", "both"):
         sub = tmp_path / "logits"
         sub.mkdir()
-        parity(sized_cfg(src, sub, size, drop_last=("cost", "softmax"), replace=replace), sub, "libdarknet")
+        cfg = sized_cfg(src, sub, size, drop_last=("cost", "softmax"), replace=replace)
+        parity(cfg, sub, "libdarknet")
+        parity(cfg, sub, "libdarknet", trained=True)
 
 
 @needs_libdarknet
@@ -94,6 +101,7 @@ def test_original_lineage_matches_libdarknet_slow(name: str, size: int | None, m
 def test_alexeyab_lineage_matches_opencv(name: str, size: int, tmp_path: Path) -> None:
     cfg = sized_cfg(_shared(name), tmp_path, size)
     parity(cfg, tmp_path, "opencv")
+    parity(cfg, tmp_path, "opencv", trained=True)
 
 
 @needs_opencv
@@ -101,6 +109,7 @@ def test_alexeyab_lineage_matches_opencv(name: str, size: int, tmp_path: Path) -
 def test_efficientnet_logits_match_opencv(tmp_path: Path) -> None:
     cfg = sized_cfg(_shared("efficientnet_b0.cfg"), tmp_path, 128, drop_last=("softmax",))
     parity(cfg, tmp_path, "opencv")
+    parity(cfg, tmp_path, "opencv", trained=True)
 
 
 @needs_opencv
@@ -109,3 +118,4 @@ def test_original_cfg_also_matches_opencv(tmp_path: Path) -> None:
     """OpenCV as the fallback reference for an original-lineage cfg (no libdarknet needed)."""
     cfg = sized_cfg(_system("yolov3-tiny.cfg"), tmp_path, 160)
     parity(cfg, tmp_path, "opencv", darknet_lineage="original")
+    parity(cfg, tmp_path, "opencv", trained=True, darknet_lineage="original")
