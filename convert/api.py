@@ -26,6 +26,7 @@ from .parity import (
     open_runtime,
     resolve_inputs,
     run_parity,
+    seeded_input_method,
     source_options,
 )
 
@@ -388,7 +389,10 @@ def convert(
         except ir.ConvertError as exc:
             result.parity_error = f"the parity check failed to run: {exc}"
     if result.report is not None:  # the report records the seed whenever the inputs were seeded
-        result.report.seed = seed if inputs is None and ir.EXAMPLE_FEEDS not in opts.extra else None
+        seeded = inputs is None and ir.EXAMPLE_FEEDS not in opts.extra
+        result.report.seed = seed if seeded else None
+        if seeded and src_runtime is not None and feeds is not None:
+            result.report.method += seeded_input_method(src_runtime, feeds)
     result.seconds = time.perf_counter() - start
     result.notes = list(opts.diagnostics.notes)
     result.warnings = list(opts.diagnostics.warnings)

@@ -21,9 +21,11 @@ from convert.ir import ConvertError, ModelFormatError, Options, UsageError
 from .compare import (
     OutputResult,
     ParityReport,
+    SetItem,
     arbitrate_float64,
     arbitrate_half,
     compare_one,
+    compare_sets,
     mark_inexact,
     match_outputs,
     needs_float64,
@@ -44,6 +46,7 @@ __all__ = [
     "open_runtime",
     "resolve_inputs",
     "run_parity",
+    "seeded_input_method",
     "source_options",
 ]
 
@@ -106,18 +109,23 @@ def _concrete_shape(spec: TensorSpec, options: Options, perm: Sequence[int] | No
 
 
 def make_inputs(specs: Sequence[TensorSpec], options: Options, *, seed: int = 0,
-                perms: Mapping[str, Sequence[int]] | None = None) -> dict[str, np.ndarray]:
+                perms: Mapping[str, Sequence[int]] | None = None,
+                ranges: Mapping[str, tuple[float, float, str]] | None = None) -> dict[str, np.ndarray]:
     """Return seeded random inputs: N(0, 1) floats, small non-negative ints, random bools.
 
     ``perms``: per input, the order in which the runtime presents the axes of the shape that
-    ``--input-shape`` gives (a runtime's ``input_perms``).
+    ``--input-shape`` gives (a runtime's ``input_perms``). ``ranges``: float inputs whose model
+    takes values in ``[lo, hi)`` (images: a runtime's ``input_ranges``) are drawn uniformly there.
     """
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for spec in specs:
         shape = _concrete_shape(spec, options, (perms or {}).get(spec.name))
         kind = spec.dtype.kind
-        if kind == "f":
+        if kind == "f" and spec.name in (ranges or {}):
+            lo, hi, _ = (ranges or {})[spec.name]
+            arr = rng.uniform(lo, hi, shape).astype(spec.dtype)
+        elif kind == "f":
             arr = rng.standard_normal(shape).astype(spec.dtype)
         elif kind in "iu":
             arr = rng.integers(0, 10, size=shape).astype(spec.dtype)
@@ -153,12 +161,20 @@ def load_inputs(path: Path, specs: Sequence[TensorSpec]) -> dict[str, np.ndarray
     return {s.name: a.astype(s.dtype, copy=False) for s, a in zip(specs, arrays, strict=True)}
 
 
+def seeded_input_method(src: Runtime, feeds: Mapping[str, np.ndarray]) -> list[str]:
+    """Say which seeded inputs were drawn from a model's own range (``input_ranges``), not N(0, 1)."""
+    ranges: Mapping[str, tuple[float, float, str]] = getattr(src, "input_ranges", {})
+    return [f"input '{name}' drawn uniform in [{lo:g}, {hi:g}): {why}"
+            for name, (lo, hi, why) in ranges.items() if name in feeds]
+
+
 def resolve_inputs(src: Runtime, inputs: Path | Mapping[str, np.ndarray] | None, options: Options, *,
                    seed: int = 0) -> dict[str, np.ndarray]:
     """Return the parity inputs for ``src``: the user's (checked against its inputs) or seeded random ones."""
     specs = list(src.inputs())
     if inputs is None:
-        return make_inputs(specs, options, seed=seed, perms=getattr(src, "input_perms", None))
+        return make_inputs(specs, options, seed=seed, perms=getattr(src, "input_perms", None),
+                           ranges=getattr(src, "input_ranges", None))
     if isinstance(inputs, Path):
         return load_inputs(inputs, specs)
     feeds = dict(inputs)
@@ -227,7 +243,10 @@ def run_parity(
         atol=atol, rtol=rtol, tol=tol, inputs={k: list(v.shape) for k, v in feeds.items()},
         seed=seed if inputs is None else None,
         notes=[*getattr(src, "notes", []), *getattr(dst, "notes", [])],
+        method=[*getattr(src, "method", []), *getattr(dst, "method", [])],
     )
+    if inputs is None:
+        report.method += seeded_input_method(src, feeds)
     try:
         pairs = match_outputs(list(ref), list(got))
     except ValueError as exc:
@@ -240,6 +259,7 @@ def run_parity(
                                   spread=float(spreads.get(r, 0.0)), random=randoms.get(g, ""),
                                   second=seconds.get(r))
                       for r, g in pairs]
+    _compare_as_sets(dst, ref, got, pairs, report)
     precision = str(getattr(dst, "precision", "fp32"))  # a half-precision ONNX file of ours says so
     if precision != "fp32":
         report.precision = precision
@@ -260,6 +280,34 @@ def run_parity(
         report.location = _locate(source_format, source_paths, dest_format, dest_paths, src, feeds, dst_feeds,
                                   options, tol)
     return report
+
+
+def _compare_as_sets(dst: Runtime, ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray],
+                     pairs: Sequence[tuple[str, str]], report: ParityReport) -> None:
+    """Compare again, as sets, the outputs whose rows come out of an NMS, top-k or nonzero with a
+    count the graph computes (``set_outputs`` and ``row_axes`` of the converted model's runtime),
+    where the comparison in order did not pass: outputs with the same row count on both sides are
+    paired together (a detector's boxes, scores, labels and masks)."""
+    origins: Mapping[str, str] = getattr(dst, "set_outputs", {})
+    axes: Mapping[str, int] = getattr(dst, "row_axes", {}) if origins else {}
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (r, g) in enumerate(pairs):
+        axis = axes.get(g)
+        if g not in origins or axis is None or report.outputs[i].random:
+            continue
+        a, b = np.asarray(ref[r]), np.asarray(got[g])
+        if a.ndim != b.ndim or axis >= a.ndim:
+            continue
+        groups.setdefault((a.shape[axis], b.shape[axis]), []).append(i)
+    for members in groups.values():
+        if all(report.outputs[i].passed for i in members):
+            continue
+        items = [SetItem(pairs[i][0], ref[pairs[i][0]], pairs[i][1], got[pairs[i][1]], axes[pairs[i][1]])
+                 for i in members]
+        origin = origins[pairs[members[0]][1]]
+        for i, result in zip(members, compare_sets(items, origin, report.atol, report.rtol, report.tol),
+                             strict=True):
+            report.outputs[i] = result
 
 
 def _settle_by_float64(src: Runtime, feeds: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],

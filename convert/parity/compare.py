@@ -25,8 +25,8 @@ import numpy as np
 if TYPE_CHECKING:
     from .locate import Location
 
-__all__ = ["OutputResult", "ParityReport", "arbitrate_float64", "arbitrate_half", "mark_inexact", "match_outputs",
-           "needs_float64"]
+__all__ = ["OutputResult", "ParityReport", "SetItem", "arbitrate_float64", "arbitrate_half", "compare_sets",
+           "mark_inexact", "match_outputs", "needs_float64"]
 
 
 @dataclass(slots=True)
@@ -70,6 +70,11 @@ class OutputResult:
     #: The reference cannot compute the function the conversion targets exactly (a Darknet batch norm
     #: whose variances its own formula cannot express): an error beyond ``tol`` is not ours to blame.
     ref_inexact: bool = False
+    #: Rows after an NMS, top-k or nonzero compared as a set (``compare_sets``), not in order.
+    as_set: bool = False
+    #: ... whose reference has a constant float output (saturated scores): which rows are kept is
+    #: decided by ties, differently in each runtime, so rows that do not pair prove nothing.
+    tied: bool = False
 
     @property
     def verdict(self) -> str:
@@ -77,7 +82,7 @@ class OutputResult:
         if self.passed:
             return "PASS"
         unjudged = (self.degenerate or self.unstable or self.random or self.amplified or self.half_unjudged
-                    or self.ref_inexact)
+                    or self.ref_inexact or self.tied)
         return "NOT VERIFIED" if unjudged and not self.differs else "FAIL"
 
 
@@ -98,6 +103,9 @@ class ParityReport:
     outputs: list[OutputResult] = field(default_factory=list)
     seed: int | None = 0
     notes: list[str] = field(default_factory=list)  # what the references could not verify
+    #: How the references were run where it is not the obvious way (weights matched to a formula,
+    #: inputs drawn from an image's range): said, not counted as notes.
+    method: list[str] = field(default_factory=list)
     location: Location | None = None  # the first layer out of tolerance (convert check --locate)
     precision: str = "fp32"  # the converted model's compute precision (``--precision``)
 
@@ -154,12 +162,18 @@ class ParityReport:
         out.append(f"{verdict}: {sum(o.passed for o in self.outputs)}/{len(self.outputs)} outputs within "
                    f"tol={self.tol:g} of the output's scale (max|ours-ref| / max|ref|){settled}; "
                    f"allclose: atol={self.atol:g} rtol={self.rtol:g}; inputs: {shapes}")
+        out += [f"how: {line}" for line in self.method]
         out += [f"NOTE: {note}" for note in self.notes]
         unverified = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.degenerate]
         unstable = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.unstable]
         amplified = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.amplified]
         random = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.random]
         half = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.half_unjudged]
+        tied = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.tied]
+        if tied:
+            out.append(f"NOT VERIFIED: the rows of {', '.join(repr(n) for n in tied)} come out of an NMS or top-k "
+                       "over scores that are all equal on these inputs (see the note): which rows are kept is "
+                       "decided by ties. Give real inputs with --inputs FILE.npz (images for a detector).")
         inexact = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.ref_inexact]
         if inexact:
             out.append(f"NOT VERIFIED: {', '.join(repr(n) for n in inexact)} "
@@ -185,7 +199,7 @@ class ParityReport:
             out.append(f"NOT VERIFIED: on {', '.join(repr(n) for n in amplified)} the source's own float32 run is "
                        f"more than {FLOAT32_LIMIT:g} x tol from its float64 run: the net amplifies rounding too "
                        "much for any float32 conversion to be judged on these inputs (see the output's note).")
-        empty = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.note.startswith("empty")]
+        empty = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and "empty on these inputs" in o.note]
         unverified = [n for n in unverified if n not in empty]
         if empty:
             out.append(f"NOT VERIFIED: {', '.join(repr(n) for n in empty)} {'are' if len(empty) > 1 else 'is'} "
@@ -377,6 +391,7 @@ def needs_float64(result: OutputResult, ref: np.ndarray) -> bool:
     """Whether ``result`` failed on the error alone (not shape, NaN, spread or random draws), on a
     float output: the case a float64 run of the source can settle."""
     return (not result.passed and not result.degenerate and not result.random and not result.unstable
+            and not result.as_set  # its rows were paired: an ordered float64 run cannot judge them
             and math.isfinite(result.rel_to_scale)  # a shape mismatch's error is infinite
             and np.asarray(ref).dtype.kind == "f" and not result.note.startswith("NaN"))
 
@@ -402,3 +417,122 @@ def arbitrate_float64(result: OutputResult, ref: np.ndarray, got: np.ndarray, re
     if theirs_err > FLOAT32_LIMIT * tol:
         return replace(result, note=note, amplified=True, differs=False)
     return replace(result, note=note + " (float32 rounding)", passed=True, differs=False, by_float64=True)
+
+
+# -- outputs compared as sets ----------------------------------------------------------------------
+# The rows of a detector's outputs come out of an NMS, a top-k or a nonzero: their order (and, at a
+# threshold, their number) is decided by near-ties that float rounding may break either way. Such
+# outputs are compared as sets: each converted row is paired with the nearest reference row, the
+# outputs that share the row count (boxes, scores, labels, masks) paired together.
+
+#: Rows of at most this many values take part in the pairing distance (boxes, scores, labels; not
+#: a mask's pixels, which follow their box).
+PAIR_KEY_SIZE = 64
+
+
+@dataclass(frozen=True, slots=True)
+class SetItem:
+    """One output of a set group: both sides, and the axis along which its rows lie."""
+
+    ref_name: str
+    ref: np.ndarray
+    name: str
+    got: np.ndarray
+    axis: int
+
+
+def _rows(a: np.ndarray, axis: int) -> np.ndarray:
+    moved = np.moveaxis(np.asarray(a), axis, 0)
+    return moved.reshape(moved.shape[0], math.prod(moved.shape[1:]))
+
+
+def _trailing_padding(rows: Sequence[np.ndarray]) -> int:
+    """How many rows at the end are padding on every output of the group: all zeros or all -1
+    (a runtime's fixed-size detection buffer: OpenCV's 100 rows of zeros, Caffe's row of -1)."""
+    n = rows[0].shape[0]
+    pad = np.ones(n, bool)
+    for r in rows:
+        pad &= ((r == 0) | (r == -1)).all(axis=1) if r.shape[1] else True
+    count = 0
+    while count < n and pad[n - 1 - count]:
+        count += 1
+    return count
+
+
+def _pair_rows(ref_rows: Sequence[np.ndarray], got_rows: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Pair converted rows with reference rows, nearest first (greedy on the largest per-output
+    error relative to that output's scale). Returns (reference indices, converted indices)."""
+    n, m = ref_rows[0].shape[0], got_rows[0].shape[0]
+    if n == 0 or m == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    keys = [k for k, r in enumerate(ref_rows) if r.shape[1] <= PAIR_KEY_SIZE] or list(range(len(ref_rows)))
+    dist = np.zeros((m, n))
+    for k in keys:
+        r = ref_rows[k].astype(np.float64)
+        g = got_rows[k].astype(np.float64)
+        scale = float(np.abs(r[np.isfinite(r)]).max()) if np.isfinite(r).any() else 1.0
+        scale = scale or 1.0
+        step = max(1, int(2e7 // max(1, n * r.shape[1])))  # bounded memory: rows of g in chunks
+        for lo in range(0, m, step):
+            d = np.abs(g[lo:lo + step, None, :] - r[None, :, :]).max(axis=2, initial=0.0) / scale
+            dist[lo:lo + step] = np.maximum(dist[lo:lo + step], np.where(np.isnan(d), np.inf, d))
+    got_idx, ref_idx = [], []
+    taken_g = np.zeros(m, bool)
+    taken_r = np.zeros(n, bool)
+    for flat in np.argsort(dist, axis=None, kind="stable"):
+        i, j = divmod(int(flat), n)
+        if taken_g[i] or taken_r[j]:
+            continue
+        taken_g[i] = taken_r[j] = True
+        got_idx.append(i)
+        ref_idx.append(j)
+        if len(got_idx) == min(n, m):
+            break
+    order = np.argsort(ref_idx, kind="stable")  # the reference's order
+    return np.asarray(ref_idx)[order], np.asarray(got_idx)[order]
+
+
+def compare_sets(items: Sequence[SetItem], origin: str, atol: float, rtol: float, tol: float) -> list[OutputResult]:
+    """Compare a group of outputs whose rows (``SetItem.axis``) come out of ``origin`` (an NMS, top-k
+    or nonzero) as a set: trailing padding rows dropped (said in the note), each converted row paired
+    with its nearest reference row across the group, the paired rows compared like any output, and
+    rows without a counterpart on either side a FAIL (counted in the note)."""
+    ref_rows = [_rows(it.ref, it.axis) for it in items]
+    got_rows = [_rows(it.got, it.axis) for it in items]
+    n, m = ref_rows[0].shape[0], got_rows[0].shape[0]
+    said = []
+    if n != m:  # padding only explains a difference in count
+        pad_r, pad_g = _trailing_padding(ref_rows), _trailing_padding(got_rows)
+        if pad_r:
+            said.append(f"{pad_r} padding row{'s' if pad_r > 1 else ''} of the reference dropped")
+            n -= pad_r
+        if pad_g:
+            said.append(f"{pad_g} padding row{'s' if pad_g > 1 else ''} of ours dropped")
+            m -= pad_g
+        ref_rows = [r[:n] for r in ref_rows]
+        got_rows = [g[:m] for g in got_rows]
+    ri, gi = _pair_rows(ref_rows, got_rows)
+    lost_r, lost_g = n - len(ri), m - len(gi)
+    head = f"rows compared as a set after {origin}: {len(ri)} paired"
+    if lost_r or lost_g:
+        head += f"; {lost_r} reference row(s) and {lost_g} of ours without a counterpart"
+    note = "; ".join([head, *said])
+    results = []
+    for it, r, g in zip(items, ref_rows, got_rows, strict=True):
+        tail = np.moveaxis(np.asarray(it.ref), it.axis, 0).shape[1:]
+        ref_p = r[ri].reshape(len(ri), *tail)
+        got_p = g[gi].reshape(len(gi), *tail)
+        res = compare_one(it.ref_name, ref_p, it.name, got_p, atol, rtol, tol)
+        res = replace(res, shape=tuple(np.asarray(it.got).shape), as_set=True,
+                      note=note + (f"; {res.note}" if res.note else ""))
+        if lost_r or lost_g:
+            res = replace(res, passed=False, differs=True, degenerate=False)
+        results.append(res)
+    constant = [it.ref_name for it, r in zip(items, results, strict=True)
+                if np.asarray(it.ref).dtype.kind == "f" and np.asarray(it.ref).size and r.degenerate]
+    if constant and not all(r.passed or r.degenerate for r in results):
+        said_tie = (f"'{constant[0]}' is constant on these inputs (saturated): the rows kept are decided by ties, "
+                    "differently in each runtime")
+        results = [r if r.passed else replace(r, tied=True, differs=False, note=f"{r.note}; {said_tie}")
+                   for r in results]
+    return results

@@ -221,6 +221,7 @@ class _Base:
     device: str = "cpu"
     plan: _Plan
     notes: list[str]  # what this reference cannot verify, shown in the parity report
+    method: Sequence[str] = ()  # how it ran where that is not obvious (weights matched to the lineage)
     runtime_key: str  # the batch-norm formula this runtime computes (``_darknet_bn.denominator``)
     #: Why outputs that miss the tolerance cannot be blamed on the conversion: the matched weights
     #: leave a denominator of the reference farther from the target's than float32 rounding ("" if not).
@@ -303,6 +304,11 @@ class _Base:
     def outputs(self) -> Sequence[str]:
         """The frontend's output names, in its order."""
         return self.plan.names
+
+    @property
+    def input_ranges(self) -> dict[str, tuple[float, float, str]]:
+        """Darknet takes an image's pixels divided by 255: parity inputs are drawn in [0, 1)."""
+        return {"data": (0.0, 1.0, "an image's pixels / 255, as Darknet takes them")}
 
     def layer_output(self, index: int) -> np.ndarray:
         """Return Darknet layer ``index``'s output after the last ``run``."""
@@ -535,9 +541,9 @@ def open_runtime(paths: Sequence[Path], options: Options) -> _Base:
     runtime.assumed = chosen == "auto" and cfg_kind == "ambiguous"
     if (runtime.runtime_key, runtime.lineage) != ("libdarknet", "original"):
         formula = "sqrt(v) + 1e-6" if runtime.runtime_key == "libdarknet" else "sqrt(v + 1e-6)"
-        runtime.notes.append(
+        runtime.method = [
             f"batch norm: {runtime.name} divides by {formula}; it ran a copy of the weights whose variances are "
             f"rewritten so that this yields {_LINEAGE_NAMES[runtime.lineage]} "
             + ("sqrt(v + 1e-5)" if runtime.lineage == "alexeyab" else "sqrt(v) + 1e-6")
-            + ", the batch norm of the conversion (docs/darknet.md)")
+            + ", the batch norm of the conversion (docs/darknet.md)"]
     return runtime

@@ -22,7 +22,7 @@ from convert.ir import Options, UsageError
 from ..runtime import TensorSpec
 from ._gpu import CUDA_EP, EXACT_FP32, ORT_CUDA_OPTIONS
 
-__all__ = ["OnnxRuntime", "describe_device", "open_runtime", "session_providers"]
+__all__ = ["SET_OPS", "OnnxRuntime", "describe_device", "open_runtime", "outputs_after", "session_providers"]
 
 logger = logging.getLogger(__name__)
 
@@ -64,10 +64,22 @@ RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "Ra
                         "Bernoulli"})
 
 
+# ONNX ops whose output rows come in an order (or a number) that near-ties decide: the rows after
+# them are compared as sets by the verdict (``compare.compare_sets``). ONNX has no sort: TopK sorts.
+SET_OPS = frozenset({"NonMaxSuppression", "TopK", "NonZero"})
+
+
 def random_outputs(path: Path) -> dict[str, str]:
     """Map each graph output that depends on a random op to that op (``RandomNormal from aten.randn
     at model.py:12``). The file is parsed (structure only) by the caller's choice: when its op names
     include a random op."""
+    return outputs_after(path, RANDOM_OPS)
+
+
+def outputs_after(path: Path, ops: frozenset[str]) -> dict[str, str]:
+    """Map each graph output computed from one of ``ops`` (at any depth, control-flow bodies
+    included) to the last such op before it, named with its source (``NonMaxSuppression 'nms'
+    from torchvision.ops.nms at boxes.py:41``)."""
     from convert.ir import AttributeType, load_file
 
     try:
@@ -75,30 +87,31 @@ def random_outputs(path: Path) -> dict[str, str]:
     except Exception:  # not parseable: the session reports it
         return {}
 
-    def draws(node: object) -> bool:
-        if node.op_type in RANDOM_OPS:  # type: ignore[attr-defined]
+    def holds(node: object) -> bool:
+        if node.op_type in ops:  # type: ignore[attr-defined]
             return True
         for attr in node.attributes.values():  # type: ignore[attr-defined]
             graphs = [attr.value] if attr.type == AttributeType.GRAPH else \
                 list(attr.value) if attr.type == AttributeType.GRAPHS else []
-            if any(draws(n) for g in graphs for n in g):
+            if any(holds(n) for g in graphs for n in g):
                 return True
         return False
 
-    origin: dict[str, str] = {}
-    for node in graph:  # a valid graph lists its nodes in topological order
-        if draws(node):
+    origin: dict[str, tuple[int, str]] = {}  # value -> (position of the op, the op): the latest wins
+    for at, node in enumerate(graph):  # a valid graph lists its nodes in topological order
+        source: tuple[int, str] | None
+        if holds(node):
             meta = node.metadata_props
             kind, line = meta.get("convert:source_type", ""), meta.get("convert:source_line", "")
             where = f" from {kind}" if kind else ""
             where += f" at {meta.get('convert:source_file', '')}:{line}" if line else ""
-            source: str | None = f"{node.op_type} '{node.name}'{where}"
+            source = (at, node.op_type + (f" '{node.name}'" if node.name else "") + where)
         else:
-            source = next((origin[v.name] for v in node.inputs if v is not None and v.name in origin), None)
+            source = max((origin[v.name] for v in node.inputs if v is not None and v.name in origin), default=None)
         if source is not None:
             for out in node.outputs:
                 origin[out.name] = source
-    return {o.name: origin[o.name] for o in graph.outputs if o.name in origin}
+    return {o.name: origin[o.name][1] for o in graph.outputs if o.name in origin}
 
 
 class OnnxRuntime:
@@ -119,7 +132,7 @@ class OnnxRuntime:
         if threads:  # `convert batch` workers share the cores: no more threads than OpenMP is given
             so.intra_op_num_threads = threads
         self.notes: list[str] = []
-        named = _op_names_in(path, ["QuantizeLinear", *RANDOM_OPS])
+        named = _op_names_in(path, ["QuantizeLinear", *RANDOM_OPS, *SET_OPS])
         if "QuantizeLinear" in named:
             # ORT's full optimisation fuses QDQ groups into its integer kernels, which on x86 CPUs
             # without VNNI saturate (ORT's documented U8S8 issue): the check would then measure ORT's
@@ -136,6 +149,7 @@ class OnnxRuntime:
                           "on CUDA, --device cuda with onnxruntime-gpu)")
             raise UsageError(f"ONNX Runtime cannot load {path.name}: {first}") from exc
         self.random_outputs = random_outputs(path) if named & RANDOM_OPS else {}  # compared by shape only
+        self.set_outputs = outputs_after(path, SET_OPS) if named & SET_OPS else {}  # rows compared as sets
         self.name = f"ONNX Runtime {ort.__version__}"
         self.device = describe_device(self.session)
         # A half-precision file of ours says so (``--precision``); the check then judges it as one.
@@ -152,6 +166,19 @@ class OnnxRuntime:
     def outputs(self) -> Sequence[str]:
         """Return the output names in order."""
         return [o.name for o in self.session.get_outputs()]
+
+    @property
+    def row_axes(self) -> dict[str, int]:
+        """Each output's first axis whose size the graph computes from the data (a detection count:
+        a symbolic size that no input has), where the file declares one."""
+        given = {d for i in self.session.get_inputs() for d in (i.shape or []) if isinstance(d, str)}
+        axes = {}
+        for o in self.session.get_outputs():
+            dims = list(o.shape) if o.shape is not None else []
+            axis = next((i for i, d in enumerate(dims) if isinstance(d, str) and d not in given), None)
+            if axis is not None:
+                axes[o.name] = axis
+        return axes
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once on ``feeds``."""

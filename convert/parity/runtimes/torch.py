@@ -59,6 +59,36 @@ def _module_device(module: object) -> str:
     return "cpu"
 
 
+# Models that take images with values in [0, 1] and normalise them themselves: their parity inputs
+# are drawn uniform in [0, 1), the input they were made for, where N(0, 1) noise often makes a
+# detector detect nothing (and an empty output proves nothing).
+_IMAGE_MODELS = {"torchvision.models.detection": "images in [0, 1], as torchvision's detectors take them",
+                 "ultralytics.nn.tasks": "images in [0, 1], as Ultralytics' YOLO models take them"}
+
+
+def image_convention(module: object) -> str:
+    """Say how ``module`` wants its image input ("" when unknown): from the classes of its modules
+    (an ``nn.Module``, a TorchScript module's qualified names, or an exported program's module
+    stack)."""
+    names: set[str] = set()
+    modules = getattr(module, "modules", None)
+    if callable(modules):
+        for sub in modules():
+            cls = type(sub)
+            names.add(f"{cls.__module__}.{cls.__qualname__}")
+            qual = getattr(getattr(sub, "_c", None), "qualified_name", None)
+            if isinstance(qual, str):
+                names.add(qual.removeprefix("__torch__."))
+    nodes = getattr(getattr(module, "graph", None), "nodes", None)
+    for node in nodes if nodes is not None and not callable(nodes) else []:  # an FX graph (TorchScript's is C++)
+        stack = getattr(node, "meta", {}).get("nn_module_stack") or {}
+        names.update(str(kind) for _, kind in stack.values() if kind is not None)
+    for prefix, why in _IMAGE_MODELS.items():
+        if any(n.startswith(prefix) or f"'{prefix}" in n for n in names):
+            return why
+    return ""
+
+
 class TorchRuntime:
     """A PyTorch model run eagerly, on the CPU or on CUDA in exact float32 (TF32 off, ``_gpu``).
 
@@ -82,6 +112,10 @@ class TorchRuntime:
             self._home = device
         self.device = f"{torch.cuda.get_device_name(0)} (cuda), {EXACT_FP32}" if device == "cuda" else "cpu"
         self._outputs: list[str] | None = None
+        # Float image inputs of a model with a known convention get values in [0, 1) (see make_inputs).
+        why = image_convention(module)
+        self.input_ranges = {s.name: (0.0, 1.0, why) for s in self._inputs
+                             if why and s.dtype.kind == "f" and len(s.shape) in (3, 4)}
 
     def inputs(self) -> Sequence[TensorSpec]:
         """Return the inputs (names as the converted graph has them)."""

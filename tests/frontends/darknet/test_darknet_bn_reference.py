@@ -122,7 +122,7 @@ def test_trained_statistics_pass_at_default_lineage_and_say_what_the_assumption_
     assert report.verdict == "PASS", report.table()
     assert max(o.rel_to_scale for o in report.outputs) < 1e-4
     said = " ".join(report.notes)
-    assert "rewritten so that this yields AlexeyAB's sqrt(v + 1e-5)" in said
+    assert "rewritten so that this yields AlexeyAB's sqrt(v + 1e-5)" in " ".join(report.method)
     assert "lineage ASSUMED AlexeyAB's" in said and "--darknet-lineage original" in said
 
 

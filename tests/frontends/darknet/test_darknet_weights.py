@@ -152,7 +152,7 @@ def test_auto_lineage_is_assumed_alexeyab_checked_as_alexeyab_and_the_report_say
     assert "lineage ASSUMED AlexeyAB" in done.stderr
     data = json.loads(report.read_text())
     assert done.returncode == 0 and data["verdict"] == "PASS", done.stdout + done.stderr
-    assert any("yields AlexeyAB's sqrt(v + 1e-5)" in n for n in data["notes"])
+    assert any("yields AlexeyAB's sqrt(v + 1e-5)" in n for n in data["method"])
     assert any("lineage ASSUMED AlexeyAB's" in n and "--darknet-lineage original" in n for n in data["notes"])
     done = subprocess.run([*cmd, "--darknet-lineage", "original"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
