@@ -25,8 +25,18 @@ import numpy as np
 if TYPE_CHECKING:
     from .locate import Location
 
-__all__ = ["OutputResult", "ParityReport", "SetItem", "arbitrate_float64", "arbitrate_half", "compare_sets",
-           "mark_inexact", "match_outputs", "needs_float64"]
+__all__ = [
+    "OutputResult",
+    "ParityReport",
+    "SetItem",
+    "arbitrate_float64",
+    "arbitrate_half",
+    "compare_sets",
+    "mark_inexact",
+    "match_outputs",
+    "needs_float64",
+    "only_padding",
+]
 
 
 @dataclass(slots=True)
@@ -446,6 +456,15 @@ def _rows(a: np.ndarray, axis: int) -> np.ndarray:
     return moved.reshape(moved.shape[0], math.prod(moved.shape[1:]))
 
 
+def only_padding(items: Sequence[SetItem]) -> bool:
+    """Whether both sides of a group hold nothing but padding rows (``_trailing_padding``): "no
+    detection" on both sides, which proves nothing."""
+    ref_rows = [_rows(it.ref, it.axis) for it in items]
+    got_rows = [_rows(it.got, it.axis) for it in items]
+    return (_trailing_padding(ref_rows) == ref_rows[0].shape[0]
+            and _trailing_padding(got_rows) == got_rows[0].shape[0])
+
+
 def _trailing_padding(rows: Sequence[np.ndarray]) -> int:
     """How many rows at the end are padding on every output of the group: all zeros or all -1
     (a runtime's fixed-size detection buffer: OpenCV's 100 rows of zeros, Caffe's row of -1)."""
@@ -494,23 +513,23 @@ def _pair_rows(ref_rows: Sequence[np.ndarray], got_rows: Sequence[np.ndarray]) -
 
 def compare_sets(items: Sequence[SetItem], origin: str, atol: float, rtol: float, tol: float) -> list[OutputResult]:
     """Compare a group of outputs whose rows (``SetItem.axis``) come out of ``origin`` (an NMS, top-k
-    or nonzero) as a set: trailing padding rows dropped (said in the note), each converted row paired
+    or nonzero) as a set: trailing padding rows dropped on either side (said in the note; a group of
+    nothing but padding is then empty: NOT VERIFIED), each converted row paired
     with its nearest reference row across the group, the paired rows compared like any output, and
     rows without a counterpart on either side a FAIL (counted in the note)."""
     ref_rows = [_rows(it.ref, it.axis) for it in items]
     got_rows = [_rows(it.got, it.axis) for it in items]
     n, m = ref_rows[0].shape[0], got_rows[0].shape[0]
     said = []
-    if n != m:  # padding only explains a difference in count
-        pad_r, pad_g = _trailing_padding(ref_rows), _trailing_padding(got_rows)
-        if pad_r:
-            said.append(f"{pad_r} padding row{'s' if pad_r > 1 else ''} of the reference dropped")
-            n -= pad_r
-        if pad_g:
-            said.append(f"{pad_g} padding row{'s' if pad_g > 1 else ''} of ours dropped")
-            m -= pad_g
-        ref_rows = [r[:n] for r in ref_rows]
-        got_rows = [g[:m] for g in got_rows]
+    pad_r, pad_g = _trailing_padding(ref_rows), _trailing_padding(got_rows)
+    if pad_r:
+        said.append(f"{pad_r} padding row{'s' if pad_r > 1 else ''} of the reference dropped")
+        n -= pad_r
+    if pad_g:
+        said.append(f"{pad_g} padding row{'s' if pad_g > 1 else ''} of ours dropped")
+        m -= pad_g
+    ref_rows = [r[:n] for r in ref_rows]
+    got_rows = [g[:m] for g in got_rows]
     ri, gi = _pair_rows(ref_rows, got_rows)
     lost_r, lost_g = n - len(ri), m - len(gi)
     head = f"rows compared as a set after {origin}: {len(ri)} paired"

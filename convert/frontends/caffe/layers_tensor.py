@@ -695,7 +695,7 @@ def detection_output(layer: LayerDef, ctx: CaffeContext) -> None:
     highest scores, then greedy NMS (IoU > nms_threshold suppresses) among those above
     ``confidence_threshold``; of all kept, the ``keep_top_k`` best; rows ordered by label, then by
     score. The top is (1, 1, detections, 7): image id, label, score, xmin, ymin, xmax, ymax. With
-    no detection it has 0 rows (Caffe writes one row of -1).
+    no detection it holds Caffe's one row ``[0, -1, -1, -1, -1, -1, -1]``.
     """
     dp = _p(layer, "detection_output_param")
     loc, conf, priors = ctx.input(layer, 0), ctx.input(layer, 1), ctx.input(layer, 2)
@@ -791,7 +791,15 @@ def detection_output(layer: LayerDef, ctx: CaffeContext) -> None:
             for i, v in enumerate(rows[:2])]
     image = _dyn(ctx, layer, "Mul", [cols[0], ctx.const(0.0)], None, ["detections", 1], "_image")
     table = _dyn(ctx, layer, "Concat", [image, *cols, rows[2]], {"axis": 1}, ["detections", 7], "_table")
-    top = _dyn(ctx, layer, "Reshape", [table, ctx.const((1, 1, -1, 7), i64)], None, [1, 1, "detections", 7], "")
+    # No detection: Caffe writes one row [0, -1, -1, -1, -1, -1, -1] (image 0, label -1), which
+    # deployed post-processing reads as "nothing": the table with that row appended, cut to
+    # max(detections, 1) rows.
+    none = ctx.const(np.array([[0, -1, -1, -1, -1, -1, -1]], np.float32))
+    padded = _dyn(ctx, layer, "Concat", [table, none], {"axis": 0}, ["detections_or_none", 7], "_or_none")
+    at_least_one = _dyn(ctx, layer, "Max", [count, ctx.const([1], i64)], None, [1], "_rows", DataType.INT64)
+    table = _dyn(ctx, layer, "Slice", [padded, ctx.const([0], i64), at_least_one, ctx.const([0], i64)], None,
+                 ["detection_rows", 7], "_table_rows")
+    top = _dyn(ctx, layer, "Reshape", [table, ctx.const((1, 1, -1, 7), i64)], None, [1, 1, "detection_rows", 7], "")
     records = _prior_records(priors)
     if records is not None:  # the Caffe exporter (ssd flavor) writes the layer back from this
         producer = top.producer()
@@ -802,4 +810,4 @@ def detection_output(layer: LayerDef, ctx: CaffeContext) -> None:
 
 
 _note("DetectionOutput", "decode + TopK + NonMaxSuppression + TopK (keep_top_k) + sort",
-      "batch 1, share_location, CORNER/CENTER_SIZE; no detection gives 0 rows (Caffe: one row of -1)")
+      "batch 1, share_location, CORNER/CENTER_SIZE; no detection gives Caffe's one row [0, -1, -1, -1, -1, -1, -1]")

@@ -154,7 +154,7 @@ def test_pspnet_bn_dialect_matches_its_batchnorm_twin(tmp_path: Path) -> None:
             _batchnorm_twin(bn_paths[1], deploy / "pspnet50.prototxt", tmp_path / "twin.caffemodel")]
     src = _runtime(twin, True)
     spec = src.inputs()[0]  # type: ignore[attr-defined]
-    x = np.random.default_rng(1).standard_normal(spec.shape).astype(np.float32)
+    x = np.random.default_rng(1).standard_normal(spec.shape).astype(np.float32) * 0.3
     ref = src.run({spec.name: x})["conv6_interp"]  # type: ignore[attr-defined]
     assert float(ref.max() - ref.min()) > 0.05 * float(np.abs(ref).max())
     model = FRONTEND.load(bn_paths, Options())
@@ -165,3 +165,42 @@ def test_pspnet_bn_dialect_matches_its_batchnorm_twin(tmp_path: Path) -> None:
     out = list(EXPORTER.save(model, tmp_path / "out" / "bn", Options(extra={"caffe_flavor": "pspnet"})))
     back = _runtime(out, True).run({spec.name: x})["conv6_interp"]  # type: ignore[attr-defined]
     assert _rel(back, ref) <= RTOL, _rel(back, ref)
+
+
+@pytest.mark.slow
+def test_mobilenet_ssd_verdicts_on_no_detection_and_saturated_scores(tmp_path: Path) -> None:
+    """MobileNet-SSD Caffe -> ONNX against real Caffe (the SSD fork):
+
+    - nothing above the confidence threshold (a dim input, 0.3 x N(0, 1)): Caffe writes one row
+      ``[0, -1, -1, -1, -1, -1, -1]``, and so does the converted model (post-processing reads it);
+      the verdict on that row is NOT VERIFIED (nothing was detected), never PASS;
+    - saturated scores (N(0, 1) x 40: scores tied at 1.0 within 1e-5): rows tie and may come out in
+      another order; the verdict compares them as a set: PASS.
+    """
+    from convert.parity import run_parity
+
+    proto = ROOT / "models" / "caffe" / "deploy" / "mobilenet_ssd.prototxt"
+    paths = [proto, fill_weights.fill(proto, tmp_path / "ssd.caffemodel", seed=0)]
+    src = _runtime(paths, False)
+    spec = src.inputs()[0]  # type: ignore[attr-defined]
+    model = FRONTEND.load(paths, Options())
+    passes.standard_pipeline()(model)
+    onnx_path = tmp_path / "ssd.onnx"
+    ONNX_EXPORTER.save(model, onnx_path, Options())
+
+    x = np.random.default_rng(1).standard_normal(spec.shape).astype(np.float32) * 0.3
+    ref = src.run({spec.name: x})["detection_out"]  # type: ignore[attr-defined]
+    assert ref.shape == (1, 1, 1, 7) and ref[0, 0, 0].tolist() == [0, -1, -1, -1, -1, -1, -1]
+    report = run_parity("caffe", paths, "onnx", [onnx_path], source_runtime=src, inputs={spec.name: x}, locate=False)
+    out = report.outputs[0]
+    assert report.verdict == "NOT VERIFIED" and "empty on these inputs" in out.note, report.table()
+
+    x40 = x / 0.3 * 40
+    ref = src.run({spec.name: x40})["detection_out"]  # type: ignore[attr-defined]
+    scores = ref[0, 0, :, 2]
+    assert ref.shape[2] >= 20 and scores.min() > 0.999, scores  # saturated, many detections
+    report = run_parity("caffe", paths, "onnx", [onnx_path], source_runtime=src, inputs={spec.name: x40},
+                        locate=False)
+    assert report.verdict == "PASS", report.table()
+    print(f"SSD saturated: {ref.shape[2]} rows, {report.outputs[0].rel_to_scale:.1e}, as a set: "
+          f"{report.outputs[0].as_set}")
