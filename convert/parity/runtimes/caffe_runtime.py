@@ -9,12 +9,13 @@
   ``CONVERT_CAFFE_BVLC_PYTHON``): field 13 is the enum ``round_mode``; it has Clip and Swish and
   none of the SSD layers.
 
-A file is run in the Caffe whose dialect it is written in: BVLC master when it is written in
-convert's ``bvlc`` flavor (its first line says so) or uses ``round_mode``, ``Clip`` or ``Swish``,
-the fork otherwise. Without BVLC master, a ``round_mode`` file is checked in
-the fork through a translated copy, and the report says the file as written does not load there
-(as with OpenCV). Each net runs in a subprocess (``_caffe_worker``): Caffe aborts its process on a
-failed CHECK. ``CONVERT_CAFFE_RUNTIME=opencv`` (or ``caffe``) forces the choice.
+A file is run in the Caffe whose dialect it is written in, decided on the parsed net: BVLC master
+when it is written in convert's ``bvlc`` flavor (its first line says so) or uses ``round_mode``,
+``Clip`` or ``Swish`` (and nothing only the fork has), the fork otherwise. Without BVLC master, a
+``round_mode`` file is checked in the fork through a translated copy, and the report says the file
+as written does not load there (as with OpenCV). Each net runs in a subprocess
+(``_caffe_worker``): Caffe aborts its process on a failed CHECK. ``CONVERT_CAFFE_RUNTIME=opencv``
+(or ``caffe``) forces the choice.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from convert.parity.runtime import Runtime, TensorSpec
 
 from .opencv_caffe import OpenCVCaffeRuntime, net_io, round_mode_note, translate_round_mode
 
-__all__ = ["RealCaffeRuntime", "dialect_of", "find_caffe", "open_runtime", "real_caffe"]
+__all__ = ["RealCaffeRuntime", "dialect_of", "find_caffe", "open_runtime", "real_caffe", "written_for"]
 
 _TIMEOUT = 600
 _GLOG_FATAL = re.compile(r"^F\d{8} ")
@@ -46,10 +47,12 @@ _DIALECTS = {
     "ssd": ("python", "CONVERT_CAFFE_PYTHON", "Caffe (brocolli-caffe 9.0.2, SSD fork)"),
     "bvlc": ("bvlc/python", "CONVERT_CAFFE_BVLC_PYTHON", "Caffe (BVLC master 99bd997)"),
 }
-# a file for BVLC master: written in our bvlc flavor, or using what only BVLC master reads (the
-# pooling field round_mode, the layers Clip and Swish)
-_BVLC_ONLY = re.compile(r'^(# Written by convert-toolkit, Caffe flavor \'bvlc\'|\s*round_mode\s*:|'
-                        r'\s*type\s*:\s*"(Clip|Swish)")', re.MULTILINE)
+# What only BVLC master reads (the pooling field round_mode, the layers Clip and Swish), and what only
+# the SSD fork reads (its layers, the pooling field ceil_mode): decided on the parsed net, whatever
+# the file's line layout.
+_BVLC_LAYERS = frozenset({"Clip", "Swish"})
+_FORK_LAYERS = frozenset({"Permute", "Normalize", "PriorBox", "DetectionOutput", "ReLU6", "Upsample"})
+_OUR_BVLC = "# Written by convert-toolkit, Caffe flavor 'bvlc'"
 
 
 def find_caffe(dialect: str = "ssd") -> Path | None:
@@ -65,10 +68,37 @@ def find_caffe(dialect: str = "ssd") -> Path | None:
     return None
 
 
+def written_for(prototxt: Path) -> str:
+    """Return the Caffe ``prototxt`` is written for, from the parsed net: ``bvlc`` (BVLC master) when
+    our bvlc flavor wrote it, or it uses round_mode, Clip or Swish and nothing only the fork has;
+    else ``ssd`` (the fork, which also reads every file both Caffes read)."""
+    from convert.frontends.caffe.reader import read_prototxt
+
+    path = Path(prototxt)
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        if fh.readline().startswith(_OUR_BVLC):
+            return "bvlc"
+    net = read_prototxt(path)
+    types = {layer.type for layer in net.layers}
+    pooling = [getattr(layer.param, "pooling_param", None) for layer in net.layers if layer.type == "Pooling"]
+    round_mode = any(_has_field(p, "round_mode") for p in pooling if p is not None)
+    ceil_mode = any(_has_field(p, "ceil_mode") for p in pooling if p is not None)
+    bvlc = bool(types & _BVLC_LAYERS) or round_mode
+    fork = bool(types & _FORK_LAYERS) or ceil_mode
+    return "bvlc" if bvlc and not fork else "ssd"
+
+
+def _has_field(msg: object, name: str) -> bool:
+    try:
+        return bool(msg.HasField(name))  # type: ignore[attr-defined]
+    except ValueError:  # a field this schema does not declare
+        return False
+
+
 def dialect_of(prototxt: Path) -> str:
     """Return the real Caffe to run ``prototxt`` in: ``bvlc`` when it is written for BVLC master
-    and BVLC master is built here, else ``ssd`` (the fork)."""
-    return "bvlc" if _BVLC_ONLY.search(Path(prototxt).read_text()) and find_caffe("bvlc") else "ssd"
+    (``written_for``) and BVLC master is built here, else ``ssd`` (the fork)."""
+    return "bvlc" if written_for(prototxt) == "bvlc" and find_caffe("bvlc") else "ssd"
 
 
 def real_caffe(prototxt: Path, caffemodel: Path) -> RealCaffeRuntime | None:

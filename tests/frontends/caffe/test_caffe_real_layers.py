@@ -91,14 +91,34 @@ def test_layer_matches_real_caffe(case: str, caffe_dir: Path, tmp_path: Path) ->
         assert float(np.abs(g - r).max()) <= 1e-5 * scale, name
 
 
+def _one_line_per_layer(proto: Path) -> None:
+    """Rewrite ``proto`` with each layer on one line (``layer { name: ... type: "Clip" ... }``), as
+    many tools write: the dialect must be read from the net, not from the line layout."""
+    from google.protobuf import text_format
+
+    from convert._proto import caffe_pb2
+
+    net = caffe_pb2.NetParameter()
+    text_format.Parse(proto.read_text(), net)
+    layers = list(net.layer)
+    del net.layer[:]
+    head = text_format.MessageToString(net)
+    proto.write_text(head + "".join(f"layer {{ {text_format.MessageToString(ly, as_one_line=True)} }}\n"
+                                    for ly in layers))
+
+
+@pytest.mark.parametrize("layout", ["as written", "one line per layer"])
 @pytest.mark.parametrize("case", list(BVLC_CASES), ids=list(BVLC_CASES))
-def test_bvlc_layer_matches_bvlc_master(case: str, caffe_dir: Path, tmp_path: Path) -> None:
+def test_bvlc_layer_matches_bvlc_master(case: str, layout: str, caffe_dir: Path, tmp_path: Path) -> None:
     if find_caffe("bvlc") is None:
         pytest.skip("BVLC master Caffe is not built here: run scripts/build_caffe")
     b = NetBuilder("net", 0)
     b.input("data", SHAPE)
     BVLC_CASES[case](b)
     proto, model = b.save(tmp_path)
+    if layout == "one line per layer":
+        _one_line_per_layer(proto)
+        assert "\n  type:" not in proto.read_text()
     assert dialect_of(proto) == "bvlc"
     result = api.convert([proto, model], to="onnx", out=tmp_path / "net.onnx", seed=4)
     report = result.report
