@@ -261,6 +261,8 @@ def run_parity(
                                   second=seconds.get(r))
                       for r, g in pairs]
     _compare_as_sets(dst, ref, got, pairs, report)
+    report.target_refused = str(getattr(dst, "target_refused", "") or "")  # the file's own runtime refused it
+    report.refusal_is_ours = bool(getattr(dst, "refusal_is_ours", False))
     precision = str(getattr(dst, "precision", "fp32"))  # a half-precision ONNX file of ours says so
     if precision != "fp32":
         report.precision = precision

@@ -118,17 +118,24 @@ class ParityReport:
     method: list[str] = field(default_factory=list)
     location: Location | None = None  # the first layer out of tolerance (convert check --locate)
     precision: str = "fp32"  # the converted model's compute precision (``--precision``)
+    #: The runtime the converted file is for refused it (another runtime computed the outputs): why.
+    target_refused: str = ""
+    #: ... and the refusal is a limit of what is installed here, not of the target: NOT VERIFIED, not FAIL.
+    refusal_is_ours: bool = False
 
     @property
     def passed(self) -> bool:
-        """True when every output passed (and there was at least one)."""
-        return bool(self.outputs) and all(o.passed for o in self.outputs)
+        """True when every output passed (and there was at least one), in the runtime the file is for."""
+        return bool(self.outputs) and all(o.passed for o in self.outputs) and not self.target_refused
 
     @property
     def verdict(self) -> str:
-        """PASS; NOT VERIFIED when no output failed but some could not be judged; else FAIL."""
+        """PASS; NOT VERIFIED when no output failed but some could not be judged (or the target runtime
+        is not installed here); else FAIL (an output, or the target runtime refusing the file)."""
         if self.passed:
             return "PASS"
+        if self.target_refused and not self.refusal_is_ours:
+            return "FAIL"
         if self.outputs and all(o.verdict != "FAIL" for o in self.outputs):
             return "NOT VERIFIED"
         return "FAIL"
@@ -172,6 +179,9 @@ class ParityReport:
         out.append(f"{verdict}: {sum(o.passed for o in self.outputs)}/{len(self.outputs)} outputs within "
                    f"tol={self.tol:g} of the output's scale (max|ours-ref| / max|ref|){settled}; "
                    f"allclose: atol={self.atol:g} rtol={self.rtol:g}; inputs: {shapes}")
+        if self.target_refused:
+            out.append(("NOT VERIFIED: " if self.refusal_is_ours else "FAIL: ") + self.target_refused
+                       + f"; the outputs above are {self.dest_runtime}'s, not the target's")
         out += [f"how: {line}" for line in self.method]
         out += [f"NOTE: {note}" for note in self.notes]
         unverified = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.degenerate]

@@ -55,6 +55,8 @@ logger = logging.getLogger(__name__)
 
 # protobuf refuses messages of 2 GiB and more; keep a margin for the layer records.
 MAX_CAFFEMODEL_BYTES = 2**31 - 16 * 2**20
+# The SSD-era forks hard-code protobuf's read limit to 512 MiB (SetTotalBytesLimit(536870912)).
+FORK_CAFFEMODEL_BYTES = 536870912
 
 
 def output_paths(out_path: Path) -> tuple[Path, Path]:
@@ -292,6 +294,11 @@ def _write(plan: CaffePlan, out_path: Path) -> list[Path]:
             "but a caffemodel is one protobuf message and cannot reach 2 GiB. Nothing was written. "
             "Export to ONNX (external data) instead."
         )
+    if flav.name == "ssd" and total > FORK_CAFFEMODEL_BYTES:
+        options.diagnostics.warn(
+            f"{model_path.name} will hold {total / 2**20:.0f} MiB of weights: the SSD-era Caffe forks (the ssd "
+            "flavor's target) read at most 512 MiB of caffemodel (SetTotalBytesLimit(536870912) in their io.cpp) "
+            "and will refuse it; --caffe-flavor bvlc writes for BVLC master, which reads up to 2 GiB")
     proto_path.parent.mkdir(parents=True, exist_ok=True)
     temps: list[str] = []
     try:

@@ -108,6 +108,37 @@ def real_caffe(prototxt: Path, caffemodel: Path) -> RealCaffeRuntime | None:
     return None if caffe_dir is None else RealCaffeRuntime(prototxt, caffemodel, caffe_dir, dialect)
 
 
+# The SSD fork (brocolli-caffe, as the SSD-era forks) reads a caffemodel through protobuf with a
+# hard-coded SetTotalBytesLimit(536870912) in src/caffe/util/io.cpp: no larger file loads there.
+FORK_CAFFEMODEL_LIMIT = 536870912
+# Layers of Caffe forks that neither Caffe built here has: a refusal for them is our installation's.
+_OTHER_FORKS = {"Interp": "PSPNet's and DeepLab's Caffe forks"}
+
+
+def refusal(prototxt: Path, caffemodel: Path, dialect: str, error: str) -> tuple[str, bool]:
+    """Say why the real Caffe of ``dialect`` refused a file, and whether that is a limit of what is
+    built here (True: the file's own Caffe is another fork) rather than of the file's target."""
+    size = caffemodel.stat().st_size if caffemodel.is_file() else 0
+    name = _DIALECTS[dialect][2]
+    if dialect == "ssd" and size > FORK_CAFFEMODEL_LIMIT:
+        return (f"{name} cannot read {caffemodel.name} ({size / 2**20:.0f} MiB): the SSD-era forks read at most "
+                "512 MiB of caffemodel (SetTotalBytesLimit(536870912) in their io.cpp). Convert with "
+                "--caffe-flavor bvlc (BVLC master reads up to 2 GiB) for a Caffe that loads it", False)
+    try:
+        from convert.frontends.caffe.reader import read_prototxt
+
+        types = {layer.type for layer in read_prototxt(prototxt).layers}
+    except Exception:  # the refusal stands as Caffe said it
+        types = set()
+    other = sorted(t for t in types if t in _OTHER_FORKS)
+    if other:
+        forks = ", ".join(_OTHER_FORKS[t] for t in other)
+        return (f"{', '.join(other)} {'is a layer' if len(other) == 1 else 'are layers'} of {forks}, which "
+                f"{'is' if len(other) == 1 else 'are'} not built here ({name} refused the file: {error}); the "
+                "Caffe this file is for was not run", True)
+    return f"{name}, the Caffe this file is written for, cannot load it: {error}", False
+
+
 class CaffeFailedError(RuntimeError):
     """Real Caffe refused or crashed on a net (its last log line says why)."""
 
@@ -211,5 +242,7 @@ def open_runtime(paths: Sequence[Path], options: Options) -> Runtime:
             fallback = OpenCVCaffeRuntime(proto, weights)
             fallback.notes = [*getattr(fallback, "notes", []),
                               f"REAL CAFFE REFUSED THIS FILE ({exc}); the check ran in OpenCV DNN instead"]
+            # As the converted file, this verdict is for the Caffe it is written for: say why it refused.
+            fallback.target_refused, fallback.refusal_is_ours = refusal(proto, weights, dialect, str(exc))
             return fallback
     return OpenCVCaffeRuntime(proto, weights)

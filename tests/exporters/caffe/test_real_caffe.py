@@ -242,3 +242,57 @@ def test_channel_shuffle_in_bvlc_is_a_permuting_convolution(caffe_dir: Path, tmp
     ref = ort.InferenceSession(src.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     for got in (_real(paths, caffe_dir).run(feeds)["y"], ex._opencv(paths).run(feeds)["y"]):
         np.testing.assert_array_equal(got.reshape(ref.shape), ref)  # one 1.0 per output channel: exact
+
+
+def test_interp_file_is_not_verified_when_its_fork_is_not_built(caffe_dir: Path, tmp_path: Path) -> None:
+    """A pspnet-flavoured file with Interp: the SSD fork refuses the layer, OpenCV runs it. The Caffe
+    the file is for (PSPNet's fork) is not built here: NOT VERIFIED with that reason, never PASS."""
+    import onnx
+
+    body = 'y = Resize <mode = "linear", coordinate_transformation_mode = "align_corners"> (x, , , sz)'
+    src = ex._model(ex.HEAD + f"""
+    g (float[1, 2, 3, 3] x) => (float[1, 2, 6, 6] y) {{
+        {body}
+    }}""", {"sz": np.array([1, 2, 6, 6], np.int64)})
+    onnx.save(src, tmp_path / "interp.onnx")
+    result = api.convert([tmp_path / "interp.onnx"], to="caffe", out=tmp_path / "o" / "interp", caffe_flavor="pspnet")
+    report = result.report
+    assert report is not None and report.verdict == "NOT VERIFIED", report.table()
+    assert report.refusal_is_ours and "PSPNet's and DeepLab's Caffe forks" in report.target_refused
+    assert report.dest_runtime.startswith("OpenCV") and all(o.passed for o in report.outputs)
+    assert "NOT VERIFIED: Interp is a layer of PSPNet's" in report.table()
+
+
+@pytest.mark.slow
+def test_caffemodel_over_512_mib_fails_in_the_fork_and_passes_in_bvlc(caffe_dir: Path, bvlc_dir: Path,
+                                                                     tmp_path: Path) -> None:
+    """A 586 MiB caffemodel: the SSD fork (the ssd flavour's target) cannot read it (a hard-coded 512
+    MiB protobuf limit), so the ssd verdict is FAIL with the advice to use bvlc, said before writing
+    too; written for BVLC master, which reads it, the verdict is PASS in real Caffe."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rows, cols = 1000, 153_600  # 614 MB of float32
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((cols, rows), dtype=np.float32) / np.sqrt(rows)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], "big",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cols])],
+                              [numpy_helper.from_array(w, "w")])
+    del w
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "big.onnx", save_as_external_data=True, location="big.data")
+    del model, graph
+    result = api.convert([tmp_path / "big.onnx"], to="caffe", out=tmp_path / "ssd" / "big", caffe_flavor="ssd")
+    report = result.report
+    assert any("read at most 512 MiB" in w for w in result.warnings), result.warnings
+    assert report is not None and report.verdict == "FAIL" and not report.refusal_is_ours, report.table()
+    assert "--caffe-flavor bvlc" in report.target_refused and "586 MiB" in report.target_refused
+    assert all(o.passed for o in report.outputs)  # OpenCV computes it right: the fork still cannot load it
+    for path in result.outputs:
+        path.unlink()
+    result = api.convert([tmp_path / "big.onnx"], to="caffe", out=tmp_path / "bvlc" / "big", caffe_flavor="bvlc")
+    report = result.report
+    assert report is not None and report.verdict == "PASS", report.table()
+    assert report.dest_runtime == "Caffe (BVLC master 99bd997)" and not result.warnings
