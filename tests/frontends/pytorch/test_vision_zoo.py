@@ -117,13 +117,25 @@ def test_vision_cnn_to_caffe_matches_eager(name: str, tmp_path: Path) -> None:
 DRAFTED: set[str] = set()  # captured by torch.export itself: valid for any input
 DET_FLOOR = 1e-3
 DIM_FLOOR = 1e-2  # the dim image (see the caller): float32 rounding alone reaches 4e-3 in torch
+# px: how far apart two runs' expanded box edges may be where they truncate to different integers
+# (float32 puts ours and torch's own float64 run 1e-3 to 1.4e-2 px from eager's boxes)
+EDGE_TOL = 0.05
 
 
-def _pasted_boxes(boxes: np.ndarray) -> np.ndarray:
-    """The integer boxes Mask R-CNN pastes its 28x28 masks into (torchvision's own expansion)."""
+def _expanded_boxes(boxes: np.ndarray) -> np.ndarray:
+    """The boxes Mask R-CNN pastes its 28x28 masks into (torchvision's own expansion), before it
+    truncates them to integers (``.to(torch.int64)``, toward zero as ``np.trunc``)."""
     from torchvision.models.detection.roi_heads import expand_boxes
 
-    return expand_boxes(torch.from_numpy(boxes), 30 / 28).to(torch.int64).numpy()
+    return expand_boxes(torch.from_numpy(boxes), 30 / 28).numpy()
+
+
+def _row_max_mean(err: np.ndarray) -> float:
+    """The mean over detections of each one's largest mask error. The largest alone follows the one
+    box that float32 rounding moved most (mask features are sampled at the box): on seeds 7 and 11
+    ours is 2.1x and 1.3x torch's float32 run from float64 there, on seed 3 0.45x, while the means
+    agree within 15 %."""
+    return float(err.reshape(len(err), -1).max(axis=1).mean())
 
 
 def _pair(boxes: np.ndarray, labels: np.ndarray, ref_boxes: np.ndarray, ref_labels: np.ndarray) -> np.ndarray:
@@ -145,14 +157,17 @@ def _pair(boxes: np.ndarray, labels: np.ndarray, ref_boxes: np.ndarray, ref_labe
 
 
 def _detections_agree(name: str, model: torch.nn.Module, path: Path, feed: str, x: torch.Tensor,
-                      dim: bool) -> None:
+                      dim: bool) -> int:
     """Ours against eager as sets (``_pair``): same count, equal labels, boxes, scores, masks,
     keypoints and keypoint scores within REL_TO_SCALE (DET_FLOOR on the dim image), or, where
     float32 rounding alone exceeds that (ResNet-50 backbones, the dim image), no farther from the
-    net run in float64 than torch's float32 run (+25 %) and within DET_FLOOR (DIM_FLOOR).
+    net run in float64 than torch's float32 run (+25 %; for masks in the mean of each row's
+    largest error) and within DET_FLOOR (DIM_FLOOR).
     A mask is compared where both sides paste it into the same integer box: a box edge within
-    float rounding of an integer truncates either way, which moves the whole mask by a pixel (at
-    most two boxes may do so)."""
+    float rounding of an integer truncates either way, which moves (or resamples) the whole mask
+    by a pixel, up to 0.86 of the mask scale (measured: torch's own float64 run flips the same
+    rows). Each such edge must be within EDGE_TOL of the other side's, and at most a tenth of the
+    rows may flip. Returns the detection count."""
     with torch.no_grad():
         refs = [t.numpy() for t in model(x)]
     boxes, scores = refs[0], refs[1]
@@ -161,30 +176,39 @@ def _detections_agree(name: str, model: torch.nn.Module, path: Path, feed: str, 
     assert len(ours) == len(refs) and ours[0].shape == boxes.shape, (name, ours[0].shape, boxes.shape)
     ours = [o[_pair(ours[0], ours[2], boxes, refs[2])] for o in ours]
     masks = len(refs) > 3 and refs[3].ndim == 4  # Mask R-CNN (Keypoint R-CNN's are keypoints, scores)
-    if masks:  # pasted into the same integer box on both sides
-        same = (_pasted_boxes(ours[0]) == _pasted_boxes(refs[0])).all(axis=1)
-        assert (~same).sum() <= 2, (name, int((~same).sum()))
+    if masks:  # pasted into the same integer box on both sides, or an edge within rounding of an integer
+        ours_at, refs_at = _expanded_boxes(ours[0]), _expanded_boxes(refs[0])
+        refs_int = np.trunc(refs_at)
+        flipped = np.trunc(ours_at) != refs_int
+        gaps = np.abs(ours_at - refs_at)[flipped]
+        assert (gaps <= EDGE_TOL).all(), (name, "a pasted box differs by more than rounding", gaps.tolist())
+        same = ~flipped.any(axis=1)
+        assert same.mean() >= 0.9, (name, int((~same).sum()))
         ours[3], refs[3] = ours[3][same], refs[3][same]
         assert float(((refs[3] > 0.05) & (refs[3] < 0.95)).sum() / (refs[3] > 0).sum()) > 0.02, "saturated masks"
     errs = {k: rel_to_scale(ours[k], refs[k]) for k in range(len(refs)) if k != 2}
-    print(f"DET {name} {'dim' if dim else ''} {len(boxes)} boxes: "
+    print(f"DET {name} {'dim' if dim else ''} {len(boxes)} boxes"
+          + (f" ({len(boxes) - len(refs[3])} pasted a pixel apart)" if masks else "") + ": "
           + " ".join(f"out{k} {e:.1e}" for k, e in errs.items()))
     over = [k for k, e in errs.items() if e > (DET_FLOOR if dim else REL_TO_SCALE)]
     if not over:
-        return
+        return len(boxes)
     with torch.no_grad():  # float32 rounding? compare with the same net in float64
         r64 = [t.numpy() for t in copy.deepcopy(model).double()(x.double())]
     assert r64[0].shape == boxes.shape, (name, "float64 run found another count")
     r64 = [r[_pair(r64[0], r64[2], boxes, refs[2])] for r in r64]
-    if masks:
-        r64[3] = r64[3][same]
+    if masks:  # less the rows float64 pastes into another integer box than eager does
+        kept = ~(np.trunc(_expanded_boxes(r64[0])) != refs_int).any(axis=1)[same]
+        ours[3], refs[3], r64[3] = ours[3][kept], refs[3][kept], r64[3][same][kept]
     for k in over:
         scale = float(np.abs(r64[k]).max())
-        torch_err = float(np.abs(refs[k] - r64[k]).max()) / scale
-        our_err = float(np.abs(ours[k].astype(np.float64) - r64[k]).max()) / scale
+        spread = _row_max_mean if masks and k == 3 else np.max
+        torch_err = float(spread(np.abs(refs[k] - r64[k]))) / scale
+        our_err = float(spread(np.abs(ours[k].astype(np.float64) - r64[k]))) / scale
         print(f"DET-F64 {name} out{k} torch32 {torch_err:.1e} ours {our_err:.1e}")
         assert errs[k] <= (DIM_FLOOR if dim else DET_FLOOR) and our_err <= FLOAT64_MARGIN * torch_err, (
             name, k, errs[k], our_err, torch_err)
+    return len(boxes)
 
 
 @pytest.mark.parametrize("name", _zoo().DETECTORS)  # type: ignore[attr-defined]
@@ -213,6 +237,39 @@ def test_detector_matches_eager_as_sets(name: str, tmp_path: Path) -> None:
     # another CPU: 1.2e-4, 9.3e-4 from eager); SSDlite and RetinaNet <= 6e-6, Mask R-CNN's masks
     # 6.8e-4. Hence DET_FLOOR, and past it the float64 rule within DIM_FLOOR.
     _detections_agree(name, model, path, feed, inputs(4)[0] * 0.3, dim=True)
+
+
+def test_mask_rcnn_detection_counts_vary(tmp_path: Path) -> None:
+    """Mask R-CNN converted from one input keeps the detection count of each input, and pastes each
+    mask where torchvision does. The zoo's keeps its 100 best of ~1000 boxes over 0.05 whatever the
+    input; with a 0.5 score threshold and a cap of 200 the count is the data's: 156 on the example
+    (seed 1), then 154, 171, 124, 169 and 27, 200 (the cap, on the dim image) and none at all.
+
+    Seeds 11 and 12 put pasted box edges within rounding of an integer (``_detections_agree``). On
+    the zoo's model (cap 100) seed 12 has ours paste three masks a pixel from eager's (0.86 of the
+    mask scale), torch's own float64 run two of those three (0.70), seed 11 one row, the same in
+    both (0.19); and pasting eager's own 28x28 masks into our boxes with torchvision's
+    ``paste_masks_in_image`` gives ours within 7e-4 on every input: the paste matches, the boxes
+    differ by float32 rounding (2e-3 to 9e-3 px, as torch's float32 from its float64)."""
+    from convert.frontends.pytorch import load_module
+    from convert.ir import Options
+
+    model, inputs = _zoo().build("det:maskrcnn_resnet50_fpn")  # type: ignore[attr-defined]
+    heads = model.model.roi_heads
+    heads.score_thresh, heads.detections_per_img = 0.5, 200  # seed 5's 123rd score is 0.5000016: not used
+    ir_model = load_module(model, inputs(1), Options())
+    path = to_onnx(ir_model, tmp_path / "m.onnx")
+    feed = ir_model.graph.inputs[0].name
+    name = "det:maskrcnn_resnet50_fpn score>0.5"
+    counts = [_detections_agree(name, model, path, feed, x, dim=False)
+              for x in (inputs(2)[0], inputs(8)[0], inputs(11)[0], inputs(12)[0], inputs(4)[0] * 0.6)]
+    counts.append(_detections_agree(name, model, path, feed, inputs(4)[0] * 0.3, dim=True))
+    blank = inputs(5)[0] * 0.8  # no score over 0.5
+    with torch.no_grad():
+        refs = [tuple(t.shape) for t in model(blank)]
+    ours = [o.shape for o in run_onnx(path, {feed: blank.numpy()})]
+    assert refs[0] == (0, 4) and ours == refs, (ours, refs)
+    assert len(set(counts)) == len(counts) and 0 not in counts, counts
 
 
 @pytest.mark.parametrize("name", _zoo().DETECTORS)  # type: ignore[attr-defined]
