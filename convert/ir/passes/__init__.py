@@ -6,7 +6,7 @@ from .base import Pass, PassManager, PassResult
 from .cse import EliminateCommonSubexpressions
 from .dce import EliminateDeadCode
 from .fold_batchnorm import FoldBatchNorm
-from .fold_constants import FoldConstants
+from .fold_constants import FoldConstants, FoldShapeChains
 from .fold_weights import FoldWeights
 from .rewrite import Match, Rewriter, RewriteRules, Rule
 from .shape_inference import InferShapes
@@ -18,6 +18,7 @@ __all__ = [
     "EliminateDeadCode",
     "FoldBatchNorm",
     "FoldConstants",
+    "FoldShapeChains",
     "FoldWeights",
     "GraphInvariantError",
     "InferShapes",
@@ -41,4 +42,5 @@ def standard_pipeline(*, fold_batchnorm: bool = True, validate: bool = False) ->
         passes.append(FoldBatchNorm())
         passes.append(EliminateDeadCode())
     passes.append(InferShapes())
+    passes.append(FoldShapeChains())  # shape chains that inference made static (torch.onnx's chunk)
     return PassManager(passes, validate=validate)

@@ -16,7 +16,7 @@ import onnx_ir as _ir
 from ..tensors import from_array
 from .base import Pass, PassResult
 
-__all__ = ["GROWING", "NEVER_FOLD", "FoldConstants", "replace_by_constants", "run_reference"]
+__all__ = ["GROWING", "NEVER_FOLD", "FoldConstants", "FoldShapeChains", "replace_by_constants", "run_reference"]
 
 logger = logging.getLogger(__name__)
 
@@ -183,3 +183,30 @@ def run_reference(proto: object, n_outputs: int, arrays: list[np.ndarray | None]
     feeds = {n: a for n, a in zip(in_names, arrays, strict=True) if a is not None}
     results = ReferenceEvaluator(model).run(None, feeds)
     return [np.asarray(r) for r in results]
+
+
+class FoldShapeChains(Pass):
+    """Fold shape computations that only become static once shapes are inferred, to a fixpoint.
+
+    Exporters such as torch.onnx write ``chunk``/``split``/``view`` sizes as ``Shape -> Gather ->
+    Div -> Slice`` chains. Folding one link makes the next value's shape static only after shape
+    inference; so fold, drop what is dead, infer, and fold again while anything folds (at most
+    ``rounds`` times). A graph with nothing left to fold costs one walk over its nodes.
+    """
+
+    def __init__(self, *, rounds: int = 16) -> None:
+        self.rounds = rounds
+
+    def call(self, model: _ir.Model) -> PassResult:
+        """Fold and infer in place; returns whether anything was folded."""
+        from .dce import EliminateDeadCode
+        from .shape_inference import InferShapes
+
+        modified = False
+        for _ in range(self.rounds):
+            if not FoldConstants()(model).modified:
+                break
+            modified = True
+            EliminateDeadCode()(model)
+            InferShapes()(model)
+        return PassResult(model, modified)
