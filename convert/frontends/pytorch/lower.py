@@ -140,6 +140,8 @@ def _dim(d: object, names: dict[str, str] | None) -> int | str:
     if isinstance(d, int):
         return d
     text = str(d)
+    if text.isdigit():  # a SymInt torch specialised to a constant (a traced .pt's channels): a static size
+        return int(text)
     return (names or {}).get(text, text)
 
 

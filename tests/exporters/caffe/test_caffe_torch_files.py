@@ -1,6 +1,6 @@
-"""ONNX files written by torch.onnx's TorchScript exporter, converted to Caffe and run in real Caffe.
+"""Files written by PyTorch (torch.onnx's TorchScript exporter, torch.jit.trace) -> Caffe, run in real Caffe.
 
-That exporter writes ``chunk``/``split``/``view`` sizes as ``Shape -> Gather -> Div -> Slice``
+torch.onnx's TorchScript exporter writes ``chunk``/``split``/``view`` sizes as ``Shape -> Gather -> Div -> Slice``
 chains even for a static input; each link becomes static only once the one before it is folded
 and shapes are inferred again (``FoldShapeChains``). ShuffleNetV2 has 13 such chains.
 """
@@ -57,3 +57,36 @@ def test_torch_onnx_shufflenet_converts_to_caffe_and_passes_in_real_caffe(flavor
     text = result.outputs[0].read_text()
     assert 'type: "Shape"' not in text
     np.testing.assert_equal(report.inputs, {"input.1": [1, 3, 64, 64]})
+
+
+def _zoo() -> object:
+    import importlib.util
+    import sys
+
+    name = "pytorch_test_vision_zoo"  # shared with tests/frontends/pytorch
+    if name not in sys.modules:
+        root = Path(__file__).resolve().parents[3]
+        spec = importlib.util.spec_from_file_location(name, root / "models" / "pytorch" / "vision_zoo.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.mark.slow
+def test_traced_efficientnet_pt_converts_to_caffe_with_its_input_shape(tmp_path: Path) -> None:
+    """torchvision's EfficientNet-B0 traced to a TorchScript .pt: torch hands the frontend the
+    input's channels as a SymInt specialised to 3; it is a static size (was: "'x' has a symbolic
+    dimension (3) ... fix it with --input-shape x=1,?,?,?", with or without --input-shape)."""
+    if find_caffe("ssd") is None:
+        pytest.skip("real Caffe is not built here: run scripts/build_caffe")
+    model, inputs = _zoo().build("tv:efficientnet_b0")  # type: ignore[attr-defined]
+    (x,) = inputs(1)
+    shape = tuple(x.shape)
+    torch.jit.save(torch.jit.trace(model, (x,)), tmp_path / "eff.pt")
+    result = api.convert([tmp_path / "eff.pt"], to="caffe", out=tmp_path / "e", input_shapes={"x": shape})
+    report = result.report
+    assert report is not None and report.verdict == "PASS", report.table()
+    assert report.dest_runtime.startswith("Caffe (brocolli")
+    assert "dim: 3" in result.outputs[0].read_text()  # the input's channels, static
