@@ -339,6 +339,8 @@ def convert(
         fe = formats.frontend(fmt)
         opts = make_options([fe, ex], options, progress=progress)
         model = _load(fe, paths, opts)
+    if ex.name == "caffe":
+        _fix_free_batch(model, opts)
     if on_loaded is not None:
         on_loaded(model)
     # Open the reference runtime and settle the parity inputs before writing anything, so that a bad
@@ -397,6 +399,22 @@ def convert(
     result.notes = list(opts.diagnostics.notes)
     result.warnings = list(opts.diagnostics.warnings)
     return result
+
+
+def _fix_free_batch(model: ir.Model, opts: ir.Options) -> None:
+    """Give each input's free leading (batch) dimension the size 1, and say so: a Caffe net has a
+    fixed batch, as the parity check's free batch is 1. ``--input-shape`` names another."""
+    fixed = []
+    for v in model.graph.inputs:
+        dims = list(v.shape) if v.shape is not None else []
+        if v.is_initializer() or not dims or isinstance(dims[0], int) or v.name in opts.input_shapes:
+            continue
+        v.shape = ir.Shape([1, *dims[1:]])
+        fixed.append(v.name)
+    if fixed:
+        names = ", ".join(f"'{n}'" for n in fixed)
+        opts.diagnostics.note(f"free batch of {names} set to 1 (a Caffe net has a fixed batch); "
+                              "--input-shape NAME=N,... gives another")
 
 
 def _run_parity_kept(written: Sequence[Path], run: Callable[[], ParityReport]) -> ParityReport:

@@ -87,6 +87,7 @@ class TensorFlowRuntime:
                 return {f"output_{i}": o for i, o in enumerate(outs)}
 
             self._call = call
+            self._keras = model
             n_out = len(model.outputs)  # type: ignore[attr-defined]
             self._outputs = sorted(f"output_{i}" for i in range(n_out))
         else:
@@ -127,6 +128,45 @@ class TensorFlowRuntime:
             out[name] = np.ascontiguousarray(arr.transpose(_TO_NCHW)) if arr.ndim == 4 and not self._keep else arr
         return out
 
+    def run_float64(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """Run a Keras model again in float64 (its layers rebuilt from their configs with the
+        float64 dtype policy, the same weights widened), for the float64 rule of the verdict
+        (``compare.arbitrate_float64``); None for a SavedModel or a frozen graph, whose ops TF
+        cannot all run in float64 (its fused batch norm has no float64 kernel)."""
+        model = getattr(self, "_keras", None)
+        if model is None:
+            return None
+
+        def widen(item: object) -> object:
+            if isinstance(item, dict):
+                if item.get("class_name") == "DTypePolicy" and isinstance(item.get("config"), dict):
+                    return {**item, "config": {**item["config"], "name": "float64"}}
+                return {k: widen(v) for k, v in item.items()}
+            if isinstance(item, list):
+                return [widen(v) for v in item]
+            return "float64" if item == "float32" else item
+
+        try:
+            wide = type(model).from_config(widen(model.get_config()))  # type: ignore[attr-defined]
+            wide.set_weights([np.asarray(w, np.float64) for w in model.get_weights()])  # type: ignore[attr-defined]
+        except Exception:  # a model Keras cannot rebuild from its config: no float64 run
+            return None
+        names = [s[0] for s in self._specs]
+        args = []
+        for name, _, _ in self._specs:
+            arr = np.asarray(feeds[name], dtype=np.float64)
+            args.append(np.ascontiguousarray(arr.transpose(_TO_NHWC) if arr.ndim == 4 and not self._keep else arr))
+        with self._tf.device("/CPU:0"):  # type: ignore[attr-defined]
+            out = wide(args if len(names) > 1 else args[0], training=False)
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        result = {}
+        for i, o in enumerate(outs):
+            arr = np.asarray(o)
+            result[f"output_{i}"] = np.ascontiguousarray(arr.transpose(_TO_NCHW)) if arr.ndim == 4 and not self._keep \
+                else arr
+        if any(r.dtype != np.float64 for r in result.values()):
+            return None  # a layer kept float32: not a float64 run
+        return result
 
     def all_tensors(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Every float op output of the folded graph the converter read, as TensorFlow computes it

@@ -358,3 +358,17 @@ def test_dilated_convolutions_match_tensorflow(tmp_path: Path) -> None:
 
     ops = [n.op_type for n in onnx.load(str(tmp_path / "m.onnx")).graph.node]
     assert ops == ["Conv", "Conv", "Conv"], ops
+
+
+@pytest.mark.opencv
+def test_savedmodel_with_a_free_batch_converts_to_caffe_at_default_options(tmp_path: Path) -> None:
+    """A keras.applications-style SavedModel has batch None: the Caffe route gives it 1 and says
+    so (was: refused, the cause hidden among every op it reached), and the check passes."""
+    from convert import api
+
+    path = tf_models.build("small_cnn", tmp_path / "cnn")["savedmodel"]
+    result = api.convert([path], format="tensorflow", to="caffe", out=tmp_path / "m")
+    assert any("free batch of" in n and "set to 1" in n for n in result.notes), result.notes
+    report = result.report
+    assert report is not None and report.verdict == "PASS", report.table()
+    assert next(iter(report.inputs.values()))[0] == 1
