@@ -22,6 +22,14 @@ _INT = re.compile(r"[+-]?\d+")
 _FLOAT = re.compile(r"[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?)")
 
 
+_C_INT_MAX = 2**31 - 1
+# Options that size tensors or loops, bounded far above any published network: a corrupt value
+# must be one line at parse time, not a multi-GB allocation or an overflow later.
+_LIMITS = {"filters": 65536, "output": 1 << 20, "size": 4096, "stride": 4096, "stride_x": 4096, "stride_y": 4096,
+           "pad": 4096, "padding": 4096, "dilation": 4096, "num": 65536, "classes": 1 << 20, "coords": 1024,
+           "groups": 65536, "mask": 65536, "side": 4096, "n": 65536, "tiles": 65536, "max_delta": 1 << 20}
+
+
 def _atoi(text: str) -> int | None:
     m = _INT.match(text)
     return int(m.group(0)) if m else None
@@ -71,7 +79,12 @@ class Section:
         )
 
     def int(self, key: str, default: int | None = None) -> int:
-        """Return an integer option (C ``atoi`` rules) or ``default``; missing without default is an error."""
+        """Return an integer option (C ``atoi`` rules) or ``default``; missing without default is an error.
+
+        Raises:
+            ModelFormatError: not an integer, outside a C int (Darknet's own type), or beyond any
+                network's size for the options that size tensors (``_LIMITS``).
+        """
         raw = self.get(key)
         if raw is None:
             if default is None:
@@ -80,7 +93,17 @@ class Section:
         value = _atoi(raw)
         if value is None:
             raise self._bad(key, "an integer")
-        return value
+        return self._bounded(key, value)
+
+    def _bounded(self, key: str, value: int) -> int:
+        limit = _LIMITS.get(key, _C_INT_MAX)
+        if -_C_INT_MAX - 1 <= value <= _C_INT_MAX and abs(value) <= limit:
+            return value
+        why = ("is outside a C int (Darknet's own type for it)" if abs(value) > _C_INT_MAX else
+               f"is beyond any network's size (at most {limit:,})")
+        line = self.option_lines.get(key, self.line)
+        raise ModelFormatError(f"{self.file}:{line}: [{self.type}] option '{key}={self.options.get(key)}' {why}. "
+                               "Is the cfg corrupt?")
 
     def float(self, key: str, default: _Float | None = None) -> _Float:
         """Return a float option (C ``atof`` rules) or ``default``."""
@@ -95,8 +118,8 @@ class Section:
         return value
 
     def ints(self, key: str, default: Sequence[_Int] | None = None) -> list[_Int]:
-        """Return a comma-separated list of integers (empty items skipped)."""
-        return self._list(key, default, _atoi, "a list of integers")
+        """Return a comma-separated list of integers (empty items skipped), each bounded as ``int``'s."""
+        return [self._bounded(key, v) for v in self._list(key, default, _atoi, "a list of integers")]
 
     def floats(self, key: str, default: Sequence[_Float] | None = None) -> list[_Float]:
         """Return a comma-separated list of floats (empty items skipped)."""

@@ -164,3 +164,30 @@ def test_absurd_input_size_is_one_line(tmp_path: Path, option: str) -> None:
                              "-o", str(tmp_path / "o.onnx")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     assert "beyond any network's size" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("section", "option", "why"), [
+    (CONV, "filters=100000000", "beyond any network's size (at most 65,536)"),  # --random-weights: 10 GB
+    (CONV, "filters=99999999999999999999999", "outside a C int"),  # was OverflowError
+    (CONV, "size=9223372036854775808", "outside a C int"),  # was a SerdeError at shape inference
+    (CONV, "pad=4294967296", "outside a C int"),  # to Caffe: "Value out of range"
+    ("[convolutional]\nfilters=255\nsize=1\nactivation=linear\n\n[yolo]\nclasses=80\nnum=2147483648\n",
+     "num=2147483648", "outside a C int"),  # without mask: a MemoryError with an empty message
+])
+def test_out_of_range_integers_are_one_line_at_parse_time(section: str, option: str, why: str,
+                                                          tmp_path: Path) -> None:
+    """Integers no network has (or no C int holds) are refused where the cfg says them: file, line,
+    option, exit 2, nothing written, for every route (to ONNX and to Caffe)."""
+    key = option.split("=")[0]
+    lines = [option if ln.startswith(f"{key}=") else ln for ln in (NET + section).splitlines()]
+    cfg = tmp_path / "net.cfg"
+    cfg.write_text("\n".join(lines) + "\n")
+    line = 1 + next(i for i, ln in enumerate(lines) if ln == option)
+    for dest in ("onnx", "caffe"):
+        out = tmp_path / f"o.{dest}"
+        result = subprocess.run([sys.executable, "-m", "convert", f"darknet:{dest}", str(cfg), "--random-weights",
+                                 "-o", str(out)], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2, result.stderr
+        err = result.stderr.strip().splitlines()[-1]
+        assert f"net.cfg:{line}:" in err and option in err and why in err and "Traceback" not in result.stderr, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["net.cfg"]
