@@ -24,7 +24,12 @@ from ..tensors import lazy
 from .base import Pass, PassResult
 from .fold_constants import NEVER_FOLD, replace_by_constants, run_reference
 
-__all__ = ["FoldWeights"]
+__all__ = ["MAX_FOLD_BYTES", "FoldWeights"]
+
+#: No folded weight may exceed this (the largest single weights of real models are a few GiB): a
+#: larger one comes from a corrupt shape, and is left as the node that computes it, which the
+#: exporter then names, instead of a MemoryError on write.
+MAX_FOLD_BYTES = 16 * 2**30
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +57,11 @@ class FoldWeights(Pass):
                 continue
             shapes = [_static_shape(o) for o in node.outputs]
             if any(s is None for s in shapes):
+                continue
+            size = sum(int(np.prod(s, dtype=object)) * np.dtype(o.dtype.numpy()).itemsize  # type: ignore[union-attr]
+                       for o, s in zip(node.outputs, shapes, strict=True) if s is not None)
+            if size > MAX_FOLD_BYTES:  # a corrupt shape (ConstantOfShape of 2^40): left as computed
+                logger.debug("not folding %s: %d bytes", node.name, size)
                 continue
             tensors = [lazy(_Evaluate(node, index, opset), out.dtype, shape, name=(out.name or "folded") + "__w")
                        for index, (out, shape) in enumerate(zip(node.outputs, shapes, strict=True))
