@@ -10,12 +10,21 @@ converter; an ExportedProgram is lowered as it is. One op table (``ops``) serves
 from __future__ import annotations
 
 import os
-import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from convert.ir import FrontendSpec, Model, ModelFormatError, OpSupport, Options, OptionSpec, Unsupported, UsageError
+from convert.ir import (
+    ConvertError,
+    FrontendSpec,
+    Model,
+    ModelFormatError,
+    OpSupport,
+    Options,
+    OptionSpec,
+    Unsupported,
+    UsageError,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -116,9 +125,10 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
         try:
             program = _load_needing_torchvision(lambda: _quiet(lambda: torch.export.load(path)), source,
                                                 lambda: archive_mentions(path, b"torch.ops.torchvision."))
-        except (RuntimeError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            raise ModelFormatError(f"{source}: not a readable ExportedProgram ({type(exc).__name__}: "
-                                   f"{(str(exc).strip().splitlines() or [''])[0]})") from exc
+        except ConvertError:
+            raise
+        except Exception as exc:  # torch's own loader on a damaged file (AssertionError, TypeError, ...): the file's
+            raise ModelFormatError(f"{source}: not a readable ExportedProgram ({_said(exc)})") from exc
         if options.input_shapes:
             options.diagnostics.note(f"{source}: --input-shape ignored, the ExportedProgram fixes its input shapes")
         return program, None, source
@@ -127,9 +137,10 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
         try:
             script = _load_needing_torchvision(
                 lambda: load_torchscript(path), source)
-        except (RuntimeError, IndexError, UnicodeDecodeError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-            message = (str(exc).strip().splitlines() or [""])[0]
-            raise ModelFormatError(f"{source}: not a readable TorchScript file ({message})") from exc
+        except ConvertError:
+            raise
+        except Exception as exc:  # torch's loader on a damaged file (std::bad_alloc included): the file's fault
+            raise ModelFormatError(f"{source}: not a readable TorchScript file ({_said(exc)})") from exc
         if options.dynamic_batch:
             options.diagnostics.warn(f"--dynamic-batch: not supported for TorchScript files ({source}); "
                                      "the batch stays static. Save the model with torch.export instead")
@@ -152,6 +163,12 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
         example = make_example_inputs(resolve_shapes(names, options, source))
         return export_module(module, example, options, source), names, source
     raise UsageError(f"{path}: not a PyTorch file (expected TorchScript, an ExportedProgram .pt2 or torch.save output)")
+
+
+def _said(exc: BaseException) -> str:
+    """What a framework's loader said, in one line (its type when it said nothing)."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}" if first else f"{type(exc).__name__}: the file ends early or is damaged"
 
 
 def load(paths: Sequence[Path], options: Options) -> Model:

@@ -151,7 +151,8 @@ def _pickled_members(zf: zipfile.ZipFile) -> list[str]:
         try:
             config = json.loads(zf.read(name)).get("config", {})
         except (ValueError, AttributeError) as exc:
-            raise ModelFormatError(f"{name}: not a valid payload config ({exc})") from exc
+            where = Path(zf.filename).name if zf.filename else "the archive"
+            raise ModelFormatError(f"{where}: member {name} is not a valid payload config ({exc})") from exc
         for meta in config.values() if isinstance(config, dict) else ():
             if not isinstance(meta, dict):
                 continue
@@ -287,6 +288,9 @@ def load_checkpoint(path: Path, options: Options) -> torch.nn.Module:
                 f"{path.name}: the pickled model needs a class that cannot be imported here ({err}). "
                 "Make the package that defines the model importable (install it or add it to PYTHONPATH)"
             ) from err
+        except pickle.UnpicklingError as err:  # a damaged pickle (a wrong load key): the file's fault
+            first = (str(err).strip().splitlines() or [""])[0] or "damaged"
+            raise ModelFormatError(f"{path.name}: cannot read (UnpicklingError: {first})") from err
     if isinstance(obj, torch.jit.ScriptModule):
         return obj
     if isinstance(obj, torch.nn.Module):
@@ -314,11 +318,17 @@ def _load(path: Path, *, weights_only: bool) -> object:
     import torch
 
     try:
-        return torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
-    except RuntimeError as exc:
-        if "mmap" not in str(exc):
-            raise ModelFormatError(f"{path.name}: cannot read: {str(exc).splitlines()[0]}") from exc
-        return torch.load(path, map_location="cpu", weights_only=weights_only)
+        try:
+            return torch.load(path, map_location="cpu", weights_only=weights_only, mmap=True)
+        except RuntimeError as exc:
+            if "mmap" not in str(exc):
+                raise
+            return torch.load(path, map_location="cpu", weights_only=weights_only)
+    except (pickle.UnpicklingError, ModuleNotFoundError, AttributeError, ImportError):
+        raise  # the caller's to judge: code in the pickle, or a class that cannot be imported
+    except Exception as exc:  # torch's loader on a damaged file (EOFError, a wrong magic number): the file's fault
+        first = (str(exc).strip().splitlines() or [""])[0] or "the file ends early or is damaged"
+        raise ModelFormatError(f"{path.name}: cannot read ({type(exc).__name__}: {first})") from exc
 
 
 def load_torchscript(path: Path) -> object:

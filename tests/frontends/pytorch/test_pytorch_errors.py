@@ -245,3 +245,52 @@ def test_scripted_torchscript(tmp_path: Path) -> None:
     (ours,) = run_onnx(to_onnx(model, tmp_path / "b.onnx"), {"x": x.numpy()})
     with torch.no_grad():
         assert rel_to_scale(ours, small(x).numpy()) <= REL_TO_SCALE
+
+
+def _rezip(src: Path, dst: Path, damage: object) -> Path:
+    """Copy the zip archive ``src`` to ``dst`` with every member passed through ``damage(name, data)``."""
+    import zipfile
+
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename, damage(info.filename, zin.read(info.filename)))  # type: ignore[operator]
+    return dst
+
+
+def _damaged_files(tmp: Path) -> dict[str, tuple[Path, list[str]]]:
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()).eval()
+    x = torch.randn(1, 3, 8, 8)
+    files: dict[str, tuple[Path, list[str]]] = {}
+    legacy = tmp / "legacy.pth"
+    torch.save(model.state_dict(), legacy, _use_new_zipfile_serialization=False)
+    data = legacy.read_bytes()
+    (tmp / "truncated.pth").write_bytes(data[: len(data) // 2])
+    files["legacy pickle, truncated"] = (tmp / "truncated.pth", ["--trust-pickle"])
+    (tmp / "magic.pth").write_bytes(data[:2] + bytes(8) + data[10:])
+    files["legacy pickle, wrong magic number"] = (tmp / "magic.pth", ["--trust-pickle"])
+    torch.export.save(torch.export.export(model, (x,)), tmp / "good.pt2")
+
+    def garble_json(name: str, body: bytes) -> bytes:
+        return body[: len(body) // 3] if name.endswith(".json") else body
+
+    files[".pt2, a member cut short"] = (_rezip(tmp / "good.pt2", tmp / "cut.pt2", garble_json), [])
+    torch.jit.save(torch.jit.trace(model, x), tmp / "good.pt")
+
+    def garble_code(name: str, body: bytes) -> bytes:
+        return body.replace(b"def forward", b"def f0rward") if name.endswith(".py") else body
+
+    files["TorchScript, code damaged"] = (_rezip(tmp / "good.pt", tmp / "code.pt", garble_code), [])
+    return files
+
+
+def test_damaged_files_are_the_files_fault(tmp_path: Path) -> None:
+    """What torch's own loaders raise on a damaged file (EOFError with no message, AssertionError,
+    KeyError, RuntimeError...) is one line naming the file, exit 2, never an internal error."""
+    for what, (path, extra) in _damaged_files(tmp_path).items():
+        out = tmp_path / f"{path.stem}.onnx"
+        done = subprocess.run([sys.executable, "-m", "convert", "pytorch:onnx", str(path), "-o", str(out), *extra],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+        err = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+        assert done.returncode == 2, (what, done.stderr)
+        assert path.name in err and "internal error" not in done.stderr and "Traceback" not in done.stderr, (what, err)
+        assert not out.exists(), what
