@@ -8,27 +8,47 @@ variable's dtype and shape. Converters in ``ops/`` see only this view.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
+from convert.ir import ModelFormatError
+
 __all__ = ["Op", "Program", "Var"]
+
+_N = TypeVar("_N", int, float)
 
 _MAIN_SLOTS = ("Out", "Y", "Output")
 
 
+class _BadAttrError(ValueError):
+    """An attribute value that is not what the op needs (the Op methods add where)."""
+
+
 def _to_int(value: object) -> int:
-    if isinstance(value, (int, float, str, np.integer, np.floating)):
-        return int(value)
-    raise ValueError(f"expected a number, got {value!r}")
+    try:
+        if isinstance(value, (int, float, str, bytes, np.integer, np.floating)):
+            number = int(value)
+            if -(2**63) <= number < 2**63:  # Paddle's own widest integer: int64
+                return number
+            raise _BadAttrError(f"{number} is outside int64")
+    except (ValueError, OverflowError) as exc:
+        if isinstance(exc, _BadAttrError):
+            raise
+        raise _BadAttrError(f"{value!r} is not an integer") from exc
+    raise _BadAttrError(f"{value!r} is not an integer")
 
 
 def _to_float(value: object) -> float:
-    if isinstance(value, (int, float, str, np.integer, np.floating)):
-        return float(value)
-    raise ValueError(f"expected a number, got {value!r}")
+    try:
+        if isinstance(value, (int, float, str, bytes, np.integer, np.floating)):
+            return float(value)
+    except (ValueError, OverflowError) as exc:
+        raise _BadAttrError(f"{value!r} is not a number") from exc
+    raise _BadAttrError(f"{value!r} is not a number")
 
 
 @dataclass(slots=True)
@@ -67,6 +87,13 @@ class Op:
         value = self.attrs.get(name)
         return default if value is None else value
 
+    def _number(self, names: tuple[str, ...], value: object, parse: Callable[[object], _N]) -> _N:
+        try:
+            return parse(value)
+        except _BadAttrError as exc:
+            name = next((n for n in names if self.attrs.get(n) is not None), names[0] if names else "?")
+            raise ModelFormatError(f"{self.where()}: attribute '{name}': {exc}. Is the model file damaged?") from exc
+
     def _first(self, names: tuple[str, ...]) -> object:
         for name in names:
             value = self.attrs.get(name)
@@ -77,12 +104,12 @@ class Op:
     def int_(self, *names: str, default: int = 0) -> int:
         """Return the first present attribute of ``names`` as an int."""
         value = self._first(names)
-        return default if value is None else _to_int(value)
+        return default if value is None else self._number(names, value, _to_int)
 
     def float_(self, *names: str, default: float = 0.0) -> float:
         """Return the first present attribute of ``names`` as a float."""
         value = self._first(names)
-        return default if value is None else _to_float(value)
+        return default if value is None else self._number(names, value, _to_float)
 
     def bool_(self, *names: str, default: bool = False) -> bool:
         """Return the first present attribute of ``names`` as a bool."""
@@ -100,7 +127,7 @@ class Op:
         if value is None:
             return list(default)
         items = value if isinstance(value, (list, tuple)) else [value]
-        return [_to_int(v) for v in items]
+        return [self._number(names, v, _to_int) for v in items]
 
     def floats(self, *names: str, default: Sequence[float] = ()) -> list[float]:
         """Return the first present attribute of ``names`` as a list of floats (a scalar becomes [x])."""
@@ -108,7 +135,7 @@ class Op:
         if value is None:
             return list(default)
         items = value if isinstance(value, (list, tuple)) else [value]
-        return [_to_float(v) for v in items]
+        return [self._number(names, v, _to_float) for v in items]
 
 
 @dataclass(slots=True)

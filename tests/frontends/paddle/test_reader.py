@@ -271,3 +271,18 @@ def test_non_utf8_name_in_a_pdmodel_is_one_line(tmp_path: Path) -> None:
     path.write_bytes(path.read_bytes().replace(b"conv.tmp_1", b"conv.tmp\xff1", 1))
     with pytest.raises(ModelFormatError, match=r"inference.pdmodel: the name or text at .* is not valid UTF-8"):
         FRONTEND.load([path], Options())
+
+
+@pytest.mark.parametrize(("axis", "said"), [("one", "'one' is not an integer"), ("", "'' is not an integer")])
+def test_attribute_of_the_wrong_type_is_one_line(axis: object, said: str, tmp_path: Path) -> None:
+    """An INT attribute stored as a STRING: one line naming the op and the attribute (was a
+    ValueError from int(): an internal error)."""
+    path = _conv_model(tmp_path / "m")
+    bad = _conv_model(tmp_path / "bad", extra_ops=[
+        SynthOp("elementwise_add", {"X": ["relu.tmp_0"], "Y": ["conv.b_0"]}, {"Out": ["add.tmp_0"]}, {"axis": axis})])
+    assert path.exists()
+    with pytest.raises(ModelFormatError) as info:
+        FRONTEND.load([bad], Options())
+    message = str(info.value)
+    assert "elementwise_add" in message and "attribute 'axis'" in message and said in message, message
+    assert "\n" not in message
