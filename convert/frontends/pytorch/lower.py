@@ -97,8 +97,11 @@ def _source_line(node: object) -> tuple[str, int | None]:
     if not frames:
         return "", None
     torch_dir = os.path.join(_torch_dir(), "torch")
-    user = [f for f in frames if not f[0].startswith(torch_dir)]
-    file, line = (user or frames)[-1]
+    ours = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the convert package
+    user = [f for f in frames if not f[0].startswith((torch_dir, ours + os.sep))]
+    if not user:  # only torch's and convert's own frames (a TorchScript module run by our converter): no source
+        return "", None
+    file, line = user[-1]
     return os.path.basename(file), int(line)
 
 

@@ -84,6 +84,18 @@ def test_provenance_names_module_and_line(saved: dict[str, dict[str, object]]) -
     assert prov.file == "nets.py" and prov.line is not None
 
 
+
+def test_torchscript_provenance_names_no_line_of_convert(saved: dict[str, dict[str, object]]) -> None:
+    """A TorchScript file carries no Python source: its nodes name the file and the layer, never a
+    line of convert's own code (was ``__init__.py:144`` on every node)."""
+    from convert.ir import get_provenance
+
+    model = _load(saved["resnet"]["pt"])  # type: ignore[arg-type]
+    provs = [get_provenance(n) for n in model.graph]  # type: ignore[attr-defined]
+    assert provs and all(p.file == Path(str(saved["resnet"]["pt"])).name and p.line is None for p in provs), \
+        {(p.file, p.line) for p in provs}
+
+
 def test_weights_are_not_copied(saved: dict[str, dict[str, object]]) -> None:
     """Initializers share memory with the module's parameters."""
     from convert.frontends.pytorch import load_module
