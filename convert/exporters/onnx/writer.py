@@ -21,12 +21,13 @@ from convert import ir
 
 from .adapters import adapt_opset
 
-__all__ = ["EXTERNAL_THRESHOLD", "MAX_OPSET", "MIN_OPSET", "save_onnx"]
+__all__ = ["EXTERNAL_THRESHOLD", "MAX_OPSET", "MIN_OPSET", "ORT_MIN_OPSET", "save_onnx"]
 
 logger = logging.getLogger(__name__)
 
 EXTERNAL_THRESHOLD = int(1.8 * 1024**3)
 MIN_OPSET = 1
+ORT_MIN_OPSET = 7  # ONNX Runtime refuses models below opset 7
 MAX_OPSET = onnx.defs.onnx_opset_version()
 
 def _min_ir_version(opset: int) -> int:
@@ -91,6 +92,9 @@ def save_onnx(model: ir.Model, path: Path, options: ir.Options) -> list[Path]:
     opset = int(options.opset) if options.opset is not None else int(model.graph.opset_imports.get("", 17))
     if not MIN_OPSET <= opset <= MAX_OPSET:
         raise ir.UsageError(f"--opset {opset} is out of range: this onnx supports {MIN_OPSET}..{MAX_OPSET}")
+    if opset < ORT_MIN_OPSET:
+        options.diagnostics.warn(f"opset {opset}: ONNX Runtime runs opset {ORT_MIN_OPSET} and later, so it cannot load "
+                                 "this file (nor can the parity check); other runtimes may")
     adapt_opset(model, opset)
     if any(v.type is None for v in model.graph.outputs):
         ir.passes.InferShapes()(model)

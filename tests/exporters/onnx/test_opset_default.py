@@ -48,3 +48,17 @@ def test_explicit_lower_opset_that_cannot_express_it_is_refused(tmp_path: Path) 
                              "--opset", "17"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "dilations" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "o.onnx").exists()
+
+
+def test_opset_onnx_runtime_cannot_load_is_warned_before_writing(tmp_path: Path) -> None:
+    """--opset 5 writes a file ONNX Runtime refuses (it runs opset 7 and later): said as a warning
+    before the check reports NOT CHECKED; --opset 7 is silent."""
+    src = tmp_path / "relu.onnx"
+    onnx.save(parser.parse_model("""<ir_version: 8, opset_import: ["" : 13]>
+        g (float[1, 4] x) => (float[1, 4] y) { y = Relu (x) }"""), src)
+    for opset, warned in ((5, True), (7, False)):
+        result = subprocess.run([sys.executable, "-m", "convert", "onnx:onnx", str(src), "-o",
+                                 str(tmp_path / f"o{opset}.onnx"), "--opset", str(opset)],
+                                capture_output=True, text=True, timeout=120)
+        said = "ONNX Runtime runs opset 7 and later" in result.stderr
+        assert said == warned, (opset, result.stderr)
