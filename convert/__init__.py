@@ -20,7 +20,7 @@ def _interrupted_at_start() -> None:
     """
     argv = getattr(_sys, "orig_argv", _sys.argv)
     as_module = any(a == "-m" and argv[i + 1: i + 2] == ["convert"] for i, a in enumerate(argv))
-    if as_module or _sys.argv[0].rsplit("/", 1)[-1] == "convert":
+    if as_module or _sys.argv[0].rsplit("/", 1)[-1] in ("convert", "convert-model"):
         print("convert: error: interrupted while starting; nothing was written", file=_sys.stderr)
         raise SystemExit(130) from None
 

@@ -6,23 +6,25 @@
     convert inspect model.onnx        convert formats        convert ops darknet
 
 Exit status: 0 converted (and parity passed), 1 converted but parity failed or could not run,
-2 could not convert (usage, malformed or unsupported model), 3 internal error (a bug in convert),
-130 interrupted, 143 terminated. Only this module prints.
+2 could not convert (usage, malformed or unsupported model; a missing optional framework),
+3 internal error (a bug in convert), 130 interrupted, 141 stdout closed early (`convert ... | head -1`),
+143 terminated. Only the CLI modules print (this one, cli_check.py for `check`, cli_batch.py for `batch`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import re
+import select
 import signal
 import stat
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 try:
     import click
@@ -34,16 +36,17 @@ except KeyboardInterrupt:  # Ctrl-C while the command starts: one line, not an i
     _interrupted_at_start()
     raise
 
-if TYPE_CHECKING:
-    from .batch import Event
-    from .parity import ParityReport
-
 __all__ = ["main"]
+
+# The console scripts (pyproject.toml [project.scripts]): `convert`, and `convert-model`, which no
+# other tool uses (ImageMagick installs a `convert` too).
+_SCRIPTS = ("convert", "convert-model")
 
 EXIT_PARITY = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3  # a bug in convert itself, never the user's input
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+EXIT_PIPE = 141  # stdout's reader went away (128 + SIGPIPE, what a shell reports for `yes | head -1`)
 EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM)
 
 
@@ -79,13 +82,16 @@ Other commands:
   convert formats                               the routes this installation converts
   convert ops FORMAT                            the supported-op table of a format
   convert random-weights darknet CFG -o OUT     seeded test weights for a Darknet cfg
+  convert help [COMMAND]                        this help, or a command's
 
 \b
 Exit status: 0 converted and parity passed (or --no-check); 1 converted but parity
 failed or could not run (e.g. the source framework is not installed); 2 could not
 convert (usage, malformed or unsupported model; one line per problem); 3 internal
 error: a bug in convert, reported as such (--debug shows the traceback); 130 interrupted
-(Ctrl-C), 143 terminated (SIGTERM).
+(Ctrl-C), 141 stdout was closed early (`convert inspect m.onnx | head -1`; nothing is
+printed about it), 143 terminated (SIGTERM). A framework that is not installed is exit 2,
+with the extra to install.
 Nothing is left at the output path when it could not convert.
 """
 
@@ -97,6 +103,24 @@ logger = logging.getLogger("convert")
 # ---------------------------------------------------------------------------------------
 def _err(message: str) -> None:
     click.echo(f"convert: error: {message}", err=True)
+
+
+def _stdout_closed() -> bool:
+    """True when stdout is a pipe or socket whose reader has gone (POLLERR/POLLHUP), or when unsure."""
+    try:
+        poller = select.poll()
+        poller.register(sys.__stdout__.fileno(), select.POLLOUT)  # type: ignore[union-attr]
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll() (Windows), no file descriptor
+        return True
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that what is still buffered flushes without another EPIPE."""
+    with contextlib.suppress(AttributeError, OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())  # type: ignore[union-attr]
+        os.close(devnull)
 
 
 def _one_line(message: str) -> str:
@@ -275,16 +299,38 @@ def _click_option(opt: ir.OptionSpec) -> click.Option:
 # ---------------------------------------------------------------------------------------
 # Commands
 # ---------------------------------------------------------------------------------------
+_GLOBAL_OPTION = re.compile(r"-v+|--verbose|--debug")  # accepted before the command too: `convert -v inspect m.onnx`
+
+
 class _Main(click.Group):
     """A group whose default command is the conversion itself (`convert ROUTE INPUT...`)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
-            args = ["to", *args]
+        lead: list[str] = []
+        while args and _GLOBAL_OPTION.fullmatch(args[0]):
+            lead, args = [*lead, args[0]], args[1:]
+        if args and args[0] in ("--help", "-h", "--version"):
+            pass
+        elif args and args[0] in self.commands:
+            # -v/--debug belong to the command (`_common`); commands without them (formats, ops) ignore them.
+            takes = {p.name for p in self.commands[args[0]].params} >= {"verbose", "debug"}
+            args = [args[0], *(lead if takes else []), *args[1:]]
+        else:
+            args = ["to", *lead, *args]
         return super().parse_args(ctx, args)
 
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:  # stdout's reader went away (`convert inspect m.onnx | head -1`): not an error
+            if exc.errno != errno.EPIPE or not _stdout_closed():
+                raise
+            _silence_stdout()
+            ctx.exit(EXIT_PIPE)
+
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        formatter.write_usage("convert", "ROUTE INPUT... [-o OUT] [OPTIONS]  |  convert COMMAND ...")
+        name = ctx.find_root().info_name or "convert"
+        formatter.write_usage(name, f"ROUTE INPUT... [-o OUT] [OPTIONS]  |  {name} COMMAND ...")
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # The conversion's own options belong on the first screen: it is the main command.
@@ -298,7 +344,7 @@ class _Main(click.Group):
 
 @click.group(cls=_Main, help=_HELP, context_settings={"help_option_names": ["-h", "--help"],
                                                       "max_content_width": 100})
-@click.version_option(package_name="convert-toolkit", prog_name="convert")
+@click.version_option(package_name="convert-toolkit")  # named as invoked: convert or convert-model
 def cli() -> None:
     """Top-level group (see _HELP)."""
 
@@ -357,8 +403,14 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
     report_path = kw.pop("report")
     if report_path and any(Path(str(report_path)).resolve() == p.resolve() for p in paths):
         raise ir.UsageError(f"refusing to write the report to '{report_path}': it is an input of this conversion")
+    # Every output path is checked before any work: nothing is loaded, converted or written for a
+    # conversion whose model or report cannot be written where asked.
+    target = api.default_output(paths, specs[1], out)  # type: ignore[arg-type]
+    made = out is not None and str(out).endswith(("/", os.sep))  # `-o newdir/`: the folder is made
+    _check_writable(target, "the output", None if made else "Create it, or end -o with / to have it made.")
     if report_path:
-        api.check_writable(Path(str(report_path)), "the report")
+        _check_writable(Path(str(report_path)), "the report")
+    existing = {c.resolve() for c in api.written_candidates(target, specs[1]) if c.is_file()}  # type: ignore[arg-type]
     quiet = bool(kw.pop("quiet"))
     loaded: dict[str, object] = {}
 
@@ -397,9 +449,27 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
                    + (f"; {notes} NOTE{'S' if notes > 1 else ''}: see above" if notes else "") + ")")
     status = "OK" if result.ok else "FAIL"
     main_out = " + ".join(str(p) for p in result.outputs) if result.outputs else "-"
+    replaced = [p for p in result.outputs if p.resolve() in existing]
+    if replaced and out is None:
+        click.echo(f"convert: note: replaced the existing {' + '.join(str(p) for p in replaced)} (the default "
+                   "output path; -o writes elsewhere)", err=True)
     click.echo(f"{status} {result.route} | {result.nodes} nodes | {_human(result.params)} params | "
-               f"{result.seconds:.1f} s | {main_out} | {verdict}")
+               f"{result.seconds:.1f} s | {main_out} | {verdict}"
+               + (f" | replaced {' + '.join(str(p) for p in replaced)}" if replaced else ""))
     return 0 if result.ok else EXIT_PARITY
+
+
+def _check_writable(path: Path, what: str, missing_hint: str | None = "Create it or choose another path.") -> None:
+    """Refuse, before any work, an output path that cannot be written (``api.check_writable``), or
+    whose folder does not exist (``missing_hint`` None: the folder is made when writing).
+
+    Raises:
+        UsageError: naming the path and why.
+    """
+    api.check_writable(path, what)
+    folder = path.parent
+    if missing_hint is not None and str(folder) and not folder.is_dir():
+        raise ir.UsageError(f"cannot write {what} '{path}': folder '{folder}' does not exist. {missing_hint}")
 
 
 def _write_report(path: Path, text: str, outputs: Sequence[Path]) -> None:
@@ -485,6 +555,12 @@ def _guard(func, ctx: click.Context, debug: bool, **kw: object) -> None:  # type
     except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort):
         raise
     except Exception as exc:  # anything else is a bug in convert, not a problem with the user's model
+        if isinstance(exc, BrokenPipeError) and _stdout_closed():
+            raise  # the reader of stdout went away: _Main.invoke exits quietly
+        missing = formats.missing_framework(exc)  # the user's set-up, not our bug
+        if missing is not None and not debug:
+            _err(missing)
+            ctx.exit(EXIT_USAGE)
         if debug:
             raise
         first = (str(exc).strip().splitlines() or [""])[0]
@@ -510,7 +586,8 @@ class _ConvertCommand(click.Command):
     context_class = _ConvertContext
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        formatter.write_usage("convert", "ROUTE INPUT... [-o OUT] [OPTIONS]   (convert --help for more)")
+        name = ctx.find_root().info_name or "convert"
+        formatter.write_usage(name, f"ROUTE INPUT... [-o OUT] [OPTIONS]   ({name} --help for more)")
 
 
 @cli.command("to", cls=_ConvertCommand, hidden=True, context_settings={"max_content_width": 100})
@@ -522,277 +599,40 @@ def to_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> None:
     _guard(_run_convert, ctx, debug, verbose=verbose, debug_flag=debug, **kw)
 
 
-def _split_against(sources: list[Path], against: list[Path], src: str | None,
-                   dst: str | None) -> tuple[list[Path], list[Path]]:
-    """Give --against the files of the converted model that the shell put among the sources.
-
-    ``--against a.prototxt a.caffemodel`` gives --against one value; the .caffemodel would be read
-    as a second source. A source file with the destination's suffix or companion suffix (and not
-    one the source format reads) belongs to the converted model.
-    """
-    try:
-        src_fmt = src or formats.detect_format(sources[:1])
-        dst_fmt = dst or formats.detect_format(against)
-    except ir.UsageError:
-        return sources, against
-    if src_fmt == dst_fmt or dst_fmt not in formats.exporter_names():
-        return sources, against
-    ex = formats.exporter(dst_fmt)
-    theirs = {ex.suffix, *ex.companions} - set(formats.frontend(src_fmt).suffixes)
-    moved = [p for p in sources[1:] if p.suffix.lower() in theirs]
-    return [p for p in sources if p not in moved], [*against, *moved]
+def _frontend_options_given(fmt: str, kw: dict[str, object]) -> dict[str, object]:
+    """The source-format options (`--random-weights` ...) given to `inspect`, checked against ``fmt``."""
+    allowed = {o.dest for o in formats.frontend(fmt).options}
+    given: dict[str, object] = {}
+    for opt in _frontend_option_specs():
+        value = kw.get(opt.dest)
+        if value is not None and value != (bool(opt.default) if opt.is_flag else opt.default):
+            if opt.dest not in allowed:
+                raise ir.UsageError(f"{opt.flag} does not apply to {fmt} models")
+            given[opt.dest] = value
+    return given
 
 
-def _run_check(ctx: click.Context, **kw: object) -> int:
-    args = list(kw["args"])  # type: ignore[call-overload]
-    against = [Path(p) for p in kw["against"]]  # type: ignore[attr-defined]
-    if kw.get("report"):
-        api.check_writable(Path(str(kw["report"])), "the report")
-    if not against:
-        raise ir.UsageError("convert check needs the converted model: --against OUT (repeat for several files)")
-    src, dst, inputs = (None, None, args)
-    if args and _looks_like_route(args[0]):
-        src, dst, inputs = _parse_route(args, None, None)
-    sources, against = _split_against([Path(p) for p in inputs], against, src, dst)
-    report = api.verify(
-        sources, against, format=src, to=dst,
-        atol=float(kw["atol"]), rtol=float(kw["rtol"]), tol=float(kw["tol"]),  # type: ignore[arg-type]
-        inputs=kw["inputs"], seed=int(kw["seed"]), locate=kw["locate"],  # type: ignore[arg-type]
-        input_shapes=_parse_shapes(kw["input_shape"]), device=kw["device"],  # type: ignore[arg-type]
-    )
-    click.echo(report.table())
-    if kw.get("report"):
-        _write_report(Path(str(kw["report"])), report.to_json(), [])
-    regressed = _check_baseline(report, kw)
-    ok = report.passed and not regressed
-    click.echo(f"{'OK' if ok else 'FAIL'} check {report.source}:{report.dest} | "
-               f"{len(report.outputs)} outputs | parity {report.verdict} ({report.dest_device})"
-               + (f" | REGRESSED vs {kw['baseline']}" if regressed else ""))
-    return 0 if ok else EXIT_PARITY
+def _frontend_option_specs() -> list[ir.OptionSpec]:
+    seen: dict[str, ir.OptionSpec] = {}
+    for name in formats.frontend_names():
+        for opt in formats.frontend(name).options:
+            seen.setdefault(opt.flag, opt)
+    return list(seen.values())
 
 
-def _check_baseline(report: ParityReport, kw: dict[str, object]) -> bool:
-    """Compare with --baseline (and --accept it); return True when an output regressed."""
-    from . import batch
-
-    path = Path(str(kw["baseline"])) if kw.get("baseline") else None
-    if path is None:
-        if kw.get("accept"):
-            raise ir.UsageError("--accept writes the --baseline FILE.json: give --baseline")
-        return False
-    lines: list[str] = []
-    if path.exists() or not kw.get("accept"):
-        found = batch.baseline_errors(path)
-        if len(found) != 1:
-            raise ir.UsageError(f"--baseline {path} holds {len(found)} models; give the --report of this one")
-        lines = batch.regressions(report, next(iter(found.values())),
-                                  factor=float(kw["regression_factor"]),  # type: ignore[arg-type]
-                                  floor=float(kw["regression_floor"]))  # type: ignore[arg-type]
-        for line in lines:
-            click.echo(f"baseline: {line}")
-        if not lines:
-            click.echo(f"baseline: no output regressed past {kw['regression_factor']:g} x the errors of {path}")
-    if kw.get("accept"):
-        if not report.passed:
-            click.echo(f"convert: baseline NOT accepted: parity failed; {path} is unchanged", err=True)
-        else:
-            _write_report(path, report.to_json(), [])
-            click.echo(f"convert: accepted this run as the baseline {path}", err=True)
-            return False
-    return bool(lines)
-
-
-@cli.command("check", context_settings={"max_content_width": 100})
-@click.argument("args", nargs=-1, required=True, metavar="[ROUTE] SOURCE...")
-@click.option("--against", multiple=True, required=True, metavar="OUT",
-              help="The converted model (repeat for several files, e.g. .prototxt and .caffemodel).")
-@click.option("--tol", type=float, default=api.DEFAULT_TOL, show_default=True,
-              help="Verdict: max|ours-ref| / max|ref| <= TOL per output, with a reference that has spread.")
-@click.option("--atol", type=float, default=api.DEFAULT_ATOL, show_default=True,
-              help="Elementwise rule, reported beside the verdict.")
-@click.option("--rtol", type=float, default=api.DEFAULT_RTOL, show_default=True,
-              help="Elementwise rule, reported beside the verdict.")
-@click.option("--locate/--no-locate", default=None,
-              help="Compare every layer's output in both runtimes and name the first source layer the "
-                   "converted model gets wrong (file:line, both values' statistics). Default: only when "
-                   "parity fails.")
-@click.option("--input-shape", multiple=True, metavar="NAME=1,3,224,224")
-@click.option("--inputs", type=click.Path(path_type=Path), metavar="FILE.npz")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--report", type=click.Path(path_type=Path), metavar="FILE.json")
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-              help="Where both models run (CUDA in exact fp32, TF32 off; an ONNX source on the CPU).")
-@click.option("--baseline", type=click.Path(path_type=Path), metavar="FILE.json",
-              help="An accepted report (--report, or a batch report of one model): fail when an output's error "
-                   "grew past --regression-factor times its baseline, even within --tol.")
-@_regression_options
-@click.option("--accept", is_flag=True, help="Write this run into --baseline when parity passed (accept it).")
-@_common
-@click.pass_context
-def check_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> None:
-    """Check the parity of a model pair already on disk.
-
-    \b
-    convert check 'onnx->caffe' model.onnx --against model.prototxt --against model.caffemodel
-    convert check yolov4.cfg yolov4.weights --against yolov4.onnx
-    convert check model.pt2 --against model.onnx --locate     # the first layer that differs, even on PASS
-    convert check m.onnx --against m.prototxt --against m.caffemodel --baseline accepted.json
-    """
-    _guard(_run_check, ctx, debug, verbose=verbose, **kw)
-
-
-class _BatchProgress:
-    """Progress of a batch: on a terminal a bar per running model (and one for the batch), else a
-    line per finished model."""
-
-    def __init__(self, total: int, tty: bool) -> None:
-        from tqdm import tqdm
-
-        self.total, self.tty, self.finished = total, tty, 0
-        self.bars: dict[int, tqdm[object]] = {}
-        self.overall = tqdm(total=total, desc="batch", unit="model", file=sys.stderr, position=0) if tty else None
-
-    def __call__(self, event: Event) -> None:
-        from tqdm import tqdm
-
-        if event.kind == "done" and event.result is not None:
-            self.finished += 1
-            bar = self.bars.pop(event.index, None)
-            if bar is not None:
-                bar.close()
-            row = event.result
-            worst = row.worst
-            err = f"err/scale {worst[1]:.2g}" if worst is not None else row.error[:100]
-            line = (f"[{self.finished}/{self.total}] {row.verdict:<9} {row.name}  {row.route}  {err}  "
-                    f"{row.seconds:.1f} s  {row.peak_rss / 2**20:.0f} MiB")
-            line += "  (retried)" if row.attempts > 1 else ""
-            if self.overall is not None:
-                tqdm.write(line, file=sys.stderr)
-                self.overall.update(1)
-            else:
-                click.echo(line, err=True)
-        elif self.tty and event.kind == "started" and event.slot is not None:
-            self.bars[event.index] = tqdm(total=1, desc=event.name, position=1 + event.slot, leave=False,
-                                          file=sys.stderr, bar_format="{desc}: {percentage:3.0f}%|{bar}| {postfix}")
-        elif event.kind == "progress" and event.index in self.bars:
-            bar = self.bars[event.index]
-            bar.total = max(event.total, 1)
-            bar.n = event.done
-            bar.set_postfix_str(event.step)
-
-    def close(self) -> None:
-        for bar in self.bars.values():
-            bar.close()
-        self.bars.clear()
-        if self.overall is not None:
-            self.overall.close()
-
-
-def _run_batch(ctx: click.Context, **kw: object) -> int:
-    from . import batch
-
-    manifest = batch.load_manifest(Path(str(kw["manifest"])))
-    outputs = {k: Path(str(kw[k])) for k in ("junit", "report", "summary") if kw.get(k)}
-    for key, path in outputs.items():
-        api.check_writable(path, f"the --{key} file")
-    baseline = Path(str(kw["baseline"])) if kw.get("baseline") else None
-    if kw.get("accept") and baseline is None:
-        raise ir.UsageError("--accept writes the --baseline FILE.json: give --baseline")
-    compare = baseline if baseline is not None and (baseline.exists() or not kw.get("accept")) else None
-    names = list(kw.get("only") or ())  # type: ignore[call-overload]
-    count = len(names) if names else len(manifest.models)
-    progress = _BatchProgress(count, sys.stderr.isatty() and not kw.get("quiet"))
-    out = Path(str(kw["output"])) if kw.get("output") else manifest.output
-    try:
-        result = batch.run_batch(
-            manifest, out=out, workers=kw.get("workers"), ray_address=kw.get("ray"),  # type: ignore[arg-type]
-            baseline=compare, factor=float(kw["regression_factor"]),  # type: ignore[arg-type]
-            floor=float(kw["regression_floor"]), on_event=progress, only=names,  # type: ignore[arg-type]
-        )
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the finished models' files stay
-        progress.close()
-        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
-        _err(f"{what} after {progress.finished} of {count} models; their files are in {out}; no report was written")
-        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
-    finally:
-        progress.close()
-    accepted = False
-    if kw.get("accept"):  # accepted: regressions are the new normal; failures never are
-        accepted = all(r.verdict in (batch.PASS, batch.REGRESSED, batch.CONVERTED) for r in result.rows)
-        for r in result.rows if accepted else []:
-            if r.verdict == batch.REGRESSED:
-                r.verdict = batch.PASS
-    click.echo(result.table())
-    for note in result.notes:
-        click.echo(f"convert: note: {note}", err=True)
-    for key, path in outputs.items():
-        text = {"junit": result.junit, "report": result.to_json, "summary": result.markdown}[key]()
-        _write_report(path, text.rstrip("\n"), [])
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary:
-        try:
-            with open(step_summary, "a") as f:
-                f.write(result.markdown() + "\n")
-        except OSError as exc:
-            click.echo(f"convert: warning: cannot append to $GITHUB_STEP_SUMMARY ({exc.strerror or exc})", err=True)
-    if kw.get("accept") and baseline is not None:
-        if accepted:
-            _write_report(baseline, batch.accepted_baseline(result, baseline), [])
-            click.echo(f"convert: accepted this run as the baseline {baseline}", err=True)
-        else:
-            click.echo(f"convert: baseline NOT accepted: a model failed or was not converted; {baseline} "
-                       "is unchanged", err=True)
-    click.echo(result.summary_line())
-    return result.exit_status
-
-
-@cli.command("batch", context_settings={"max_content_width": 100})
-@click.argument("manifest", type=click.Path(path_type=Path), metavar="MANIFEST")
-@click.option("-o", "--output", type=click.Path(path_type=Path), metavar="DIR",
-              help="Output folder (default: the manifest's 'output'); each model goes into DIR/<name>/.")
-@click.option("-j", "--workers", type=click.IntRange(min=1), default=None,
-              help="Local worker processes (default: min(cores, models, 80% of available memory / "
-                   "(1 GiB + 3 x the largest model's files))).")
-@click.option("--ray", metavar="ADDRESS", help="Run on an existing Ray cluster (auto, host:port, ray://host:port); "
-                                               "needs convert-toolkit[ray].")
-@click.option("--junit", type=click.Path(path_type=Path), metavar="FILE.xml",
-              help="JUnit XML: one testcase per model and output.")
-@click.option("--report", type=click.Path(path_type=Path), metavar="FILE.json",
-              help="JSON report (schema convert-batch-report/1, docs/batch.md).")
-@click.option("--summary", type=click.Path(path_type=Path), metavar="FILE.md",
-              help="Markdown summary (also appended to $GITHUB_STEP_SUMMARY when set).")
-@click.option("--baseline", type=click.Path(path_type=Path), metavar="FILE.json",
-              help="An accepted batch report: a passing output whose error grew past --regression-factor "
-                   "times its baseline is REGRESSED (exit 1).")
-@_regression_options
-@click.option("--accept", is_flag=True, help="Write this run into --baseline when no model failed (accept it).")
-@click.option("--model", "only", multiple=True, metavar="NAME", help="Run only this model (repeatable).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
-@_common
-@click.pass_context
-def batch_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> None:
-    """Convert every model of a manifest (TOML or YAML) with its parity check, for CI.
-
-    \b
-    convert batch models.toml --junit junit.xml --report batch.json --summary batch.md
-    convert batch models.toml --baseline accepted.json            # fail on a 10x error growth
-    convert batch models.toml --baseline accepted.json --accept   # accept this run
-    convert batch models.yaml --ray auto                          # on a Ray cluster
-
-    \b
-    Continues past failures and ends with one table (model, route, verdict, worst error, time,
-    peak RSS). Exit status: 0 every model passed; 1 a parity failure, a check that could not run
-    or a regression; 2 a model could not be converted (or the manifest is invalid).
-    Schema, reports and pool sizing: docs/batch.md.
-    """
-    _guard(_run_batch, ctx, debug, verbose=verbose, **kw)
+def _frontend_options(func):  # type: ignore[no-untyped-def]
+    for spec in _frontend_option_specs():
+        func.__click_params__.append(_click_option(spec))  # type: ignore[attr-defined]
+    return func
 
 
 def _run_inspect(ctx: click.Context, **kw: object) -> int:
     paths = [Path(p) for p in kw["models"]]  # type: ignore[attr-defined]
     fmt = formats.normalize(str(kw["fmt"])) if kw.get("fmt") else formats.detect_format(paths)
-    model = api.load(paths, format=fmt, **({"input_shapes": _parse_shapes(kw["input_shape"])}  # type: ignore[arg-type]
-                                             if kw.get("input_shape") else {}))
+    options = _frontend_options_given(fmt, kw)
+    if kw.get("input_shape"):
+        options["input_shapes"] = _parse_shapes(kw["input_shape"])  # type: ignore[arg-type]
+    model = api.load(paths, format=fmt, **options)
     ir.passes.InferShapes()(model)  # output shapes for the listing; reads no weight
     stats = ir.model_stats(model)
 
@@ -821,6 +661,7 @@ def _run_inspect(ctx: click.Context, **kw: object) -> int:
 @click.argument("models", nargs=-1, required=True, metavar="MODEL...")
 @click.option("--from", "fmt", metavar="FORMAT", help="Source format (guessed from the files by default).")
 @click.option("--input-shape", multiple=True, metavar="NAME=1,3,224,224")
+@_frontend_options
 @_common
 @click.pass_context
 def inspect_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> None:
@@ -841,6 +682,23 @@ def formats_cmd() -> None:
         click.echo(f"  {name:8s} {spec.description}")
     click.echo("routes:")
     click.echo("  " + "  ".join(f"{s}->{d}" for s, d in formats.routes()))
+
+
+@cli.command("help")
+@click.argument("command", required=False, metavar="[COMMAND]")
+@click.pass_context
+def help_cmd(ctx: click.Context, command: str | None) -> None:
+    """Show this help, or a command's (`convert help inspect`)."""
+    root = ctx.find_root()
+    if command is None:
+        click.echo(root.get_help())
+        return
+    cmd = cli.get_command(root, command)
+    if cmd is None or command == "to":
+        shown = ", ".join(n for n, c in cli.commands.items() if not c.hidden)
+        _err(f"no command '{command}'; the commands are: {shown}")
+        ctx.exit(EXIT_USAGE)
+    click.echo(cmd.get_help(click.Context(cmd, info_name=command, parent=root)))
 
 
 def ops_table(fmt: str, markdown: bool = False) -> str:
@@ -908,8 +766,22 @@ def random_weights_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: obje
     _guard(_run_random_weights, ctx, debug, verbose=verbose, **kw)
 
 
+from . import cli_check  # noqa: E402, F401  # registers `convert check`
+from .cli_batch import _BatchProgress  # noqa: E402, F401  # registers `convert batch` (and tests use it)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``convert`` console script and ``python -m convert``."""
     with contextlib.suppress(ValueError):  # ValueError: not the main thread (an embedding program)
         signal.signal(signal.SIGTERM, _on_sigterm)
-    cli.main(args=list(argv) if argv is not None else None, prog_name="convert")
+    name = os.path.basename(sys.argv[0]) if sys.argv else ""
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name=name if name in _SCRIPTS else "convert")
+    except SystemExit as exc:
+        try:
+            sys.stdout.flush()  # what is still buffered, while we can still say how it went
+        except BrokenPipeError:
+            _silence_stdout()
+            if not exc.code:
+                raise SystemExit(EXIT_PIPE) from None
+        raise

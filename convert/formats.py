@@ -20,6 +20,7 @@ __all__ = [
     "exporter_names",
     "frontend",
     "frontend_names",
+    "missing_framework",
     "normalize",
     "object_frontend",
     "register_exporter",
@@ -40,6 +41,23 @@ _FRONTENDS = {
 _EXPORTERS = {
     "onnx": "convert.exporters.onnx",
     "caffe": "convert.exporters.caffe",
+}
+# Optional packages by import name: what to call them and what to install (the extras of
+# pyproject.toml). A ModuleNotFoundError for one of them is the user's set-up, not a bug.
+_OPTIONAL = {
+    "torch": ("PyTorch", "'convert-toolkit[torch]'"),
+    "torchvision": ("torchvision", "'convert-toolkit[vision]'"),
+    "timm": ("timm", "'convert-toolkit[vision]'"),
+    "transformers": ("Hugging Face transformers", "'convert-toolkit[hf]'"),
+    "paddle": ("PaddlePaddle", "'convert-toolkit[paddle]'"),
+    "paddle2onnx": ("paddle2onnx", "'convert-toolkit[paddle2onnx]'"),
+    "tensorflow": ("TensorFlow", "'convert-toolkit[tensorflow]'"),
+    "keras": ("Keras (with TensorFlow)", "'convert-toolkit[tensorflow]'"),
+    "ai_edge_litert": ("LiteRT", "ai-edge-litert"),
+    "cv2": ("OpenCV", "'convert-toolkit[caffe]'"),
+    "ray": ("Ray", "'convert-toolkit[ray]'"),
+    "yaml": ("PyYAML", "'convert-toolkit[yaml]'"),
+    "onnxscript": ("onnxscript", "'convert-toolkit[bench]'"),
 }
 ALIASES = {"torch": "pytorch", "pt": "pytorch", "paddlepaddle": "paddle", "pd": "paddle",
            "tf": "tensorflow", "keras": "tensorflow", "litert": "tflite"}
@@ -140,6 +158,19 @@ def object_frontend(obj: object) -> FrontendSpec:
             return spec
     raise UsageError(f"cannot convert an in-memory {type(obj).__name__}: pass a file path, or install the "
                      "frontend that reads it (pip install 'convert-toolkit[torch]')")
+
+
+def missing_framework(exc: BaseException) -> str | None:
+    """Return the one-line message for ``exc`` when it says an optional framework is not installed.
+
+    ``exc`` is a ``ModuleNotFoundError`` for a known optional package itself (``torch``, ``cv2``
+    ...), raised anywhere under a conversion; anything else (a missing module of our own, a
+    missing submodule of an installed framework) returns None: that is not the user's set-up.
+    """
+    if not isinstance(exc, ModuleNotFoundError) or not exc.name or exc.name not in _OPTIONAL:
+        return None
+    what, install = _OPTIONAL[exc.name]
+    return f"this needs {what}, which is not installed (no module named '{exc.name}'): pip install {install}"
 
 
 def detect_format(paths: Sequence[Path]) -> str:
