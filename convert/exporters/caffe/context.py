@@ -124,13 +124,22 @@ class EmitContext:
     def shape(self, value: Value | None) -> tuple[int, ...]:
         """Return the static shape of ``value``; NotExpressible when unknown."""
         if value is None or value.shape is None:
+            hint = self.input_shape_hint()
             raise NotExpressible(
                 f"the shape of '{getattr(value, 'name', None) or 'its input'}' is unknown and Caffe layers are "
-                f"sized from it; give the model's input shape with {self.input_shape_hint()}"
+                + (f"sized from it; give the model's input shape with {hint}" if hint else
+                   "sized from it; the inputs' shapes are all static, so it depends on the data or on an op "
+                   "shape inference does not know")
             )
         dims = []
         for d in value.shape:
             if not isinstance(d, int):
+                if not self.input_shape_hint():
+                    raise NotExpressible(
+                        f"'{value.name}' has a dimension ({d}) that depends on the data (a row count such as "
+                        "NonMaxSuppression's or NonZero's, decided at run time), not on the input's shape; Caffe "
+                        "blobs have fixed shapes, so no input shape fixes it"
+                    )
                 raise NotExpressible(
                     f"'{value.name}' has a symbolic dimension ({d}); Caffe needs static shapes: "
                     f"fix it with {self.input_shape_hint()}"
@@ -139,7 +148,8 @@ class EmitContext:
         return tuple(dims)
 
     def input_shape_hint(self) -> str:
-        """Return ``--input-shape NAME=...`` for each runtime input whose shape is not static."""
+        """Return ``--input-shape NAME=...`` for each runtime input whose shape is not static ('' when
+        every input's shape is static: then no --input-shape can fix a dimension)."""
         hints = []
         for v in self.graph.inputs:
             if v.is_initializer():
@@ -154,7 +164,7 @@ class EmitContext:
             shown = ",".join(str(d) if isinstance(d, int) else ("1" if i == 0 else "?")
                              for i, d in enumerate(dims)) if dims else "1,3,224,224"
             hints.append(f"--input-shape {v.name}={shown}")
-        return " ".join(hints) if hints else "--input-shape NAME=1,3,224,224"
+        return " ".join(hints)
 
     @staticmethod
     def const(value: Value | None) -> TensorProtocol | None:

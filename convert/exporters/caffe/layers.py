@@ -574,15 +574,15 @@ def greater(node: Node, ctx: EmitContext) -> Emitted:
 
 @EMITTERS.register("Cast")
 def cast(node: Node, ctx: EmitContext) -> None:
-    """Cast to float of a float value or of a Threshold's 0/1 result -> no layer."""
+    """Cast to float of a float value, of a Threshold's 0/1 result or of an ArgMax's indices -> no layer."""
     src = node.inputs[0]
     if src is None or node.attributes.get_int("to", 0) != DataType.FLOAT:
         raise NotExpressible("Caffe blobs are float: only casts to float have a Caffe form")
     producer = src.producer()
-    if src.dtype != DataType.FLOAT and (producer is None or producer.op_type != "Greater"):
+    if src.dtype != DataType.FLOAT and (producer is None or producer.op_type not in ("Greater", "ArgMax")):
         raise NotExpressible(f"a cast from {src.dtype} has no Caffe layer")
     ctx.alias(node.outputs[0], src)
 
 
 _note("Greater", "Threshold", "a scalar constant threshold; the result read only through Cast to float")
-_note("Cast", "(no layer)", "to float, from float or from a Threshold")
+_note("Cast", "(no layer)", "to float, from float or from a Threshold or an ArgMax")

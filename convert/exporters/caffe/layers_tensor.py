@@ -9,7 +9,20 @@ import numpy as np
 from convert.ir import Node, Value
 
 from .context import Blob, EmitContext, Emitted, NotExpressible
-from .layers import CAFFE_DOMAIN, EMITTERS, _Deferred, _dims, _float, _int, _ints, _note, _power, _weight
+from .layers import (
+    CAFFE_DOMAIN,
+    EMITTERS,
+    _Deferred,
+    _dims,
+    _float,
+    _float_casts_only,
+    _int,
+    _ints,
+    _note,
+    _power,
+    _weight,
+)
+from .legalize_tensor import reduce_axes, reduction_reason
 
 __all__: list[str] = []
 
@@ -503,6 +516,125 @@ def pad(node: Node, ctx: EmitContext) -> Emitted:
 
 
 _note("Pad", "Deconvolution (one-hot kernel)", "constant 0 on H/W; pads >= 0")
+
+
+# ---- tiling, reductions, arg-max, mean-variance normalisation ----------------------------------------
+@EMITTERS.register("Tile")
+def tile(node: Node, ctx: EmitContext) -> Emitted | None:
+    """Tile repeating one axis -> Tile (axis, tiles); legalisation splits several repeated axes."""
+    x = ctx.shape(node.inputs[0])
+    repeats = [int(r) for r in ctx.small(node.inputs[1] if len(node.inputs) > 1 else None, "repeats").reshape(-1)]
+    axes = [a for a, r in enumerate(repeats) if r != 1]
+    if len(repeats) != len(x) or any(r < 1 for r in repeats) or len(axes) > 1:
+        raise NotExpressible(f"repeats {repeats} for a rank-{len(x)} input: Caffe's Tile repeats one axis")
+    if not axes:
+        ctx.alias(node.outputs[0], node.inputs[0])
+        return None
+    e = ctx.layer(node, "Tile", [node.inputs[0]])
+    e.layer.tile_param.axis = axes[0]
+    e.layer.tile_param.tiles = repeats[axes[0]]
+    return e
+
+
+_note("Tile", "Tile", "one repeated axis per layer (several: one Tile each)")
+
+
+def _reduce_emitter(op: str) -> Callable[[Node, EmitContext], Emitted]:
+    def emit(node: Node, ctx: EmitContext) -> Emitted:
+        raise NotExpressible(reduction_reason(node) or f"{op} was not rewritten to a Reduction")
+
+    emit.__doc__ = f"{op} left after legalisation (not over trailing axes) -> refused with the reason."
+    return emit
+
+
+for _op, _caffe_op in (("ReduceSum", "SUM"), ("ReduceL1", "ASUM"), ("ReduceSumSquare", "SUMSQ"),
+                       ("ReduceMean", "MEAN")):
+    EMITTERS.register(_op)(_reduce_emitter(_op))
+    _note(_op, f"Reduction {_caffe_op}", "over the trailing axes from one axis on (keepdims: + Reshape); "
+          "a scalar Mul after it is its coeff" + ("; H and W of N, C, H, W: global pooling" if _op == "ReduceMean"
+                                                  else ""))
+
+
+@EMITTERS.register(f"{CAFFE_DOMAIN}::Reduction")
+def caffe_reduction(node: Node, ctx: EmitContext) -> Emitted:
+    """convert.caffe::Reduction (from legalisation) -> Reduction (operation, axis, coeff)."""
+    e = ctx.layer(node, "Reduction", [node.inputs[0]])
+    rp = e.layer.reduction_param
+    rp.operation = _int(node, "operation", 1)  # type: ignore[assignment]
+    if _int(node, "axis", 0):
+        rp.axis = _int(node, "axis", 0)
+    if _float(node, "coeff", 1.0) != 1.0:
+        rp.coeff = _float(node, "coeff", 1.0)
+    return e
+
+
+_note(f"{CAFFE_DOMAIN}::Reduction", "Reduction", "produced by legalisation")
+
+
+@EMITTERS.register("ArgMax")
+def argmax(node: Node, ctx: EmitContext) -> Emitted:
+    """ArgMax (keepdims) read only through Cast to float -> ArgMax axis (Caffe's indices are floats).
+
+    On ties Caffe returns the last index (it sorts (value, index) pairs, largest first): ONNX's
+    ``select_last_index=1``; with ``select_last_index=0`` the two differ only on exact ties.
+    """
+    rank = len(ctx.shape(node.inputs[0]))
+    if not _int(node, "keepdims", 1):
+        raise NotExpressible("keepdims=0: Caffe's ArgMax keeps the reduced axis (size 1)")
+    if not _float_casts_only(node.outputs[0]):
+        raise NotExpressible("Caffe's ArgMax gives its indices as floats: the result must feed only casts to float")
+    casts = [use.node for use in node.outputs[0].uses()]
+    if len(casts) == 1:  # the layer is the cast's (its name, its top): the cast adds no layer, nothing is copied
+        e = ctx.layer(casts[0], "ArgMax", [node.inputs[0]], tops=[casts[0].outputs[0]])
+        ctx.alias(node.outputs[0], casts[0].outputs[0])
+    else:
+        e = ctx.layer(node, "ArgMax", [node.inputs[0]])
+    axis = _int(node, "axis", 0)
+    e.layer.argmax_param.axis = axis + rank if axis < 0 else axis
+    return e
+
+
+@EMITTERS.register("ReduceMax")
+def reduce_max(node: Node, ctx: EmitContext) -> Emitted:
+    """ReduceMax over one axis, kept -> ArgMax axis with out_max_val (H and W: global pooling, legalised)."""
+    rank = len(ctx.shape(node.inputs[0]))
+    axes = reduce_axes(node, rank)
+    if isinstance(axes, str) or len(axes) != 1 or not _int(node, "keepdims", 1):
+        raise NotExpressible(f"Caffe takes a maximum over one axis (ArgMax out_max_val) or over H and W (global "
+                             f"pooling), not over axes {axes} of a rank-{rank} input")
+    e = ctx.layer(node, "ArgMax", [node.inputs[0]])
+    e.layer.argmax_param.axis = axes[0]
+    e.layer.argmax_param.out_max_val = True
+    return e
+
+
+@EMITTERS.register(f"{CAFFE_DOMAIN}::ArgMax")
+def caffe_argmax(node: Node, ctx: EmitContext) -> Emitted:
+    """convert.caffe::ArgMax (from legalisation: the arg-max of a flattened input) -> ArgMax without axis."""
+    e = ctx.layer(node, "ArgMax", [node.inputs[0]])
+    if _int(node, "out_max_val", 0):
+        e.layer.argmax_param.out_max_val = True
+    return e
+
+
+_note("ArgMax", "ArgMax axis", "keepdims, read only through Cast to float; ties: Caffe takes the last index")
+_note("ReduceMax", "ArgMax out_max_val / Pooling MAX global_pooling", "one axis (kept, or + Reshape), or H and W")
+_note(f"{CAFFE_DOMAIN}::ArgMax", "ArgMax (no axis)", "Reshape (N, -1) + ArgMax + Cast [+ max] + Reshape, fused")
+
+
+@EMITTERS.register(f"{CAFFE_DOMAIN}::MVN")
+def mvn(node: Node, ctx: EmitContext) -> Emitted:
+    """convert.caffe::MVN (from legalisation) -> MVN (normalize_variance, across_channels, eps)."""
+    e = ctx.layer(node, "MVN", [node.inputs[0]])
+    mp = e.layer.mvn_param
+    mp.normalize_variance = bool(_int(node, "normalize_variance", 1))
+    mp.across_channels = bool(_int(node, "across_channels", 0))
+    if mp.normalize_variance:
+        mp.eps = _float(node, "eps", 1e-9)
+    return e
+
+
+_note(f"{CAFFE_DOMAIN}::MVN", "MVN", "x - mean [/ (std + eps)] over H, W or C, H, W; from the pattern")
 
 
 from . import detection  # noqa: E402, F401  (its emitters, always registered after these ones)

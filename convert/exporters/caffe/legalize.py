@@ -34,6 +34,8 @@ Rules, in order (each preserves the graph's values exactly):
   frontend's lowering of a ``Crop`` whose reference fed nothing else leaves none) -> one
   ``Slice`` per cut axis, each written as Caffe's ``Slice`` (or a ``Crop`` when a reference exists).
 
+Reductions, tiling, arg-max and mean-variance normalisation have their rules in ``legalize_tensor.py``.
+
 Preconditions: static shapes on the values involved (the exporter runs shape inference first).
 """
 
@@ -625,10 +627,12 @@ RULES: list[Rule] = [
 
 
 class LegalizeForCaffe(RewriteRules):
-    """Apply ``RULES`` (the rewrites above) in place; idempotent."""
+    """Apply ``RULES`` (the rewrites above) and those of ``legalize_tensor`` in place; idempotent."""
 
     def __init__(self) -> None:
-        super().__init__(RULES)
+        from .legalize_tensor import MVN_RULES, TENSOR_RULES
+
+        super().__init__([*MVN_RULES, *RULES, *TENSOR_RULES])  # MVN's mean before the spatial-mean rule
 
     def call(self, model: Model) -> PassResult:
         """Rewrite ``model.graph``; return whether anything changed."""

@@ -25,6 +25,7 @@ from convert.ir import (
     ConvertError,
     ExportError,
     GapCollector,
+    Graph,
     InternalError,
     Model,
     Options,
@@ -127,7 +128,13 @@ def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[
     for value in graph.outputs:
         if value.uses() and not value.is_graph_input():
             ctx.rename_internal(value)
+    regions = {} if flav.detection else _detection_regions(graph)
     for node in graph:
+        if id(node) in regions:
+            first = regions.pop(id(node))
+            if first:
+                gaps.add("DetectionOutput", first, _detection_reason(flav))
+            continue
         key = _key(node)
         emit = EMITTERS.lookup(key)
         if emit is None:
@@ -157,6 +164,27 @@ def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[
     for e in emitted:
         net.layer.add().CopyFrom(e.layer)
     return net, emitted, gaps.items()
+
+
+def _detection_regions(graph: Graph) -> dict[int, str]:
+    """Map each node of a Caffe source's DetectionOutput lowering (its provenance says so) to where
+    the layer is, for the first node of each layer, and to '' for the others (one gap per layer)."""
+    regions: dict[int, str] = {}
+    seen: set[str] = set()
+    for node in graph:
+        prov = get_provenance(node)
+        if prov.kind == "DetectionOutput":
+            regions[id(node)] = "" if prov.layer in seen else prov.where()
+            seen.add(prov.layer)
+    return regions
+
+
+def _detection_reason(flav: Flavor) -> str:
+    return (
+        "its number of rows (the detections NonMaxSuppression keeps) depends on the data, and Caffe blobs "
+        f"have fixed shapes: only the SSD fork's DetectionOutput layer computes it, which the '{flav.name}' "
+        "dialect lacks (no input shape changes this); use --caffe-flavor ssd, or export to ONNX"
+    )
 
 
 @dataclass(slots=True)

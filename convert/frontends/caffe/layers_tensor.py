@@ -450,6 +450,51 @@ def interp(layer: LayerDef, ctx: CaffeContext) -> None:
 _note("Interp", "Resize(linear, align_corners)", "no pad_beg/pad_end")
 
 
+@LAYERS.register("Resize")
+def resize(layer: LayerDef, ctx: CaffeContext) -> None:
+    """Resize (the SSD fork's, ``resize_param``) -> Resize(linear, asymmetric) [Pad before, Slice after].
+
+    The fork samples output pixel ``o`` at ``o * in / out`` (per axis) and blends the two input
+    pixels around it linearly, taking the pixel past the last one as 0 (it does not clamp): the
+    last outputs of an enlarged axis fade towards zero. ONNX's asymmetric linear Resize clamps
+    instead, so when an axis grows the input gets one zero row/column at its end first, the
+    Resize runs on that by the same scales (the same sample points), and a Slice keeps
+    ``out`` outputs. Shrinking never reads past the last pixel ((out - 1) * in / out <= in - 1).
+    The size is ``height`` x ``width``, or with ``is_pyramid_test`` the input's size times
+    ``out_height_scale`` / ``out_width_scale`` rounded down (computed in float, as the fork does).
+    """
+    rp = _p(layer, "resize_param")
+    x = ctx.input(layer)
+    n, c, h, w = _rank4(layer, ctx, x)
+    if rp.is_pyramid_test:
+        oh = int(np.floor(np.float32(h) * np.float32(rp.out_height_scale)))
+        ow = int(np.floor(np.float32(w) * np.float32(rp.out_width_scale)))
+    else:
+        if not (_has(rp, "height") and _has(rp, "width")):
+            raise ctx.error(layer, "resize_param needs height and width (or is_pyramid_test with scales)")
+        oh, ow = int(rp.height), int(rp.width)
+    if oh < 1 or ow < 1:
+        raise ctx.error(layer, f"resize_param gives an empty output ({oh} x {ow})")
+    attrs = {"mode": "linear", "coordinate_transformation_mode": "asymmetric"}
+    out = (n, c, oh, ow)
+    if oh <= h and ow <= w:
+        sizes = ctx.const(out, np.int64)
+        ctx.set_top(layer, ctx.emit("Resize", [x, None, None, sizes], attrs, out))
+        return
+    padded = (n, c, h + 1, w + 1)
+    pads = ctx.const((0, 0, 0, 0, 0, 0, 1, 1), np.int64)
+    xp = ctx.emit("Pad", [x, pads], {"mode": "constant"}, padded, suffix="_zero_edge")
+    scales = np.array([1.0, 1.0, oh / h, ow / w], np.float32)
+    big = tuple(int(np.floor(np.float32(d + 1) * s)) for d, s in zip((h, w), scales[2:], strict=True))
+    y = ctx.emit("Resize", [xp, None, ctx.const(scales, np.float32)], attrs, (n, c, *big), suffix="_resized")
+    starts, ends = ctx.const((0, 0), np.int64), ctx.const((oh, ow), np.int64)
+    ctx.set_top(layer, ctx.emit("Slice", [y, starts, ends, ctx.const((2, 3), np.int64)], None, out))
+
+
+_note("Resize", "Resize(linear, asymmetric) [Pad + Slice]", "the SSD fork's layer: height/width or is_pyramid_test "
+      "scales; the pixel past the edge counts as 0, as in the fork")
+
+
 # ---- tiling, reductions, arg-max, mean-variance normalisation ----------------------------------------
 @LAYERS.register("Tile")
 def tile(layer: LayerDef, ctx: CaffeContext) -> None:
@@ -509,7 +554,11 @@ _note("Reduction", "ReduceSum / ReduceL1 / ReduceSumSquare / ReduceMean", "over 
 @LAYERS.register("ArgMax")
 def argmax(layer: LayerDef, ctx: CaffeContext) -> None:
     """ArgMax (top_k 1) -> ArgMax + Cast to float; ``out_max_val`` gives the maximum (with ``axis``)
-    or [index, maximum] along dim 1 (without ``axis``, over each item's flattened values)."""
+    or [index, maximum] along dim 1 (without ``axis``, over each item's flattened values).
+
+    Caffe sorts (value, index) pairs largest first, so on ties it returns the last index:
+    ``select_last_index=1``.
+    """
     ap = _p(layer, "argmax_param")
     if int(ap.top_k) != 1:
         raise ctx.error(layer, f"argmax_param top_k {ap.top_k}: only top_k 1 is supported")
@@ -521,14 +570,14 @@ def argmax(layer: LayerDef, ctx: CaffeContext) -> None:
         if ap.out_max_val:
             ctx.set_top(layer, _reduce(ctx, layer, "ReduceMax", x, [axis], 1, out))
             return
-        idx = ctx.emit("ArgMax", [x], {"axis": axis, "keepdims": 1}, out, suffix="_index")
+        idx = ctx.emit("ArgMax", [x], {"axis": axis, "keepdims": 1, "select_last_index": 1}, out, suffix="_index")
         idx.type = TensorType(DataType.INT64)
         ctx.set_top(layer, ctx.emit("Cast", [idx], {"to": 1}, out))
         return
     n = shape[0]
     flat = (n, int(np.prod(shape[1:], dtype=np.int64)))
     y = ctx.emit("Reshape", [x, ctx.const(flat, np.int64)], None, flat, suffix="_flat")
-    index = ctx.emit("ArgMax", [y], {"axis": 1, "keepdims": 1}, (n, 1), suffix="_index")
+    index = ctx.emit("ArgMax", [y], {"axis": 1, "keepdims": 1, "select_last_index": 1}, (n, 1), suffix="_index")
     index.type = TensorType(DataType.INT64)
     index = ctx.emit("Cast", [index], {"to": 1}, (n, 1), suffix="_float" if ap.out_max_val else "_cast")
     pieces = [index]
@@ -540,7 +589,7 @@ def argmax(layer: LayerDef, ctx: CaffeContext) -> None:
     ctx.set_top(layer, ctx.emit("Reshape", [both, ctx.const(out, np.int64)], None, out))
 
 
-_note("ArgMax", "ArgMax + Cast (ReduceMax for out_max_val)", "top_k 1")
+_note("ArgMax", "ArgMax + Cast (ReduceMax for out_max_val)", "top_k 1; ties: the last index, as Caffe")
 
 
 @LAYERS.register("MVN")

@@ -270,6 +270,49 @@ CASES: dict[str, tuple[str, dict[str, np.ndarray], str]] = {
 }
 
 
+# ONNX graphs of Caffe's Tile, Reduction, ArgMax and MVN (both real Caffes have all four): each is
+# exported in both flavours and run in the real Caffe of each (tests/exporters/caffe/test_real_caffe.py);
+# the layers each must become are listed.
+TENSOR_CASES: dict[str, tuple[str, dict[str, np.ndarray], list[str]]] = {
+    "tile": (HEAD + """
+    g (float[1, 3, 4, 5] x) => (float[1, 9, 4, 5] y, float[2, 3, 4, 10] z, float[1, 3, 4, 5] i) {
+        y = Tile (x, r1)
+        z = Tile (x, r2)
+        i = Tile (x, ones)
+    }""", {"r1": np.array([1, 3, 1, 1], np.int64), "r2": np.array([2, 1, 1, 2], np.int64),
+           "ones": np.array([1, 1, 1, 1], np.int64)}, ["Tile", "Tile", "Tile", "Split"]),  # i: a copy of x
+    "reduce_trailing": (HEAD + """
+    g (float[2, 3, 4, 5] x) => (float[2, 3] s, float[2, 1, 1, 1] m, float[2, 3, 4] a, float[2] q) {
+        s = ReduceSum <keepdims = 0> (x, hw)
+        m = ReduceMean <axes = [1, 2, 3]> (x)
+        l = ReduceL1 <axes = [3], keepdims = 0> (x)
+        a = Mul (l, half)
+        q = ReduceSumSquare <axes = [-3, -2, -1], keepdims = 0> (x)
+    }""", {"hw": np.array([2, 3], np.int64), "half": np.array(0.5, np.float32)},
+        ["Reduction", "Reduction", "Reshape", "Reduction", "Reduction"]),
+    "argmax_max": (HEAD + """
+    g (float[1, 6, 4, 5] x) => (float[1, 1, 4, 5] y, float[1, 6, 1, 5] z, float[1, 4, 5] m) {
+        i = ArgMax <axis = 1, keepdims = 1> (x)
+        y = Cast <to = 1> (i)
+        j = ArgMax <axis = -2, keepdims = 1, select_last_index = 1> (x)
+        z = Cast <to = 1> (j)
+        m = ReduceMax <axes = [1], keepdims = 0> (x)
+    }""", {}, ["ArgMax", "ArgMax", "ArgMax", "Reshape"]),
+    "mvn": (HEAD + """
+    g (float[2, 3, 4, 5] x) => (float[2, 3, 4, 5] y, float[2, 3, 4, 5] z) {
+        mu = ReduceMean <axes = [2, 3]> (x)
+        c = Sub (x, mu)
+        sq = Mul (c, c)
+        v = ReduceMean <axes = [2, 3]> (sq)
+        sd = Sqrt (v)
+        den = Add (sd, eps)
+        y = Div (c, den)
+        mu2 = ReduceMean <axes = [1, 2, 3]> (y)
+        z = Sub (y, mu2)
+    }""", {"eps": np.array(1e-3, np.float32)}, ["MVN", "MVN", "Split"]),  # y: an output read inside too
+}
+
+
 def _export(model_proto: onnx.ModelProto, out: Path, flavor: str) -> list[Path]:
     model = serde.deserialize_model(model_proto)
     passes.standard_pipeline()(model)
@@ -426,6 +469,36 @@ def test_unsupported_ops_listed_at_once_nothing_written(tmp_path: Path) -> None:
     with pytest.raises(UnsupportedOpsError, match=r"3 unsupported ops.*Erf.*'e'.*Nothing was written"):
         EXPORTER.save(model, tmp_path / "m", bvlc)
     assert os.listdir(tmp_path) == []
+
+
+def test_a_data_dependent_size_is_not_blamed_on_the_input_shape() -> None:
+    """With every input static, a dimension only the data decides (NonZero's count) cannot be fixed by
+    --input-shape: the reason says what it is, and suggests no --input-shape."""
+    src = _model(HEAD + """
+    g (float[1, 4, 6, 6] x) => (float[1, 4, 6, 6] y, float[?] z) {
+        y = Relu (x)
+        n = NonZero (x)
+        c = Cast <to = 1> (n)
+        z = Reshape (c, flat)
+    }""", {"flat": np.array([-1], np.int64)})
+    gaps = {g.op: g for g in EXPORTER.check(serde.deserialize_model(src), Options())}
+    assert "depends on the data" in gaps["Reshape"].reason
+    assert not any("--input-shape" in g.reason for g in gaps.values()), gaps
+
+
+def test_reductions_and_arg_max_caffe_cannot_express_say_why() -> None:
+    src = _model(HEAD + """
+    g (float[1, 4, 6, 6] x) => (float[1, 1, 6, 6] s, int64[1, 1, 6, 6] i, float[1, 1, 1, 6] m, float[1, 6, 6] k) {
+        s = ReduceSum (x, one)
+        i = ArgMax <axis = 1> (x)
+        m = ReduceMax <axes = [1, 2]> (x)
+        j = ArgMax <axis = 1, keepdims = 0> (x)
+        k = Cast <to = 1> (j)
+    }""", {"one": np.array([1], np.int64)})
+    gaps = {g.op: g for g in EXPORTER.check(serde.deserialize_model(src), Options(extra={"caffe_flavor": "bvlc"}))}
+    assert "reduces every axis from one axis to the last" in gaps["ReduceSum"].reason
+    assert "casts to float" in gaps["ArgMax"].reason or "keepdims=0" in gaps["ArgMax"].reason
+    assert "not over axes [1, 2]" in gaps["ReduceMax"].reason
 
 
 def test_weights_over_2_gib_refused_before_writing(tmp_path: Path) -> None:

@@ -189,6 +189,7 @@ def test_pool_rounding_written_as_onnx_floors(tmp_path: Path) -> None:
     assert "AS WRITTEN DOES NOT LOAD" not in result.stdout
     from convert.parity.runtimes.caffe_runtime import find_caffe
 
+    (tmp_path / "b").mkdir()  # the CLI refuses a missing folder for every exporter (-o b/ would make it)
     result = _convert(src, tmp_path / "b" / "vgg.prototxt", "--caffe-flavor", "bvlc")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "b" / "vgg.prototxt").read_text().count("round_mode: FLOOR") == 3
@@ -197,6 +198,7 @@ def test_pool_rounding_written_as_onnx_floors(tmp_path: Path) -> None:
     else:
         assert "AS WRITTEN DOES NOT LOAD" in result.stdout
     # OpenCV cannot parse round_mode: the check runs a translated copy, and says so
+    (tmp_path / "c").mkdir()
     result = _convert(src, tmp_path / "c" / "vgg.prototxt", "--caffe-flavor", "bvlc",
                       env={"CONVERT_CAFFE_RUNTIME": "opencv"})
     assert result.returncode == 0, result.stderr

@@ -19,6 +19,7 @@ says the file as written does not load there.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -121,6 +122,100 @@ def test_caffe_nets_in_real_caffe(name: str, caffe_dir: Path, bvlc_dir: Path, tm
         assert not rt.notes, rt.notes
         for key, r in ref.items():
             assert _rel(got[key], r) <= RTOL, (rt.name, key)
+
+
+TENSOR_FLAVORS = [(c, f) for c in ex.TENSOR_CASES for f in ("ssd", "bvlc")]
+
+
+@pytest.mark.parametrize(("case", "flavor"), TENSOR_FLAVORS, ids=[f"{c}-{f}" for c, f in TENSOR_FLAVORS])
+def test_tile_reduction_argmax_mvn_from_onnx_in_real_caffe(case: str, flavor: str, caffe_dir: Path, bvlc_dir: Path,
+                                                          tmp_path: Path) -> None:
+    """ONNX Tile, trailing reductions, ArgMax/ReduceMax and the MVN pattern become Caffe's own
+    layers, which both real Caffes run as ONNX Runtime computes the source."""
+    import onnxruntime as ort
+
+    text, weights, layers = ex.TENSOR_CASES[case]
+    src = ex._model(text, weights)
+    paths = ex._export(src, tmp_path / case, flavor)
+    written = [ly.type for ly in _layers(paths[0]) if ly.type != "Input"]
+    assert written == layers, written
+    feeds = ex._feeds(src)
+    sess = ort.InferenceSession(src.SerializeToString(), providers=["CPUExecutionProvider"])
+    ref = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds), strict=True))
+    runtimes = _as_written(paths, flavor, caffe_dir, bvlc_dir)
+    assert len(runtimes) == (2 if flavor == "bvlc" else 1)  # bvlc files: BVLC master and the fork
+    for rt in runtimes:
+        ours = rt.run(feeds)
+        for key, r in ref.items():
+            r = np.asarray(r, np.float32)
+            assert float(r.std()) > 1e-3 * float(np.abs(r).max()), f"degenerate reference {key}"
+            assert _rel(ours[key], r) <= RTOL, (rt.name, key, _rel(ours[key], r))
+
+
+# Caffe's Tile, Reduction, ArgMax and MVN: Caffe -> Caffe writes each back as itself.
+AS_THEMSELVES: dict[str, Callable[[build_nets.NetBuilder], None]] = {
+    "tile": lambda b: b.layer("Tile", "t", ["data"], ["t"], tile_param={"axis": 2, "tiles": 3}),
+    "reduction-sum-axis1": lambda b: b.layer("Reduction", "r", ["data"], ["r"],
+                                             reduction_param={"operation": 1, "axis": 1}),
+    "reduction-asum-coeff": lambda b: b.layer("Reduction", "r", ["data"], ["r"],
+                                              reduction_param={"operation": 2, "axis": 2, "coeff": -0.5}),
+    "reduction-sumsq-last": lambda b: b.layer("Reduction", "r", ["data"], ["r"],
+                                              reduction_param={"operation": 3, "axis": -1}),
+    "reduction-mean-all": lambda b: b.layer("Reduction", "r", ["data"], ["r"], reduction_param={"operation": 4}),
+    "argmax-axis": lambda b: b.layer("ArgMax", "a", ["data"], ["a"], argmax_param={"axis": 1}),
+    "argmax-axis-max": lambda b: b.layer("ArgMax", "a", ["data"], ["a"], argmax_param={"axis": 3, "out_max_val": True}),
+    "argmax-flat": lambda b: b.layer("ArgMax", "a", ["data"], ["a"], argmax_param={}),
+    "argmax-flat-max": lambda b: b.layer("ArgMax", "a", ["data"], ["a"], argmax_param={"out_max_val": True}),
+    "mvn": lambda b: b.layer("MVN", "m", ["data"], ["m"], mvn_param={"eps": 1e-4}),
+    "mvn-across": lambda b: b.layer("MVN", "m", ["data"], ["m"], mvn_param={"across_channels": True}),
+    "mvn-mean-only": lambda b: b.layer("MVN", "m", ["data"], ["m"], mvn_param={"normalize_variance": False}),
+}
+SELF_FLAVORS = [(c, f) for c in AS_THEMSELVES for f in ("ssd", "bvlc")]
+
+
+def _layers(proto: Path) -> list[object]:
+    from google.protobuf import text_format
+
+    from convert._proto import caffe_pb2
+
+    net = caffe_pb2.NetParameter()
+    text_format.Parse(proto.read_text(), net)
+    return list(net.layer)
+
+
+@pytest.mark.parametrize(("case", "flavor"), SELF_FLAVORS, ids=[f"{c}-{f}" for c, f in SELF_FLAVORS])
+def test_tile_reduction_argmax_mvn_round_trip_as_themselves(case: str, flavor: str, caffe_dir: Path,
+                                                            bvlc_dir: Path, tmp_path: Path) -> None:
+    """The layer is written back as itself with the same parameters, and the Caffe of the flavour (the
+    fork for ssd, BVLC master for bvlc) computes what it computes on the source net."""
+    b = build_nets.NetBuilder("single", 0)
+    b.input("data", (1, 4, 6, 5))
+    AS_THEMSELVES[case](b)
+    paths = list(b.save(tmp_path / "src"))
+    model = FRONTEND.load(paths, Options())
+    passes.standard_pipeline()(model)
+    out = list(EXPORTER.save(model, tmp_path / "out", Options(extra={"caffe_flavor": flavor})))
+    source, written = _layers(paths[0])[1:], _layers(out[0])[1:]
+    assert [(ly.type, ly.name, list(ly.bottom), list(ly.top)) for ly in written] == [
+        (ly.type, ly.name, list(ly.bottom), list(ly.top)) for ly in source]
+    field = {"Tile": "tile_param", "Reduction": "reduction_param", "ArgMax": "argmax_param", "MVN": "mvn_param"}
+    for a, w in zip(source, written, strict=True):
+        name = field[a.type]
+        mine, theirs = getattr(w, name), getattr(a, name)
+        for f in theirs.DESCRIPTOR.fields:  # the same effective parameters (defaults included)
+            value = getattr(mine, f.name)
+            want = getattr(theirs, f.name)
+            if f.name == "axis" and a.type == "Reduction" and want < 0:
+                want += 4
+            assert value == pytest.approx(want), (f.name, value, want)
+    dialect = "bvlc" if flavor == "bvlc" else "ssd"
+    caffe = bvlc_dir if flavor == "bvlc" else caffe_dir
+    x = (np.random.default_rng(4).standard_normal((1, 4, 6, 5)) * 2 + 0.5).astype(np.float32)
+    ref = _real(paths, caffe, dialect).run({"data": x})
+    got = _real(out, caffe, dialect).run({"data": x})
+    for key, r in ref.items():
+        assert float(np.abs(r).max()) > 0 and (r.size == 1 or float(r.std()) > 1e-3 * float(np.abs(r).max()))
+        assert got[key].shape == r.shape and _rel(got[key], r) <= RTOL, key
 
 
 # Source nets real Caffe cannot parse (brocolli-caffe has no ShuffleChannel): their reference is OpenCV.

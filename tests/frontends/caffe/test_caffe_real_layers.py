@@ -91,6 +91,61 @@ def test_layer_matches_real_caffe(case: str, caffe_dir: Path, tmp_path: Path) ->
         assert float(np.abs(g - r).max()) <= 1e-5 * scale, name
 
 
+@pytest.mark.parametrize("argmax_param", [{"axis": 1}, {}], ids=["axis", "flat"])
+def test_argmax_ties_give_the_last_index_as_in_both_caffes(argmax_param: dict[str, int], caffe_dir: Path,
+                                                           tmp_path: Path) -> None:
+    """Caffe sorts (value, index) pairs largest first: on ties the last index wins (ONNX's select_last_index=1)."""
+    b = NetBuilder("net", 0)
+    b.input("data", SHAPE)
+    b.layer("ArgMax", "a", ["data"], ["a"], argmax_param=argmax_param)
+    proto, model = b.save(tmp_path)
+    x = np.random.default_rng(4).standard_normal(SHAPE).astype(np.float32)
+    x[0, :, :3] = 2.0  # every channel ties at the maximum on three rows (and the whole item ties for the flat form)
+    x[0, 1:3, 3:] = 5.0
+    result = api.convert([proto, model], to="onnx", out=tmp_path / "net.onnx", check=False)
+    sess = ort.InferenceSession(str(result.outputs[0]), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {"data": x})[0]
+    bvlc = find_caffe("bvlc")
+    for where, dialect in ((caffe_dir, "ssd"), *(((bvlc, "bvlc"),) if bvlc is not None else ())):
+        ref = RealCaffeRuntime(proto, model, where, dialect).run({"data": x})["a"]
+        np.testing.assert_array_equal(got, ref)
+    assert float(got.max()) > 0
+
+
+def _schema_has_resize() -> bool:
+    from convert._proto import caffe_pb2
+
+    return "resize_param" in caffe_pb2.LayerParameter.DESCRIPTOR.fields_by_name
+
+
+RESIZES = {
+    "up-odd": {"height": 7, "width": 9},
+    "up-twice": {"height": 12, "width": 10},
+    "down": {"height": 4, "width": 3},
+    "up-and-down": {"height": 3, "width": 11},
+    "pyramid": {"is_pyramid_test": True, "out_height_scale": 1.5, "out_width_scale": 0.7},
+}
+
+
+@pytest.mark.xfail(condition=not _schema_has_resize(), strict=True,
+                   reason="convert/_proto/caffe.proto has no resize_param (field 251) yet")
+@pytest.mark.parametrize("case", list(RESIZES), ids=list(RESIZES))
+def test_fork_resize_matches_real_caffe(case: str, caffe_dir: Path, tmp_path: Path) -> None:
+    """The SSD fork's Resize (bilinear at o * in / out, the pixel past the edge taken as 0) -> ONNX."""
+    b = NetBuilder("net", 0)
+    b.input("data", SHAPE)
+    b.layer("Resize", "r", ["data"], ["r"], resize_param=RESIZES[case])
+    proto, model = b.save(tmp_path)
+    x = (np.random.default_rng(4).standard_normal(SHAPE) * 2 + 0.5).astype(np.float32)
+    ref = RealCaffeRuntime(proto, model, caffe_dir).run({"data": x})["r"]
+    result = api.convert([proto, model], to="onnx", out=tmp_path / "net.onnx", check=False)
+    sess = ort.InferenceSession(str(result.outputs[0]), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {"data": x})[0]
+    scale = float(np.abs(ref).max())
+    assert got.shape == ref.shape and float(ref.std()) > 1e-3 * scale
+    assert float(np.abs(got - ref).max()) <= 1e-5 * scale
+
+
 def _one_line_per_layer(proto: Path) -> None:
     """Rewrite ``proto`` with each layer on one line (``layer { name: ... type: "Clip" ... }``), as
     many tools write: the dialect must be read from the net, not from the line layout."""

@@ -101,6 +101,26 @@ def test_deploy_net_to_onnx_and_back_to_caffe(name: str, tmp_path: Path) -> None
             assert _rel(back[key], r) <= RTOL, (key, _rel(back[key], r))
 
 
+def test_mobilenet_ssd_to_bvlc_names_detection_outputs_data_dependent_rows(tmp_path: Path) -> None:
+    """bvlc has no DetectionOutput: the refusal says why (the row count depends on the data, which no
+    fixed-shape Caffe blob holds) and points to the ssd flavour, never to --input-shape."""
+    proto = ROOT / "models" / "caffe" / "deploy" / "mobilenet_ssd.prototxt"
+    model = FRONTEND.load([proto, fill_weights.fill(proto, tmp_path / "m.caffemodel", seed=0)], Options())
+    passes.standard_pipeline()(model)
+    bvlc = Options(extra={"caffe_flavor": "bvlc"})
+    gaps = {g.op: g for g in EXPORTER.check(model, bvlc)}
+    assert set(gaps) == {"DetectionOutput", "Transpose"}  # Permute: also the ssd flavour's
+    det = gaps["DetectionOutput"]
+    assert det.count == 1 and "[DetectionOutput] 'detection_out'" in det.first
+    assert "number of rows" in det.reason and "depends on the data" in det.reason
+    assert "NonMaxSuppression" in det.reason and "--caffe-flavor ssd" in det.reason
+    with pytest.raises(UnsupportedOpsError) as info:
+        EXPORTER.save(model, tmp_path / "out" / "m", bvlc)
+    assert "--input-shape" not in str(info.value) and "--caffe-flavor ssd" in str(info.value)
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+    assert EXPORTER.check(model, Options(extra={"caffe_flavor": "ssd"})) == []
+
+
 def _batchnorm_twin(bn_model: Path, twin_proto: Path, out: Path) -> Path:
     """Write the BatchNorm + Scale net's caffemodel holding the BN net's numbers (an oracle for BN).
 
