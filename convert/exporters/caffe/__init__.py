@@ -60,6 +60,14 @@ EXPORTER = ExporterSpec(
             choices=tuple(FLAVORS),
             metavar="FLAVOR",
         ),
+        OptionSpec(
+            flag="--caffe-upsample-layer",
+            dest="caffe_upsample_layer",
+            help="ssd flavor: write nearest upsampling as the fork's Upsample layer (default: a fixed-weight "
+                 "Deconvolution, the same numbers, which OpenCV DNN and every Caffe read; OpenCV cannot create "
+                 "Upsample, so the check then needs real Caffe)",
+            is_flag=True,
+        ),
     ),
     companions=(".caffemodel",),
 )

@@ -46,14 +46,16 @@ class Flavor:
 
 FLAVORS = {
     "bvlc": Flavor("bvlc", "round_mode"),
-    "ssd": Flavor("ssd", "ceil_mode", permute=True, relu6=True, upsample=True, normalize=True, detection=True),
+    # Nearest upsampling is a fixed Deconvolution in every flavor (OpenCV and every Caffe read it); the
+    # fork's Upsample layer only on request (--caffe-upsample-layer): OpenCV DNN cannot create it.
+    "ssd": Flavor("ssd", "ceil_mode", permute=True, relu6=True, normalize=True, detection=True),
     # PSPNet's caffe.proto has no Input layer (its field 143 is interp_param) and no pooling rounding field.
     "pspnet": Flavor("pspnet", "", interp=True, input_layer=False),
 }
 
 FLAVOR_HELP = (
     "Caffe dialect to write: 'ssd' (default; the SSD fork as OpenCV DNN and brocolli-caffe read it: "
-    "Permute, ReLU6, Upsample, ceil_mode), 'bvlc' (BVLC master / Ascend ATC: plain layers, round_mode; "
+    "Permute, ReLU6, ceil_mode), 'bvlc' (BVLC master / Ascend ATC: plain layers, round_mode; "
     "checked in BVLC master when scripts/build_caffe built it) "
     "or 'pspnet' (PSPNet's fork: Interp, no Input layer, no rounding field). "
     "Pooling rounding is where they clash on the wire: BVLC's enum round_mode and the fork's bool "

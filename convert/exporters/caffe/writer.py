@@ -15,7 +15,7 @@ import logging
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -31,6 +31,7 @@ from convert.ir import (
     Options,
     Unsupported,
     UnsupportedOpsError,
+    UsageError,
     describe,
     get_provenance,
     output_key,
@@ -210,6 +211,11 @@ class CaffePlan:
 def plan(model: Model, options: Options) -> CaffePlan:
     """Lower ``model`` to Caffe layers once; ``model`` is not modified."""
     flav = flavor(options.get("caffe_flavor"))
+    if options.get("caffe_upsample_layer", False):
+        if flav.name != "ssd":
+            raise UsageError(f"--caffe-upsample-layer: the Upsample layer is the SSD fork's; --caffe-flavor "
+                             f"{flav.name} has none")
+        flav = replace(flav, upsample=True)
     net, emitted, gaps = build_net(model, flav)
     return CaffePlan(net, emitted, gaps, flav, options)
 

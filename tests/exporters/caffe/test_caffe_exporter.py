@@ -534,7 +534,7 @@ def test_unknown_flavor_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_flavor_option_documents_field_13() -> None:
-    (opt,) = EXPORTER.options
+    opt = next(o for o in EXPORTER.options if o.dest == "caffe_flavor")
     assert opt.flag == "--caffe-flavor" and opt.default == "ssd"
     assert "round_mode" in opt.help and "ceil_mode" in opt.help and "field 13" in opt.help
 
@@ -619,7 +619,15 @@ def test_dialect_layers_read_back(case: str, tmp_path: Path) -> None:
             "hi": np.array(0.8, np.float32),
         },
     )
-    paths = _export(src, tmp_path / case, flavor)
+    if layer == "Upsample":  # the fork's layer, on request (a fixed Deconvolution by default)
+        model = serde.deserialize_model(src)
+        passes.standard_pipeline()(model)
+        paths = list(EXPORTER.save(model, tmp_path / case, Options(extra={"caffe_flavor": flavor,
+                                                                            "caffe_upsample_layer": True})))
+        default = _export(src, tmp_path / f"{case}_default", flavor)
+        assert 'type: "Deconvolution"' in default[0].read_text() and "Upsample" not in default[0].read_text()
+    else:
+        paths = _export(src, tmp_path / case, flavor)
     assert f'type: "{layer}"' in paths[0].read_text()
     back = FRONTEND.load(paths, Options())
     feeds = _feeds(src)
