@@ -40,15 +40,17 @@ class ConvWeight:
     """A convolution's OIHW weight as a recipe: computed from TensorFlow's filter when it is written.
 
     ``source`` is the filter as TensorFlow holds it (for a SavedModel, a view of the mapped
-    variables file), ``layout`` rearranges it to OIHW, and ``scale`` (float64, one per output
-    channel: the batch norms folded into it) multiplies it, rounded to the filter's dtype once.
-    Nothing is computed during the conversion, so converting holds no copy of the weights.
+    variables file), ``layout`` rearranges it to OIHW (a transposed convolution's IOHW), and
+    ``scale`` (float64, one per output channel: the batch norms folded into it) multiplies it
+    along ``axis`` (the output channels: 0 for OIHW, 1 for IOHW), rounded to the filter's dtype
+    once. Nothing is computed during the conversion, so converting holds no copy of the weights.
     """
 
     source: np.ndarray
     layout: Callable[[np.ndarray], np.ndarray]
     shape: tuple[int, ...]
     scale: np.ndarray | None = None
+    axis: int = 0
 
     def scaled(self, scale: np.ndarray) -> ConvWeight:
         """Return this weight with each output channel multiplied by ``scale``."""
@@ -59,7 +61,9 @@ class ConvWeight:
         """Compute the OIHW weight."""
         oihw = self.layout(self.source)
         if self.scale is not None:
-            oihw = (oihw * self.scale.reshape(-1, *([1] * (oihw.ndim - 1)))).astype(self.source.dtype)
+            shape = [1] * oihw.ndim
+            shape[self.axis] = -1
+            oihw = (oihw * self.scale.reshape(shape)).astype(self.source.dtype)
         return np.ascontiguousarray(oihw)
 
 
@@ -80,14 +84,18 @@ class TFContext(FrontendContext):
         self.shapes: dict[str, tuple[int | None, ...] | None] = {}
         self.consumers: dict[str, list[TFNode]] = {}  # tensor name -> the converted nodes reading it
         # SpaceToBatchND outputs that a convolution will read as a dilated conv: name -> (input, block, pads).
+        # Rank-3 ones (Keras' dilated Conv1D: SpaceToBatchND -> ExpandDims -> Conv2D) have a 1-D block;
+        # the ExpandDims records its output with the 2-D block and the input expanded likewise.
         self.space_to_batch: dict[str, tuple[str, list[int], list[list[int]]]] = {}
-        # Outputs of convolutions made from such a pattern: name -> (their Conv node's output, block).
-        self.dilated: dict[str, tuple[Value, list[int]]] = {}
-        # Outputs of Convs: name -> (input, weight, attributes, out channels, the weight's recipe,
-        # the bias (float64) or None), so that a per-channel Add (BiasAdd) or Mul reading only them
-        # emits one Conv with the summed bias or the scaled weight and bias instead (the first is
-        # dead then).
-        self.convs: dict[str, tuple[Value, Value, dict[str, object], int, ConvWeight, np.ndarray | None]] = {}
+        # Outputs of convolutions made from such a pattern (and of the Squeeze back to rank 3 after
+        # one): name -> (the Conv node's output, block, the Conv's spatial axes (0 = H, 1 = W) the
+        # block's entries are for), so that BatchToSpaceND's crops reduce that Conv's pads.
+        self.dilated: dict[str, tuple[Value, list[int], list[int]]] = {}
+        # Outputs of Convs (and ConvTransposes): name -> (input, weight, attributes, out channels, the
+        # weight's recipe, the bias (float64) or None, the ONNX op type), so that a per-channel Add
+        # (BiasAdd) or Mul reading only them emits one Conv with the summed bias or the scaled weight
+        # and bias instead (the first is dead then).
+        self.convs: dict[str, tuple[Value, Value, dict[str, object], int, ConvWeight, np.ndarray | None, str]] = {}
         # Outputs of zero Pads of only H and W: name -> (input, ONNX pads [top, left, bottom, right]),
         # so that a Conv reading only them takes the padding as its own pads (the Pad is dead then).
         self.zero_pads: dict[str, tuple[str, list[int]]] = {}

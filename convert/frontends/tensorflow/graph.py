@@ -306,6 +306,9 @@ def _optimize(meta: object) -> object:
     rewrite = config.graph_options.rewrite_options
     rewrite.optimizers[:] = ["function", "constfold", "dependency"]
     rewrite.meta_optimizer_iterations = 1
+    # Grappler skips graphs under 4 nodes by default: a SavedModel without variables (Placeholder ->
+    # PartitionedCall -> Identity) would keep its body in a call that nothing converts.
+    rewrite.min_graph_nodes = -1
     with quiet_stderr():
         return tf_optimizer.OptimizeGraph(config, meta)
 

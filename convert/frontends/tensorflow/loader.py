@@ -2,7 +2,8 @@
 
 Only ops the signature's outputs depend on are converted. A Reshape whose target is computed
 (``Shape -> StridedSlice -> Pack``, as Keras' Flatten makes with a free batch) takes its target
-from TensorFlow's static output shape instead, so that arithmetic is not converted at all.
+from TensorFlow's static output shape instead, so that arithmetic is not converted at all; so
+does a transposed convolution (``Conv2DBackpropInput``) its output size.
 """
 
 from __future__ import annotations
@@ -54,6 +55,12 @@ def _static_reshape(node: TFNode) -> bool:
     return node.op == "Reshape" and shape is not None and sum(d is None for d in shape) <= 1
 
 
+def _static_conv_transpose(node: TFNode) -> bool:
+    shape = node.shapes[0] if node.shapes else None
+    return (node.op == "Conv2DBackpropInput" and shape is not None and len(shape) == 4
+            and shape[1] is not None and shape[2] is not None)
+
+
 def live_nodes(graph: TFGraph) -> list[TFNode]:
     """Return the nodes the outputs depend on, in graph order."""
     by_name = {n.name: n for n in graph.nodes}
@@ -66,7 +73,10 @@ def live_nodes(graph: TFGraph) -> list[TFNode]:
         live.add(name)
         node = by_name[name]
         computed_target = _static_reshape(node) and not _is_const(by_name, node.inputs[1])
-        stack.extend(t.split(":")[0] for t in (node.inputs[:1] if computed_target else node.inputs))
+        inputs = node.inputs[:1] if computed_target else node.inputs
+        if _static_conv_transpose(node):
+            inputs = node.inputs[1:]  # its output size is static: input_sizes (Shape(x) -> Pack) is not read
+        stack.extend(t.split(":")[0] for t in inputs)
     return [n for n in graph.nodes if n.name in live]
 
 

@@ -58,6 +58,7 @@ def live_ops(model: TFLModel, ops: list[TFLOp] | None = None) -> list[TFLOp]:
     A RESHAPE whose output shape is static (at most one free dimension) takes that shape, so the
     ops computing its target at run time (SHAPE -> STRIDED_SLICE -> PACK, as Keras' Flatten
     writes them) are not needed: converting them would force the tensor into TFLite's layout.
+    Likewise a TRANSPOSE_CONV with a static output height and width does not read output_shape.
     """
     ops = model.ops if ops is None else ops
     producer = {t: op for op in ops for t in op.outputs}
@@ -72,8 +73,14 @@ def live_ops(model: TFLModel, ops: list[TFLOp] | None = None) -> list[TFLOp]:
         out_shape = model.tensors[op.outputs[0]].shape if op.outputs else None
         if op.name == "RESHAPE" and out_shape is not None and sum(d is None for d in out_shape) <= 1:
             inputs = inputs[:1]
+        if op.name == "TRANSPOSE_CONV" and _static_hw(out_shape):
+            inputs = inputs[1:]  # the output size is the output's static shape, not output_shape
         stack.extend(inputs)
     return [op for op in ops if op.index in live]
+
+
+def _static_hw(shape: tuple[int | None, ...] | None) -> bool:
+    return shape is not None and len(shape) == 4 and shape[1] is not None and shape[2] is not None
 
 
 def fold_pointwise_dense(model: TFLModel, ops: list[TFLOp]) -> tuple[list[TFLOp], set[int]]:
@@ -323,6 +330,11 @@ def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") ->
                       [model.tensors[i].dtype for i in op.outputs])
         nodes.append((node, op))
 
+    for node, op in nodes:  # who reads each tensor (the dilated-convolution pattern checks it)
+        for i in op.inputs:
+            if i in low.keys:
+                ctx.consumers.setdefault(low.keys[i], []).append(node)
+
     def run(converter: object, item: tuple[TFNode, TFLOp]) -> None:
         node, op = item
         ctx.item = node
@@ -332,6 +344,8 @@ def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") ->
             return
         inputs = op.inputs[:1] if op.name == "RESHAPE" and any(
             i not in low.keys for i in op.inputs[1:] if i >= 0) else op.inputs  # a static target: see live_ops
+        if op.name == "TRANSPOSE_CONV" and inputs and inputs[0] not in low.keys:
+            inputs = [-1, *inputs[1:]]  # a static output size: output_shape is not converted (see live_ops)
         for i in inputs:
             if i >= 0 and i not in low.keys:
                 raise RefusedError(f"input tensor '{model.tensors[i].name}' is used before it is produced")

@@ -3,7 +3,7 @@
 Most TFLite builtins are a TensorFlow op with its attributes moved into an options table; those
 are converted by building that TensorFlow node and calling the TensorFlow frontend's converter
 (same layout handling: NCHW inside). The ops with weights (CONV_2D, DEPTHWISE_CONV_2D,
-FULLY_CONNECTED) have their own converters so that int8 weights stay int8 in ONNX behind a
+TRANSPOSE_CONV, FULLY_CONNECTED) have their own converters so that int8 weights stay int8 in ONNX behind a
 ``DequantizeLinear`` (per channel). Fused activations are applied by the loader after the op.
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 from convert.frontends.tensorflow.context import NCHW, TF, TFContext
 from convert.frontends.tensorflow.graph import TFNode
 from convert.frontends.tensorflow.ops import OPS as TF_OPS
-from convert.frontends.tensorflow.ops.nn import conv_pads
+from convert.frontends.tensorflow.ops.nn import conv_pads, conv_transpose_pads, dilated_source
 from convert.ir import DataType, RefusedError, Registry, Value
 from convert.ir.tensors import lazy
 
@@ -67,6 +67,11 @@ OPTIONS: dict[str, list[tuple[str, str, object] | None]] = {
     "MIRROR_PAD": [("mode", _B, 0)],
     "GELU": [("approximate", "<?", False)],
     "SHAPE": [("out_type", _B, 2)],
+    "TRANSPOSE_CONV": [("padding", _B, 0), ("stride_w", _I, 1), ("stride_h", _I, 1), ("fused", _B, 0)],
+    "RESIZE_BILINEAR": [None, None, ("align_corners", "<?", False), ("half_pixel_centers", "<?", False)],
+    "RESIZE_NEAREST_NEIGHBOR": [("align_corners", "<?", False), ("half_pixel_centers", "<?", False)],
+    "DEPTH_TO_SPACE": [("block_size", _I, 0)],
+    "SPACE_TO_DEPTH": [("block_size", _I, 0)],
 }
 OPTIONS["MAX_POOL_2D"] = OPTIONS["AVERAGE_POOL_2D"]
 for _reduce in ("SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"):
@@ -150,6 +155,18 @@ register("LEAKY_RELU", maps_to="LeakyRelu")(_as_tf("LeakyRelu"))
 register("BATCH_MATMUL", maps_to="MatMul", notes="adj_x/adj_y honoured")(_as_tf("BatchMatMulV2"))
 register("MIRROR_PAD", maps_to="Pad", notes="REFLECT only")(
     _as_tf("MirrorPad", lambda n, c: {"mode": "REFLECT" if n.attrs.get("mode") == 0 else "SYMMETRIC"}))
+register("RESIZE_BILINEAR", maps_to="Resize (linear)", notes="align_corners / half_pixel_centers / neither")(
+    _as_tf("ResizeBilinear"))
+register("RESIZE_NEAREST_NEIGHBOR", maps_to="Resize (nearest)", notes="align_corners / half_pixel_centers / neither")(
+    _as_tf("ResizeNearestNeighbor"))
+register("DEPTH_TO_SPACE", maps_to="DepthToSpace (DCR)", notes="TFLite's channel order is ONNX's DCR in NCHW")(
+    _as_tf("DepthToSpace"))
+register("SPACE_TO_DEPTH", maps_to="SpaceToDepth")(_as_tf("SpaceToDepth"))
+register("SPACE_TO_BATCH_ND", maps_to="(dilation of the next Conv)",
+         notes="only as a dilated convolution: SPACE_TO_BATCH_ND -> [EXPAND_DIMS ->] CONV_2D -> [RESHAPE ->] "
+               "BATCH_TO_SPACE_ND (Keras' dilated Conv1D)")(_as_tf("SpaceToBatchND"))
+register("BATCH_TO_SPACE_ND", maps_to="(crop of the dilated Conv)",
+         notes="only after a convolution made dilated from SPACE_TO_BATCH_ND")(_as_tf("BatchToSpaceND"))
 register("CONCATENATION", maps_to="Concat")(_as_tf("ConcatV2", extra=_const_input("axis", "axis")))
 register("GATHER", maps_to="Gather", notes="batch_dims 0")(_as_tf("GatherV2", extra=_const_input("axis", "axis")))
 
@@ -293,13 +310,23 @@ def _laid_out(ctx: TFContext, arr: np.ndarray, perm: tuple[int, ...] | None, res
 
 
 def _conv(node: TFNode, ctx: TFContext, w: Value, kernel: list[int], group: int) -> None:
+    """Emit the Conv; a SPACE_TO_BATCH_ND input makes it dilated (see the TensorFlow frontend's
+    ``dilated_source``; BATCH_TO_SPACE_ND's crops are then taken off its pads)."""
     a = node.attrs
     strides = [int(a["stride_h"]), int(a["stride_w"])]  # type: ignore[call-overload]
     dilations = [int(a["dilation_h"]), int(a["dilation_w"])]  # type: ignore[call-overload]
+    bias = _bias(node, ctx)
+    found = dilated_source(ctx, node.inputs[0], strides, dilations, str(a["padding"]))
+    if found is not None:
+        x, extra = found
+        attrs = {"kernel_shape": kernel, "strides": strides, "group": group, **extra}
+        y = ctx.emit("Conv", [x, w] + ([bias] if bias is not None else []), attrs)
+        ctx.dilated[f"{node.name}:0"] = (y, list(extra["dilations"]), [0, 1])  # type: ignore[call-overload]
+        ctx.bind(y, NCHW)
+        return
     tf_like = TFNode(node.name, node.op, node.inputs, {"padding": a["padding"]}, node.shapes, node.dtypes)
     attrs = {"kernel_shape": kernel, "strides": strides, "dilations": dilations, "group": group,
              **conv_pads(tf_like, ctx, kernel, strides, dilations)}
-    bias = _bias(node, ctx)
     inputs = [ctx.get(node.inputs[0], NCHW), w] + ([bias] if bias is not None else [])
     ctx.bind(ctx.emit("Conv", inputs, attrs), NCHW)
 
@@ -331,6 +358,38 @@ def depthwise_conv_2d(node: TFNode, ctx: TFContext) -> None:
     if x_shape is None or len(x_shape) != 4 or x_shape[3] is None:
         raise RefusedError("a depthwise convolution needs the input's channel count")
     _conv(node, ctx, weight(ctx, node.inputs[1], (3, 0, 1, 2), "weight"), [h, w_], int(x_shape[3]))
+
+
+@register("TRANSPOSE_CONV", maps_to="ConvTranspose",
+          notes="[O, H, W, I] filter; SAME/VALID; static H and W; bias; int8 filter via DequantizeLinear")
+def transpose_conv(node: TFNode, ctx: TFContext) -> None:
+    """TRANSPOSE_CONV(output_shape, filter, x[, bias]) -> ConvTranspose; filter [O, H, W, I] -> [I, O, H, W].
+
+    Pads and output_padding as the TensorFlow frontend's ``conv_transpose_pads`` (TFLite pads as
+    the convolution whose gradient it is, as TensorFlow); the output size is the output tensor's
+    static shape, else the constant output_shape.
+    """
+    _, h, w_, in_ch = _shape_of(ctx, node.inputs[1])
+    x_name = node.inputs[2]
+    in_shape = ctx.shape(x_name)
+    sizes = ctx.const(node.inputs[0]) if node.inputs[0] else None
+    out_shape = node.shapes[0] if node.shapes else None
+    out_hw = ([int(out_shape[1]), int(out_shape[2])]  # type: ignore[arg-type]
+              if out_shape is not None and len(out_shape) == 4 and None not in out_shape[1:3] else
+              [int(v) for v in sizes.reshape(-1)[1:3]] if sizes is not None and sizes.size == 4 else None)
+    if out_hw is None or in_shape is None or len(in_shape) != 4 or None in in_shape[1:3]:
+        raise RefusedError("a transposed convolution needs static input and output heights and widths")
+    if in_shape[3] is not None and int(in_shape[3]) != in_ch:
+        raise RefusedError(f"the input has {in_shape[3]} channels but the filter {in_ch}")
+    a = node.attrs
+    strides = [int(a["stride_h"]), int(a["stride_w"])]  # type: ignore[call-overload]
+    attrs = {"kernel_shape": [h, w_], "strides": strides,
+             **conv_transpose_pads(str(a["padding"]), None, [int(in_shape[1]), int(in_shape[2])],  # type: ignore[arg-type]
+                                   out_hw, [h, w_], strides, [1, 1])}
+    inputs = [ctx.get(x_name, NCHW), weight(ctx, node.inputs[1], (3, 0, 1, 2), "weight")]
+    if len(node.inputs) > 3 and node.inputs[3]:
+        inputs.append(weight(ctx, node.inputs[3], None, "bias"))
+    ctx.bind(ctx.emit("ConvTranspose", inputs, attrs), NCHW)
 
 
 @register("FULLY_CONNECTED", maps_to="Gemm / MatMul + Add / 1x1 Conv",

@@ -87,6 +87,15 @@ CASES: dict[str, tuple[Callable[..., object], list[tuple[int, ...]]]] = {
     "einsum_erfc": (lambda x: tf.math.erfc(tf.einsum("bij,jk->bik", x, _w(4, 3))), [(2, 5, 4)]),
     "cast_identity": (lambda x: tf.cast(tf.cast(tf.identity(tf.stop_gradient(x)) * 3, tf.int32), tf.float32),
                       [(1, 3, 3, 2)]),
+    # Decoder ops (Keras models of each variant: test_tf_decoder_ops.py)
+    "conv2d_transpose_same_odd": (lambda x: tf.nn.conv2d_transpose(x, _w(3, 3, 4, 3), [1, 9, 12, 4], 2, "SAME"),
+                                  [(1, 5, 6, 3)]),
+    "conv2d_transpose_explicit": (lambda x: tf.nn.conv2d_transpose(
+        x, _w(3, 3, 2, 3), [1, 8, 10, 2], 2, [[0, 0], [1, 0], [0, 1], [0, 0]]), [(1, 4, 5, 3)]),
+    "resize_bilinear_nearest": (lambda x: tf.image.resize(x, (7, 9), "bilinear")
+                                + tf.image.resize(x, (7, 9), "nearest"), [(1, 4, 5, 3)]),
+    "depth_to_space_space_to_depth": (lambda x: tf.nn.space_to_depth(tf.nn.depth_to_space(x, 2) * 2, 3),
+                                      [(1, 3, 6, 8)]),
 }
 
 

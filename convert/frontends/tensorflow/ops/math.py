@@ -112,7 +112,8 @@ def _conv_channel_const(node: TFNode, ctx: TFContext) -> tuple[str, np.ndarray] 
     return None
 
 
-@register("Add", "AddV2", "BiasAdd", maps_to="Add (a Conv's bias when it adds a constant per-channel vector)",
+@register("Add", "AddV2", "BiasAdd",
+          maps_to="Add (a Conv's or ConvTranspose's bias when it adds a constant per-channel vector)",
           notes="BiasAdd: NHWC")
 def add(node: TFNode, ctx: TFContext) -> None:
     """Add/AddV2/BiasAdd -> Add (numpy broadcasting), in NCHW when an input is held so.
@@ -122,11 +123,11 @@ def add(node: TFNode, ctx: TFContext) -> None:
     """
     fused = _conv_channel_const(node, ctx)
     if fused is not None:
-        x, w, attrs, channels, oihw, bias = ctx.convs[fused[0]]
+        x, w, attrs, channels, oihw, bias, op_type = ctx.convs[fused[0]]
         total = fused[1].astype(np.float64) if bias is None else bias + fused[1]
         b = ctx.builder.const(total.astype(np.float32), name=f"{node.name}/bias")
-        ctx.bind(ctx.emit("Conv", [x, w, b], attrs), NCHW)
-        ctx.convs[f"{node.name}:0"] = (x, w, attrs, channels, oihw, total)
+        ctx.bind(ctx.emit(op_type, [x, w, b], attrs), NCHW)
+        ctx.convs[f"{node.name}:0"] = (x, w, attrs, channels, oihw, total, op_type)
         return
     values, layout = _binary_inputs(node, ctx, node.inputs[:2])
     ctx.bind(ctx.emit("Add", values), layout)
@@ -143,7 +144,7 @@ def mul(node: TFNode, ctx: TFContext) -> None:
     """
     fused = _conv_channel_const(node, ctx)
     if fused is not None:
-        x, _, attrs, channels, oihw, bias = ctx.convs[fused[0]]
+        x, _, attrs, channels, oihw, bias, op_type = ctx.convs[fused[0]]
         scale = fused[1].astype(np.float64)
         scaled = oihw.scaled(scale)
         weight = ctx.weight(scaled, f"{node.name}/weight")
@@ -151,8 +152,8 @@ def mul(node: TFNode, ctx: TFContext) -> None:
         if bias is not None:
             bias = bias * scale
             inputs.append(ctx.builder.const(bias.astype(np.float32), name=f"{node.name}/bias"))
-        ctx.bind(ctx.emit("Conv", inputs, attrs), NCHW)
-        ctx.convs[f"{node.name}:0"] = (x, weight, attrs, channels, scaled, bias)
+        ctx.bind(ctx.emit(op_type, inputs, attrs), NCHW)
+        ctx.convs[f"{node.name}:0"] = (x, weight, attrs, channels, scaled, bias, op_type)
         return
     values, layout = _binary_inputs(node, ctx, node.inputs[:2])
     ctx.bind(ctx.emit("Mul", values), layout)

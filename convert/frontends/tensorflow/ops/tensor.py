@@ -94,6 +94,15 @@ def reshape(node: TFNode, ctx: TFContext) -> None:
         shape = ctx.builder.const(target[[0, 3, 1, 2]])
         ctx.bind(ctx.emit("Reshape", [x, shape]), NCHW)
         return
+    if x_name in ctx.dilated and x_shape is not None and len(x_shape) == 4 and len(target) == 3:
+        # TFLite writes the Squeeze of a dilated Conv1D as a RESHAPE: [N*b, 1, L, C] -> [N*b, L, C] in
+        # SpaceToBatchND's shapes, which the dilated Conv does not have: a Squeeze of that axis.
+        for axis in (1, 2):
+            rest = [d for i, d in enumerate(x_shape) if i != axis]
+            if x_shape[axis] == 1 and all(t == -1 or d is None or t == d for t, d in zip(target, rest, strict=True)):
+                ctx.bind(ctx.emit("Squeeze", [x, ctx.builder.const(np.array([axis], np.int64))]))
+                squeezed_dilated(node, ctx, [axis])
+                return
     ctx.bind(ctx.emit("Reshape", [x, ctx.builder.const(target)]))
 
 
@@ -107,14 +116,56 @@ def squeeze(node: TFNode, ctx: TFContext) -> None:
             raise RefusedError("squeeze of every size-1 axis needs a static input shape")
         dims = [i for i, d in enumerate(shape) if d == 1]
     ctx.bind(ctx.emit("Squeeze", [ctx.get(node.inputs[0], TF), ctx.builder.const(np.array(dims, np.int64))]))
+    squeezed_dilated(node, ctx, dims)
+
+
+def squeezed_dilated(node: TFNode, ctx: TFContext, dims: list[int]) -> None:
+    """Carry a dilated Conv's record (``ctx.dilated``) through a squeeze of its H or W axis.
+
+    Keras' dilated Conv1D: SpaceToBatchND -> ExpandDims -> Conv2D -> Squeeze -> BatchToSpaceND;
+    the BatchToSpaceND's 1-D crops then apply to the Conv's remaining spatial axis.
+    """
+    found = ctx.dilated.get(node.inputs[0])
+    if found is None or ctx.rank(node.inputs[0]) != 4:
+        return
+    conv, block, axes = found
+    dropped = sorted({d % 4 for d in dims})
+    if len(block) != 2 or dropped not in ([1], [2]):
+        return  # not the Conv1D pattern: a BatchToSpaceND after it refuses
+    keep = 1 if dropped == [1] else 0  # the Conv's spatial axis left: W when H is squeezed
+    ctx.dilated[f"{node.name}:0"] = (conv, [block[keep]], [axes[keep]])
 
 
 @register("ExpandDims", maps_to="Unsqueeze", notes="constant axis")
 def expand_dims(node: TFNode, ctx: TFContext) -> None:
-    """ExpandDims -> Unsqueeze on TF's layout."""
+    """ExpandDims -> Unsqueeze on TF's layout.
+
+    Of a rank-3 SpaceToBatchND's output (a dilated Conv1D): no node; the SpaceToBatchND's input is
+    expanded instead and recorded with the 2-D block for the convolution that reads this output.
+    """
     axis = int(ctx.need_const(node.inputs[1], "the axis"))
     axes = ctx.builder.const(np.array([axis], np.int64))
-    ctx.bind(ctx.emit("Unsqueeze", [ctx.get(node.inputs[0], TF), axes]))
+    record = ctx.space_to_batch.get(node.inputs[0])
+    if record is None:
+        ctx.bind(ctx.emit("Unsqueeze", [ctx.get(node.inputs[0], TF), axes]))
+        return
+    source, block, paddings = record
+    spatial = axis % 4
+    if spatial not in (1, 2):
+        raise RefusedError(f"ExpandDims at axis {axis} of a SpaceToBatchND's output is not a Conv1D's "
+                           "(expected axis 1 or 2)")
+    from convert.frontends.tensorflow.ops.nn import CONV_OPS
+
+    users = ctx.consumers.get(f"{node.name}:0", [])
+    if not users or any(u.op not in CONV_OPS for u in users):
+        raise RefusedError("an ExpandDims of a SpaceToBatchND's output is converted only when it feeds convolutions")
+    key = f"{node.name}:expanded_source"
+    shape = ctx.shape(source)
+    ctx.values[key] = {TF: ctx.emit("Unsqueeze", [ctx.get(source, TF), axes])}
+    ctx.shapes[key] = None if shape is None else (*shape[:spatial], 1, *shape[spatial:])
+    unit = [[0, 0]]
+    ctx.space_to_batch[f"{node.name}:0"] = (key, [1, *block] if spatial == 1 else [*block, 1],
+                                            unit + paddings if spatial == 1 else paddings + unit)
 
 
 @register("Transpose", maps_to="Transpose", notes="constant permutation")
