@@ -243,7 +243,8 @@ def test_mask_rcnn_detection_counts_vary(tmp_path: Path) -> None:
     """Mask R-CNN converted from one input keeps the detection count of each input, and pastes each
     mask where torchvision does. The zoo's keeps its 100 best of ~1000 boxes over 0.05 whatever the
     input; with a 0.5 score threshold and a cap of 200 the count is the data's: 156 on the example
-    (seed 1), then 154, 171, 124, 169 and 27, 200 (the cap, on the dim image) and none at all.
+    (seed 1), then 154, 124 and 169, 200 (the cap, on the dim image) and none at all (seeds 8 and
+    0.6 x seed 4, 171 and 27, were measured too and are left out to keep the test short).
 
     Seeds 11 and 12 put pasted box edges within rounding of an integer (``_detections_agree``). On
     the zoo's model (cap 100) seed 12 has ours paste three masks a pixel from eager's (0.86 of the
@@ -262,7 +263,7 @@ def test_mask_rcnn_detection_counts_vary(tmp_path: Path) -> None:
     feed = ir_model.graph.inputs[0].name
     name = "det:maskrcnn_resnet50_fpn score>0.5"
     counts = [_detections_agree(name, model, path, feed, x, dim=False)
-              for x in (inputs(2)[0], inputs(8)[0], inputs(11)[0], inputs(12)[0], inputs(4)[0] * 0.6)]
+              for x in (inputs(2)[0], inputs(11)[0], inputs(12)[0])]
     counts.append(_detections_agree(name, model, path, feed, inputs(4)[0] * 0.3, dim=True))
     blank = inputs(5)[0] * 0.8  # no score over 0.5
     with torch.no_grad():
