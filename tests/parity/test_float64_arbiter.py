@@ -10,13 +10,12 @@ with numpy from the three runs, independently of the product's comparison code.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+import sample_models
 from onnx import numpy_helper
 
 torch = pytest.importorskip("torch")
@@ -26,14 +25,7 @@ TOL = 2e-7
 
 
 def _nets() -> object:
-    name = "pytorch_test_nets"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "models" / "pytorch" / "nets.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return sample_models.nets()
 
 
 class NarrowOutput(torch.nn.Module):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sample_models
 
 from convert import api
 from convert.parity.runtimes.caffe_runtime import find_caffe
@@ -60,18 +61,7 @@ def test_torch_onnx_shufflenet_converts_to_caffe_and_passes_in_real_caffe(flavor
 
 
 def _zoo() -> object:
-    import importlib.util
-    import sys
-
-    name = "pytorch_test_vision_zoo"  # shared with tests/frontends/pytorch
-    if name not in sys.modules:
-        root = Path(__file__).resolve().parents[3]
-        spec = importlib.util.spec_from_file_location(name, root / "models" / "pytorch" / "vision_zoo.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return sample_models.vision_zoo()
 
 
 @pytest.mark.slow

@@ -9,14 +9,13 @@ reference evaluator (bf16: ONNX Runtime's CPU provider has no bf16 kernels) run 
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import sample_models
 from onnx import TensorProto, numpy_helper
 
 import convert
@@ -30,14 +29,7 @@ HALF_MARGIN = 2.0  # the stated rule: at most 2x as far from the float32 source 
 
 
 def _nets() -> object:
-    name = "pytorch_test_nets"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "models" / "pytorch" / "nets.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return sample_models.nets()
 
 
 def _x(seed: int = 1) -> torch.Tensor:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
+import sample_models
 
 ROOT = Path(__file__).resolve().parents[3]
-NETS_PATH = ROOT / "models" / "pytorch" / "nets.py"
 
 # Error relative to the output's scale: max|ours - ref| / max|ref| (fp32).
 REL_TO_SCALE = 1e-4
@@ -19,14 +17,7 @@ MIN_SPREAD = 1e-3
 
 def nets() -> object:
     """Import models/pytorch/nets.py once as module 'pytorch_test_nets' (so pickles can find it)."""
-    name = "pytorch_test_nets"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, NETS_PATH)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return sample_models.nets()
 
 
 def rel_to_scale(ours: np.ndarray, ref: np.ndarray) -> float:

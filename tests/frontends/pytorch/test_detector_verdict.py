@@ -8,12 +8,10 @@ by 1.5, NOT VERIFIED on a saturated input whose scores are all equal (ties decid
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 import pytest
-from _torch_helpers import ROOT, to_onnx
+import sample_models
+from _torch_helpers import to_onnx
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision", reason="torchvision is not importable")
@@ -26,14 +24,7 @@ DETECTORS = [("det:ssdlite320_mobilenet_v3_large", "regression_head.module_list.
 
 
 def _zoo() -> object:
-    name = "pytorch_test_vision_zoo"  # shared with test_vision_zoo.py
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "models" / "pytorch" / "vision_zoo.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return sample_models.vision_zoo()
 
 
 @pytest.mark.slow

@@ -14,13 +14,12 @@ float32 run (+25 %) and within 5e-4 of eager. CNNs also go to Caffe (real Caffe 
 from __future__ import annotations
 
 import copy
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _torch_helpers import REL_TO_SCALE, ROOT, rel_to_scale, run_onnx, to_onnx
+import sample_models
+from _torch_helpers import REL_TO_SCALE, rel_to_scale, run_onnx, to_onnx
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchvision", reason="torchvision is not importable")
@@ -37,14 +36,7 @@ TO_CAFFE = ["tv:resnet18", "tv:mobilenet_v2", "tv:squeezenet1_1", "tv:googlenet"
 
 
 def _zoo() -> object:
-    name = "pytorch_test_vision_zoo"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "models" / "pytorch" / "vision_zoo.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return sample_models.vision_zoo()
 
 
 def _flat(out: object) -> list[torch.Tensor]:
