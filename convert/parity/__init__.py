@@ -24,6 +24,7 @@ from .compare import (
     SetItem,
     arbitrate_float64,
     arbitrate_half,
+    arbitrate_set_float64,
     compare_one,
     compare_sets,
     mark_inexact,
@@ -260,7 +261,7 @@ def run_parity(
                                   spread=float(spreads.get(r, 0.0)), random=randoms.get(g, ""),
                                   second=seconds.get(r))
                       for r, g in pairs]
-    _compare_as_sets(dst, ref, got, pairs, report)
+    set_groups = _compare_as_sets(dst, ref, got, pairs, report)
     report.target_refused = str(getattr(dst, "target_refused", "") or "")  # the file's own runtime refused it
     report.refusal_is_ours = bool(getattr(dst, "refusal_is_ours", False))
     precision = str(getattr(dst, "precision", "fp32"))  # a half-precision ONNX file of ours says so
@@ -268,7 +269,7 @@ def run_parity(
         report.precision = precision
         _settle_by_half(src, feeds, ref, pairs, report, precision)
     else:
-        _settle_by_float64(src, feeds, ref, got, pairs, report, tol)
+        _settle_by_float64(src, feeds, ref, got, pairs, report, tol, set_groups)
     gap = str(getattr(src, "formula_gap", "") or "")  # the reference cannot compute the target exactly
     if gap:
         report.outputs = [mark_inexact(o, gap) for o in report.outputs]
@@ -286,11 +287,13 @@ def run_parity(
 
 
 def _compare_as_sets(dst: Runtime, ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray],
-                     pairs: Sequence[tuple[str, str]], report: ParityReport) -> None:
+                     pairs: Sequence[tuple[str, str]], report: ParityReport) -> list[tuple[list[int], list[SetItem]]]:
     """Compare again, as sets, the outputs whose rows come out of an NMS, top-k or nonzero with a
     count the graph computes (``set_outputs`` and ``row_axes`` of the converted model's runtime),
     where the comparison in order did not pass: outputs with the same row count on both sides are
-    paired together (a detector's boxes, scores, labels and masks)."""
+    paired together (a detector's boxes, scores, labels and masks). Returns the groups compared so
+    (indices into ``pairs``, and their items), for the float64 rule."""
+    compared: list[tuple[list[int], list[SetItem]]] = []
     origins: Mapping[str, str] = getattr(dst, "set_outputs", {})
     axes: Mapping[str, int] = getattr(dst, "row_axes", {}) if origins else {}
     groups: dict[tuple[int, int], list[int]] = {}
@@ -311,17 +314,22 @@ def _compare_as_sets(dst: Runtime, ref: Mapping[str, np.ndarray], got: Mapping[s
         for i, result in zip(members, compare_sets(items, origin, report.atol, report.rtol, report.tol),
                              strict=True):
             report.outputs[i] = result
+        compared.append((members, items))
+    return compared
 
 
 def _settle_by_float64(src: Runtime, feeds: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
                        got: Mapping[str, np.ndarray], pairs: Sequence[tuple[str, str]], report: ParityReport,
-                       tol: float) -> None:
+                       tol: float, set_groups: Sequence[tuple[list[int], list[SetItem]]] = ()) -> None:
     """Let a float64 run of the source judge the outputs that missed ``tol`` on their error alone,
-    when the source runtime offers one (``run_float64``; PyTorch does): float32 rounding in a deep
-    net may exceed ``tol`` (``compare.arbitrate_float64``)."""
+    when the source runtime offers one (``run_float64``; PyTorch and Keras do): float32 rounding in a
+    deep net may exceed ``tol`` (``compare.arbitrate_float64``). Outputs compared as sets are judged
+    on their paired rows (``compare.arbitrate_set_float64``)."""
     run64 = getattr(src, "run_float64", None)
     pending = [i for i, (r, _) in enumerate(pairs) if needs_float64(report.outputs[i], ref[r])]
-    if run64 is None or not pending:
+    pending_sets = [(members, items) for members, items in set_groups
+                    if any(needs_float64(report.outputs[i], ref[pairs[i][0]], as_set=True) for i in members)]
+    if run64 is None or not (pending or pending_sets):
         return
     ref64 = run64(feeds)
     if ref64 is None:
@@ -330,6 +338,12 @@ def _settle_by_float64(src: Runtime, feeds: Mapping[str, np.ndarray], ref: Mappi
         r, g = pairs[i]
         if r in ref64:
             report.outputs[i] = arbitrate_float64(report.outputs[i], ref[r], got[g], ref64[r], tol)
+    for members, items in pending_sets:
+        if all(pairs[i][0] in ref64 for i in members):
+            judged = arbitrate_set_float64(items, [report.outputs[i] for i in members],
+                                           [ref64[pairs[i][0]] for i in members], tol)
+            for i, result in zip(members, judged, strict=True):
+                report.outputs[i] = result
 
 
 def _settle_by_half(src: Runtime, feeds: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],

@@ -31,6 +31,7 @@ __all__ = [
     "SetItem",
     "arbitrate_float64",
     "arbitrate_half",
+    "arbitrate_set_float64",
     "compare_sets",
     "mark_inexact",
     "match_outputs",
@@ -407,11 +408,12 @@ def mark_inexact(result: OutputResult, reason: str) -> OutputResult:
     return replace(result, note=note, ref_inexact=True, differs=False)
 
 
-def needs_float64(result: OutputResult, ref: np.ndarray) -> bool:
+def needs_float64(result: OutputResult, ref: np.ndarray, *, as_set: bool = False) -> bool:
     """Whether ``result`` failed on the error alone (not shape, NaN, spread or random draws), on a
     float output: the case a float64 run of the source can settle."""
     return (not result.passed and not result.degenerate and not result.random and not result.unstable
-            and not result.as_set  # its rows were paired: an ordered float64 run cannot judge them
+            and result.as_set == as_set  # paired rows: judged by ``arbitrate_set_float64``
+            and not result.tied
             and math.isfinite(result.rel_to_scale)  # a shape mismatch's error is infinite
             and np.asarray(ref).dtype.kind == "f" and not result.note.startswith("NaN"))
 
@@ -565,3 +567,37 @@ def compare_sets(items: Sequence[SetItem], origin: str, atol: float, rtol: float
         results = [r if r.passed else replace(r, tied=True, differs=False, note=f"{r.note}; {said_tie}")
                    for r in results]
     return results
+
+
+def arbitrate_set_float64(items: Sequence[SetItem], results: Sequence[OutputResult], ref64: Sequence[np.ndarray],
+                          tol: float) -> list[OutputResult]:
+    """The float64 rule for a group compared as a set (``compare_sets``): the source's float64 run
+    (``ref64``, one array per item) is paired with the reference row by row, as ours was, and each
+    member that missed ``tol`` on its error alone is judged by ``arbitrate_float64`` on the paired
+    rows. Nothing is judged when a side has rows without a counterpart, or when the float64 run
+    keeps another number of rows (its own NMS decided otherwise: no arbiter)."""
+    ref_rows = [_rows(it.ref, it.axis) for it in items]
+    got_rows = [_rows(it.got, it.axis) for it in items]
+    r64_rows = [_rows(np.asarray(a), it.axis) for it, a in zip(items, ref64, strict=True)]
+    n = ref_rows[0].shape[0] - _trailing_padding(ref_rows)
+    m = got_rows[0].shape[0] - _trailing_padding(got_rows)
+    n64 = r64_rows[0].shape[0] - _trailing_padding(r64_rows)
+    pending = [k for k, res in enumerate(results) if needs_float64(res, items[k].ref, as_set=True)]
+    if not pending or n != m or n != n64 or any(r.shape[1:] != w.shape[1:] for r, w in zip(ref_rows, r64_rows,
+                                                                                           strict=True)):
+        return list(results)
+    ref_rows, got_rows, r64_rows = [r[:n] for r in ref_rows], [g[:m] for g in got_rows], [w[:n] for w in r64_rows]
+    ri, gi = _pair_rows(ref_rows, got_rows)
+    ri64, wi = _pair_rows(ref_rows, r64_rows)
+    if len(ri) != n or len(ri64) != n:
+        return list(results)
+    wide = np.empty(n, np.int64)
+    wide[ri64] = wi  # the float64 row paired with each reference row
+    out = list(results)
+    for k in pending:
+        tail = np.moveaxis(np.asarray(items[k].ref), items[k].axis, 0).shape[1:]
+        ref_p = ref_rows[k][ri].reshape(len(ri), *tail)
+        got_p = got_rows[k][gi].reshape(len(gi), *tail)
+        r64_p = r64_rows[k][wide[ri]].reshape(len(ri), *tail)
+        out[k] = arbitrate_float64(results[k], ref_p, got_p, r64_p, tol)
+    return out
