@@ -45,11 +45,26 @@ class Unsupported:
     first: str
     reason: str = ""
 
-    def describe(self) -> str:
-        """Return ``'op' x3 (first at where): reason``."""
+    def describe(self, *, reason: bool = True) -> str:
+        """Return ``'op' x3 (first at where): reason`` (without the reason when ``reason`` is false)."""
         times = f" x{self.count}" if self.count > 1 else ""
-        why = f": {self.reason}" if self.reason else ""
+        why = f": {self.reason}" if self.reason and reason else ""
         return f"{self.op}{times} (first at {self.first}){why}"
+
+
+def _listed(items: Sequence[Unsupported]) -> str:
+    """The items in order, each reason said once: items that share a reason are listed together
+    before it (a missing input shape stops every layer after the input, with the same fix)."""
+    groups: dict[str, list[Unsupported]] = {}
+    for item in items:
+        groups.setdefault(item.reason, []).append(item)
+    parts = []
+    for why, members in groups.items():
+        if len(members) == 1 or not why:
+            parts.extend(m.describe() for m in members)
+        else:
+            parts.append(", ".join(m.describe(reason=False) for m in members) + f": {why}")
+    return "; ".join(parts) if any(len(m) > 1 for w, m in groups.items() if w) else ", ".join(parts)
 
 
 class UnsupportedOpsError(ConvertError):
@@ -59,7 +74,7 @@ class UnsupportedOpsError(ConvertError):
         self.subject = subject
         self.items = tuple(items)
         kinds = f"{len(self.items)} unsupported {what}{'s' if len(self.items) != 1 else ''}"
-        listed = ", ".join(item.describe() for item in self.items)
+        listed = _listed(self.items)
         message = f"{subject} uses {kinds}: {listed}."
         if hint:
             message += f" {hint}"

@@ -140,8 +140,8 @@ class EmitContext:
                         "NonMaxSuppression's or NonZero's, decided at run time), not on the input's shape; Caffe "
                         "blobs have fixed shapes, so no input shape fixes it"
                     )
-                raise NotExpressible(
-                    f"'{value.name}' has a symbolic dimension ({d}); Caffe needs static shapes: "
+                raise NotExpressible(  # the same words for every value: said once (errors._listed)
+                    f"a symbolic dimension from the input's shape; Caffe needs static shapes: "
                     f"fix it with {self.input_shape_hint()}"
                 )
             dims.append(int(d))
