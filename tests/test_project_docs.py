@@ -42,3 +42,28 @@ def test_test_module_names_are_unique() -> None:
     """pytest imports test modules by basename here: two test_x.py files break collection."""
     names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
+def test_wheel_carries_license_and_metadata(tmp_path: Path) -> None:
+    """The wheel holds the LICENSE (Apache-2.0, as pyproject says), and its metadata names every input
+    format in the summary, the authors and the classifiers (#33: `pip show` had none of them)."""
+    import shutil
+    import zipfile
+
+    assert (ROOT / "LICENSE").read_text().lstrip().startswith("Apache License")
+    src = tmp_path / "src"  # a copy: a build in the clone would leave build/ behind
+    shutil.copytree(ROOT / "convert", src / "convert", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
+                    str(tmp_path / "dist"), str(src)], check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp_path / "dist").glob("convert_toolkit-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names), names
+    summary = next(line for line in meta.splitlines() if line.startswith("Summary:"))
+    for fmt in ("PyTorch", "TensorFlow", "TFLite", "PaddlePaddle", "Darknet", "Caffe", "ONNX"):
+        assert fmt in summary, (fmt, summary)
+    assert "Author: " in meta and "Classifier: License :: OSI Approved :: Apache Software License" in meta
+    assert not any(n.startswith(("tests/", "benchmarks/", "models/")) for n in names)
