@@ -70,6 +70,8 @@ def test_small_error_on_a_near_zero_element_passes(tmp_path: Path) -> None:
     assert out["verdict"] == "PASS"
     assert out["allclose_bad"] >= 1, "the case must be one the elementwise rule fails"
     assert abs(out["rel_to_scale"] - expected) <= 1e-3 * expected
+    why = next(line for line in text.splitlines() if line.startswith("why PASS beside allclose 'no'"))
+    assert f"reaches {float(np.abs(ref).max()):.3g} (its scale)" in why, why  # the table says why PASS is right
 
 
 def test_two_percent_weight_error_fails(tmp_path: Path) -> None:
