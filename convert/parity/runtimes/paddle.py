@@ -7,6 +7,7 @@ on a CUDA build of Paddle with a GPU (``--device auto``/``cuda``) it runs on the
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -25,8 +26,10 @@ class PaddleRuntime:
 
     def __init__(self, paths: Sequence[Path], *, device: str = "auto", threads: int = 1) -> None:
         try:
-            import paddle
-            import paddle.inference as pi
+            with warnings.catch_warnings():  # Paddle warns "No ccache found" at import, about building C++ ops
+                warnings.filterwarnings("ignore", message="No ccache found")
+                import paddle
+                import paddle.inference as pi
         except ImportError as exc:
             raise UsageError("the Paddle parity check needs PaddlePaddle: pip install "
                              "'convert-toolkit[paddle]' (or paddlepaddle)") from exc

@@ -119,3 +119,13 @@ def test_paddle_to_caffe_matches_paddle_inference(built: dict[str, Path], net: s
         err = _rel(g.reshape(w.shape), w)
         print(f"PARITY-CAFFE {net} {err:.1e}")
         assert err <= RTOL_CAFFE.get(net, RTOL), f"{net} paddle->caffe: max rel error {err:.2e}"
+
+
+def test_cli_route_prints_no_paddle_import_warning(built: dict[str, Path], tmp_path: Path) -> None:
+    """`convert paddle:onnx` with its check (Paddle Inference imported): a PASS, and none of Paddle's
+    own import chatter ("No ccache found", #33) on the user's terminal."""
+    folder = built["json"] / "mobilenet_v1"
+    r = subprocess.run([sys.executable, "-m", "convert", "paddle:onnx", str(folder), "-o", str(tmp_path / "m.onnx")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "parity PASS" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "ccache" not in r.stderr, r.stderr
