@@ -14,6 +14,7 @@ import inspect
 import io
 import logging
 import os
+import re
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
@@ -143,11 +144,18 @@ def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Te
     ``traced_from``: why torch.export failed on the module this was traced from (the message then
     says so, instead of suggesting torch.export.save, which would fail the same way).
     """
+    import torch
+
+    if _torch_minor() < TORCHSCRIPT_MIN_TORCH:  # the converter's API we drive (tsfold) is 2.6's
+        need = ".".join(map(str, TORCHSCRIPT_MIN_TORCH))
+        raise UsageError(f"{source}: reading a TorchScript file needs torch>={need} (its TorchScript converter); "
+                         f"this is torch {torch.__version__}. Upgrade torch, or save the model with "
+                         "torch.export.save (.pt2), which this torch reads")
     try:
         from torch._export import converter  # noqa: F401  # what script_to_exported drives
     except ImportError as exc:
         raise UsageError(f"{source}: this torch version cannot convert TorchScript graphs; "
-                         "install torch>=2.5") from exc
+                         f"install torch>={'.'.join(map(str, TORCHSCRIPT_MIN_TORCH))}") from exc
     from .tsfold import concretize, script_to_exported
 
     try:
@@ -174,6 +182,20 @@ def script_to_program(script: torch.jit.ScriptModule, example: Sequence[torch.Te
                 "torch._higher_order_ops.while_loop)")
         raise ConversionError(f"TorchScript model {source}",
                               f"torch could not convert the scripted graph: {why}{where}. {hint}") from exc
+
+
+#: The oldest torch whose TorchScript converter has the API ``tsfold`` drives (2.5's
+#: ``get_block_to_lifted_attrs`` returns one mapping, 2.6's two; 2.4's has neither): measured by
+#: running the TorchScript tests on torch 2.4.1, and reading 2.5.1's and 2.6.0's converter.
+TORCHSCRIPT_MIN_TORCH = (2, 6)
+
+
+def _torch_minor() -> tuple[int, int]:
+    """torch's (major, minor) version, from ``torch.__version__`` ("2.14.1+cpu" -> (2, 14))."""
+    import torch
+
+    found = re.match(r"(\d+)\.(\d+)", str(torch.__version__))
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
 
 
 def _tv_version() -> str:

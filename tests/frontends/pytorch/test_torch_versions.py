@@ -1,0 +1,38 @@
+"""The torch versions the [torch] extra allows (2.4 - 2.14.1): what each route needs.
+
+Measured on torch 2.4.1 (installed beside the suite's torch, not in CI: an 800 MB wheel and 3 GB of
+CUDA libraries): modules and ``.pt2`` files convert to ONNX and Caffe and pass, while TorchScript
+``.pt`` files cannot be converted, as torch's TorchScript converter lacks the API the frontend
+drives before 2.6 (read from the 2.5.1 and 2.6.0 wheels). Below 2.6 a ``.pt`` is refused in one line
+naming the version and what to do, not an AttributeError from inside torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.torch]
+
+
+def test_torchscript_file_on_a_torch_before_2_6_is_one_clear_line(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from convert import api
+    from convert.ir import UsageError
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+    torch.jit.save(torch.jit.trace(net, torch.rand(1, 3, 8, 8)), tmp_path / "m.pt")
+    monkeypatch.setattr(torch, "__version__", "2.5.1+cpu")
+    with pytest.raises(UsageError) as caught:
+        api.convert([tmp_path / "m.pt"], to="onnx", out=tmp_path / "m.onnx", check=False,
+                    input_shapes={"input": (1, 3, 8, 8)})
+    message = str(caught.value)
+    assert "needs torch>=2.6" in message and "torch 2.5.1+cpu" in message and "torch.export.save" in message
+    assert not (tmp_path / "m.onnx").exists()
+    monkeypatch.setattr(torch, "__version__", "2.14.1+cpu")  # the same file on the suite's torch converts
+    result = api.convert([tmp_path / "m.pt"], to="onnx", out=tmp_path / "m.onnx", check=False,
+                         input_shapes={"input": (1, 3, 8, 8)})
+    assert result.outputs[0].exists()
