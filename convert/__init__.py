@@ -4,30 +4,23 @@
 >>> result = convert.convert("yolov4-tiny.cfg", to="onnx")   # doctest: +SKIP
 >>> print(result.report.table())                            # doctest: +SKIP
 
-Importing this package imports no framework; each frontend imports its own when used.
+Importing this package imports no framework, and not even onnx-ir or numpy: the API below is
+imported on first use (``convert.convert``, ``convert.load`` ...), so that ``convert --help`` and
+the other commands that need no model start fast (docs/startup.md). Each frontend imports its own
+framework when used.
 """
 
 from __future__ import annotations
 
-import sys as _sys
+from . import _signals
 
+__version__ = "0.1.0"
 
-def _interrupted_at_start() -> None:
-    """Ctrl-C while the ``convert`` command imports its modules: one line and 130, not a traceback.
-
-    Only when this process is the command (the console script or ``python -m convert``); a
-    program importing the package gets its KeyboardInterrupt as usual.
-    """
-    argv = getattr(_sys, "orig_argv", _sys.argv)
-    as_module = any(a == "-m" and argv[i + 1: i + 2] == ["convert"] for i, a in enumerate(argv))
-    if as_module or _sys.argv[0].rsplit("/", 1)[-1] in ("convert", "convert-model"):
-        print("convert: error: interrupted while starting; nothing was written", file=_sys.stderr)
-        raise SystemExit(130) from None
-
+if _signals.is_command():  # SIGTERM from the first moment the command runs: one line and 143
+    _signals.install()
 
 try:
-    from .api import ConversionResult, convert, load, routes, save, supported_ops, verify
-    from .ir.errors import (
+    from ._errors import (
         ConversionError,
         ConvertError,
         ExportError,
@@ -36,12 +29,37 @@ try:
         UnsupportedOpsError,
         UsageError,
     )
-    from .parity import ParityReport
-except KeyboardInterrupt:
-    _interrupted_at_start()
+except KeyboardInterrupt as _exc:
+    _signals.started_interrupted(_exc)
     raise
 
-__version__ = "0.1.0"
+# Imported on first use: name -> module (relative to this package).
+_LAZY = {
+    "ConversionResult": "api",
+    "convert": "api",
+    "load": "api",
+    "routes": "api",
+    "save": "api",
+    "supported_ops": "api",
+    "verify": "api",
+    "ParityReport": "parity",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'convert' has no attribute '{name}'")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "ConversionError",

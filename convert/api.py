@@ -6,10 +6,10 @@ shows as ``--decode``, ``--caffe-flavor`` ...) are passed by their ``dest`` name
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from . import formats, ir
+from ._paths import check_writable, default_output, missing_folders
 from .parity import (
     DEFAULT_ATOL,
     DEFAULT_RTOL,
@@ -153,7 +154,29 @@ def save(model: ir.Model, path: PathLike, *, format: str | None = None, **option
     ex = formats.exporter(fmt)
     opts = make_options([ex], options)
     plan = _check_export(ex, model, opts)
-    return list(plan.write(path) if plan is not None else ex.save(model, path, opts))
+    return _write_making_folders(path, opts,
+                                 lambda: plan.write(path) if plan is not None else ex.save(model, path, opts))
+
+
+def _write_making_folders(target: Path, opts: ir.Options, write: Callable[[], Sequence[Path]]) -> list[Path]:
+    """Run ``write`` after making the folders ``target`` lacks (said in a note), for every exporter alike.
+
+    ``-o new/sub/m.onnx`` and ``-o new/`` both make what is missing, as ``mkdir -p`` would; if the
+    write fails or is interrupted, the folders made here are removed again: nothing is left.
+    """
+    made = missing_folders(target)
+    if made:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        opts.diagnostics.note(f"made the folder '{made[-1]}' for the output")
+    try:
+        return list(write())
+    except BaseException as exc:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        if isinstance(exc, OSError):
+            raise write_error(exc, target) from exc
+        raise
 
 
 def _format_from_suffix(path: Path) -> str:
@@ -211,37 +234,6 @@ def refuse_overwrite(read: set[Path], written: Sequence[Path]) -> None:
             )
 
 
-def check_writable(target: Path, what: str) -> None:
-    """Refuse, before converting, an output whose folder cannot take a new file.
-
-    Catches what a permission check misses when running as root: a parent that is a file,
-    /proc or /sys, a read-only file system. A folder still to be made (``-o newdir/``) is checked
-    at its nearest existing ancestor.
-
-    Raises:
-        UsageError: naming the path and why.
-    """
-    folder = target.parent if str(target.parent) else Path(".")
-    probe_dir = folder
-    while not probe_dir.exists() and probe_dir != probe_dir.parent:
-        probe_dir = probe_dir.parent
-    if not probe_dir.is_dir():
-        raise ir.UsageError(
-            f"cannot write {what} '{target}': '{probe_dir}' is a file, not a folder. Choose another path."
-        )
-    if target.is_dir() and what != "the output":
-        raise ir.UsageError(f"cannot write {what} '{target}': it is a folder. Choose a file name.")
-    try:
-        fd, probe = tempfile.mkstemp(dir=probe_dir, prefix=".convert-probe-")
-    except OSError as exc:
-        raise ir.UsageError(
-            f"cannot write {what} '{target}': folder '{probe_dir}' does not take new files "
-            f"({exc.strerror or type(exc).__name__}). Choose another path."
-        ) from None
-    os.close(fd)
-    os.unlink(probe)
-
-
 def write_error(exc: OSError, target: Path) -> ir.ExportError:
     """Return the one-line error for an OSError while writing ``target`` (full disk, I/O error ...)."""
     if exc.errno == errno.ENOSPC:
@@ -253,21 +245,6 @@ def write_error(exc: OSError, target: Path) -> ir.ExportError:
         return ir.ExportError(f"cannot write '{target}': the disk is full{room}. Nothing was written; free some "
                               "space or choose another -o.")
     return ir.ExportError(f"cannot write '{target}': {exc.strerror or exc}. Nothing was written.")
-
-
-def default_output(paths: Sequence[Path], ex: ir.ExporterSpec, out: PathLike | None) -> Path:
-    """Return where the converted model goes: ``out``, ``out/<stem><suffix>`` or ``./<stem><suffix>``."""
-    first = paths[0]
-    stem = first.name if first.is_dir() else first.stem
-    if out is None:
-        target = Path.cwd() / (stem + ex.suffix)
-    else:
-        target = Path(out)
-        if target.is_dir() or str(out).endswith(("/", os.sep)):  # `-o newdir/` names a folder, made if need be
-            target = target / (stem + ex.suffix)
-    if any(target.resolve() == p.resolve() for p in paths if p.exists()):
-        raise ir.UsageError(f"the output {target} would overwrite the input; choose another path with -o")
-    return target
 
 
 def convert(
@@ -370,12 +347,8 @@ def convert(
     check_writable(target, "the output")
     ir.passes.standard_pipeline(fold_batchnorm=fold_batchnorm, validate=validate)(model)
     plan = _check_export(ex, model, opts)
-    if out is not None and str(out).endswith(("/", os.sep)):  # `-o newdir/`: the user asked for a folder
-        target.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        written = list(plan.write(target) if plan is not None else ex.save(model, target, opts))
-    except OSError as exc:
-        raise write_error(exc, target) from exc
+    written = _write_making_folders(target, opts, lambda: plan.write(target) if plan is not None
+                                    else ex.save(model, target, opts))
     stats = ir.model_stats(model)
     result = ConversionResult(
         route=f"{fmt}:{ex.name}", outputs=written, nodes=int(stats["nodes"]),  # type: ignore[call-overload]

@@ -2,24 +2,35 @@
 
 Packages are imported on first use, so ``import convert`` and ``convert --help`` import no
 framework. A format whose package is absent from this installation is simply not listed.
+What the built-in formats declare (names, suffixes, options, op tables) is read from
+``convert.catalog``'s cache, so listing them imports neither the packages nor onnx-ir.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .ir import ExporterSpec, FrontendSpec, UsageError
+from . import catalog
+from ._errors import UsageError
+
+if TYPE_CHECKING:
+    from .ir import ExporterSpec, FrontendSpec
 
 __all__ = [
     "ALIASES",
     "detect_format",
     "exporter",
+    "exporter_info",
     "exporter_names",
     "frontend",
+    "frontend_info",
     "frontend_names",
+    "missing_extras",
     "missing_framework",
     "normalize",
     "object_frontend",
@@ -59,6 +70,18 @@ _OPTIONAL = {
     "yaml": ("PyYAML", "'convert-toolkit[yaml]'"),
     "onnxscript": ("onnxscript", "'convert-toolkit[bench]'"),
 }
+# The built-in formats, as shipped: the ones convert.catalog caches.
+_BUILTIN = {"frontends": dict(_FRONTENDS), "exporters": dict(_EXPORTERS)}
+# What a format needs beyond the core install, to read it ("read") or to run the parity check
+# ("check"): any one of the import names; `convert formats` says when none is installed.
+_NEEDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "pytorch": ("read", ("torch",)),
+    "tensorflow": ("read", ("tensorflow",)),
+    "paddle": ("check", ("paddle",)),
+    "caffe": ("check", ("cv2",)),
+    "darknet": ("check", ("cv2",)),  # or Debian's libdarknet, which find_spec cannot see
+    "tflite": ("check", ("ai_edge_litert", "tensorflow")),
+}
 ALIASES = {"torch": "pytorch", "pt": "pytorch", "paddlepaddle": "paddle", "pd": "paddle",
            "tf": "tensorflow", "keras": "tensorflow", "litert": "tflite"}
 
@@ -80,11 +103,9 @@ def register_exporter(name: str, module: str) -> None:
 @functools.cache
 def _add_entry_points() -> None:
     """Add the installed packages' formats (entry points), once, on the first lookup: not at import."""
-    from importlib.metadata import entry_points
-
     for group, table in (("convert.frontends", _FRONTENDS), ("convert.exporters", _EXPORTERS)):
-        for ep in entry_points(group=group):
-            table.setdefault(ep.name, ep.value)
+        for name, value in catalog.entry_points(group).items():
+            table.setdefault(name, value)
 
 
 def normalize(name: str) -> str:
@@ -107,32 +128,113 @@ def _spec(table: dict[str, str], name: str, attr: str) -> object | None:
     return getattr(mod, attr, None)
 
 
+def _cached(kind: str, name: str) -> catalog.FormatInfo | None:
+    """The cached declarations of built-in format ``name``; None for a format read live."""
+    table = _FRONTENDS if kind == "frontends" else _EXPORTERS
+    module = table.get(name)
+    if module is None or _BUILTIN[kind].get(name) != module:
+        return None
+    return catalog.load(_BUILTIN)[kind].get(module)
+
+
+def _is_frontend(spec: object) -> bool:
+    if spec is None:
+        return False
+    from .ir import FrontendSpec  # already imported with the package that made ``spec``
+
+    return isinstance(spec, FrontendSpec)
+
+
+def _is_exporter(spec: object) -> bool:
+    if spec is None:
+        return False
+    from .ir import ExporterSpec  # already imported with the package that made ``spec``
+
+    return isinstance(spec, ExporterSpec)
+
+
 def frontend(name: str) -> FrontendSpec:
     """Return the frontend for ``name`` or raise ``UsageError`` listing the known ones."""
     spec = _spec(_FRONTENDS, normalize(name), "FRONTEND")
-    if not isinstance(spec, FrontendSpec):
+    if spec is None or not _is_frontend(spec):
         raise UsageError(f"unknown source format '{name}'. Known: {', '.join(frontend_names())}")
-    return spec
+    return spec  # type: ignore[return-value]
 
 
 def exporter(name: str) -> ExporterSpec:
     """Return the exporter for ``name`` or raise ``UsageError`` listing the known ones."""
     spec = _spec(_EXPORTERS, normalize(name), "EXPORTER")
-    if not isinstance(spec, ExporterSpec):
+    if spec is None or not _is_exporter(spec):
         raise UsageError(f"unknown destination format '{name}'. Known: {', '.join(exporter_names())}")
-    return spec
+    return spec  # type: ignore[return-value]
+
+
+def _info_of(spec: object) -> catalog.FormatInfo:
+    """A live spec's declarations in the catalog's form (for formats that are not cached)."""
+    return catalog.FormatInfo(
+        name=spec.name, description=spec.description,  # type: ignore[attr-defined]
+        options=tuple(catalog.OptionInfo(o.flag, o.dest, o.help, o.is_flag, o.default, o.type, tuple(o.choices),
+                                         o.metavar) for o in spec.options),  # type: ignore[attr-defined]
+        ops=tuple(catalog.OpRow(r.op, r.maps_to, r.notes) for r in spec.ops()),  # type: ignore[attr-defined]
+        suffixes=tuple(getattr(spec, "suffixes", ())), suffix=getattr(spec, "suffix", ""),
+        companions=tuple(getattr(spec, "companions", ())),
+    )
+
+
+def frontend_info(name: str) -> catalog.FormatInfo:
+    """Return what frontend ``name`` declares (description, suffixes, options, ops), cheaply.
+
+    Raises:
+        UsageError: no such source format.
+    """
+    key = normalize(name)
+    info = _cached("frontends", key)
+    return info if info is not None and info.ops is not None else _info_of(frontend(key))
+
+
+def exporter_info(name: str) -> catalog.FormatInfo:
+    """Return what exporter ``name`` declares (description, suffix, options, ops), cheaply.
+
+    Raises:
+        UsageError: no such destination format.
+    """
+    key = normalize(name)
+    info = _cached("exporters", key)
+    return info if info is not None and info.ops is not None else _info_of(exporter(key))
 
 
 def frontend_names() -> list[str]:
     """Return the source formats available in this installation."""
     _add_entry_points()
-    return [n for n in _FRONTENDS if isinstance(_spec(_FRONTENDS, n, "FRONTEND"), FrontendSpec)]
+    return [n for n in _FRONTENDS
+            if _cached("frontends", n) is not None or _is_frontend(_spec(_FRONTENDS, n, "FRONTEND"))]
 
 
 def exporter_names() -> list[str]:
     """Return the destination formats available in this installation."""
     _add_entry_points()
-    return [n for n in _EXPORTERS if isinstance(_spec(_EXPORTERS, n, "EXPORTER"), ExporterSpec)]
+    return [n for n in _EXPORTERS
+            if _cached("exporters", n) is not None or _is_exporter(_spec(_EXPORTERS, n, "EXPORTER"))]
+
+
+def missing_extras(name: str) -> tuple[str, str] | None:
+    """Return ``(what, message)`` when format ``name`` needs a package this installation lacks.
+
+    ``what`` is ``"read"`` (it cannot be converted at all) or ``"check"`` (it converts, but its
+    parity check cannot run). Looks the package up with ``find_spec``: nothing is imported.
+    """
+    need = _NEEDS.get(normalize(name))
+    if need is None:
+        return None
+    what, modules = need
+    for module in modules:
+        try:
+            if importlib.util.find_spec(module) is not None:
+                return None
+        except (ImportError, ValueError):
+            continue
+    label, install = _OPTIONAL[modules[0]]
+    return what, f"needs {label}: pip install {install}"
 
 
 def routes() -> list[tuple[str, str]]:
@@ -143,7 +245,7 @@ def routes() -> list[tuple[str, str]]:
 def runtime_module(name: str) -> str | None:
     """Return the module path of the reference runtime of format ``name`` (its frontend names it)."""
     spec = _spec(_FRONTENDS, normalize(name), "FRONTEND")
-    return (spec.runtime or None) if isinstance(spec, FrontendSpec) else None
+    return (spec.runtime or None) if _is_frontend(spec) else None  # type: ignore[attr-defined]
 
 
 def object_frontend(obj: object) -> FrontendSpec:
@@ -178,7 +280,7 @@ def detect_format(paths: Sequence[Path]) -> str:
     names = frontend_names()
     for path in paths:
         for name in names:
-            if path.suffix.lower() in frontend(name).suffixes:
+            if path.suffix.lower() in frontend_info(name).suffixes:
                 return name
     for path in paths:
         for name in names:

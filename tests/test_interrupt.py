@@ -102,12 +102,13 @@ def test_interrupt_during_parity_keeps_the_output_and_says_so(tmp_path: Path, si
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
-# A meta-path finder that raises KeyboardInterrupt when convert.api is imported: Ctrl-C at start-up.
+# A meta-path finder that raises KeyboardInterrupt when the module $CTRL_C_AT is imported: Ctrl-C
+# at start-up (the command imports convert.cli's command modules; `import convert` the error classes).
 _SITECUSTOMIZE = """
-import sys
+import os, sys
 class _CtrlC:
     def find_spec(self, name, path=None, target=None):
-        if name == "convert.api":
+        if name == os.environ.get("CTRL_C_AT"):
             raise KeyboardInterrupt
         return None
 sys.meta_path.insert(0, _CtrlC())
@@ -119,7 +120,7 @@ def test_ctrl_c_during_start_up_imports_is_one_line(tmp_path: Path, how: str) ->
     import os
 
     (tmp_path / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "CTRL_C_AT": "convert.cli.cmd_convert"}
     if how == "python -m convert":
         cmd = [sys.executable, "-m", "convert", "formats"]
     else:  # what pip's generated `convert` script does
@@ -135,7 +136,7 @@ def test_importing_the_package_keeps_keyboard_interrupt(tmp_path: Path) -> None:
     import os
 
     (tmp_path / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}", "CTRL_C_AT": "convert._errors"}
     result = subprocess.run([sys.executable, "-c", "import convert"], capture_output=True, text=True, timeout=120,
                             env=env, cwd=tmp_path)
     assert result.returncode != 130 and "KeyboardInterrupt" in result.stderr

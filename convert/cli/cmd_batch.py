@@ -1,7 +1,4 @@
-"""`convert batch`: a manifest of models converted and checked, with CI reports (docs/batch.md).
-
-Registered on the ``convert`` group when ``convert.cli`` is imported; only the CLI modules print.
-"""
+"""`convert batch`: a manifest of models converted and checked, with CI reports (docs/batch.md)."""
 
 from __future__ import annotations
 
@@ -12,22 +9,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from . import ir
-from .cli import (
-    EXIT_INTERRUPTED,
-    EXIT_TERMINATED,
-    Terminated,
-    _check_writable,
-    _common,
-    _err,
-    _guard,
-    _regression_options,
-    _write_report,
-    cli,
-)
+from .. import _signals
+from .._errors import UsageError
+from ._base import check_outputs, common_options, err, guard, interrupt_in, regression_options, write_report
+from ._group import cli
 
 if TYPE_CHECKING:
-    from .batch import Event
+    from ..batch import Event
 
 __all__: list[str] = []
 
@@ -80,15 +68,14 @@ class _BatchProgress:
 
 
 def _run_batch(ctx: click.Context, **kw: object) -> int:
-    from . import batch
+    from .. import batch
 
     manifest = batch.load_manifest(Path(str(kw["manifest"])))
     outputs = {k: Path(str(kw[k])) for k in ("junit", "report", "summary") if kw.get(k)}
-    for key, path in outputs.items():
-        _check_writable(path, f"the --{key} file")
+    check_outputs({f"the --{key} file": path for key, path in outputs.items()})
     baseline = Path(str(kw["baseline"])) if kw.get("baseline") else None
     if kw.get("accept") and baseline is None:
-        raise ir.UsageError("--accept writes the --baseline FILE.json: give --baseline")
+        raise UsageError("--accept writes the --baseline FILE.json: give --baseline")
     compare = baseline if baseline is not None and (baseline.exists() or not kw.get("accept")) else None
     names = list(kw.get("only") or ())  # type: ignore[call-overload]
     count = len(names) if names else len(manifest.models)
@@ -100,11 +87,14 @@ def _run_batch(ctx: click.Context, **kw: object) -> int:
             baseline=compare, factor=float(kw["regression_factor"]),  # type: ignore[arg-type]
             floor=float(kw["regression_floor"]), on_event=progress, only=names,  # type: ignore[arg-type]
         )
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the finished models' files stay
+    except BaseException as exc:  # Ctrl-C or SIGTERM: the finished models' files stay
+        interrupt = interrupt_in(exc)
+        if interrupt is None:
+            raise
         progress.close()
-        what = "terminated" if isinstance(exc, Terminated) else "interrupted"
-        _err(f"{what} after {progress.finished} of {count} models; their files are in {out}; no report was written")
-        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+        what = _signals.what(interrupt)
+        err(f"{what} after {progress.finished} of {count} models; their files are in {out}; no report was written")
+        return _signals.exit_status(interrupt)
     finally:
         progress.close()
     accepted = False
@@ -118,7 +108,7 @@ def _run_batch(ctx: click.Context, **kw: object) -> int:
         click.echo(f"convert: note: {note}", err=True)
     for key, path in outputs.items():
         text = {"junit": result.junit, "report": result.to_json, "summary": result.markdown}[key]()
-        _write_report(path, text.rstrip("\n"), [])
+        write_report(path, text.rstrip("\n"), [])
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
         try:
@@ -128,11 +118,12 @@ def _run_batch(ctx: click.Context, **kw: object) -> int:
             click.echo(f"convert: warning: cannot append to $GITHUB_STEP_SUMMARY ({exc.strerror or exc})", err=True)
     if kw.get("accept") and baseline is not None:
         if accepted:
-            _write_report(baseline, batch.accepted_baseline(result, baseline), [])
+            write_report(baseline, batch.accepted_baseline(result, baseline), [])
             click.echo(f"convert: accepted this run as the baseline {baseline}", err=True)
         else:
-            click.echo(f"convert: baseline NOT accepted: a model failed or was not converted; {baseline} "
-                       "is unchanged", err=True)
+            kept = "is unchanged" if baseline.exists() else "was not written"
+            click.echo(f"convert: baseline NOT accepted: a model failed or was not converted; {baseline} {kept}",
+                       err=True)
     click.echo(result.summary_line())
     return result.exit_status
 
@@ -155,11 +146,11 @@ def _run_batch(ctx: click.Context, **kw: object) -> int:
 @click.option("--baseline", type=click.Path(path_type=Path), metavar="FILE.json",
               help="An accepted batch report: a passing output whose error grew past --regression-factor "
                    "times its baseline is REGRESSED (exit 1).")
-@_regression_options
+@regression_options
 @click.option("--accept", is_flag=True, help="Write this run into --baseline when no model failed (accept it).")
 @click.option("--model", "only", multiple=True, metavar="NAME", help="Run only this model (repeatable).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
-@_common
+@common_options
 @click.pass_context
 def batch_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> None:
     """Convert every model of a manifest (TOML or YAML) with its parity check, for CI.
@@ -176,4 +167,4 @@ def batch_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> No
     or a regression; 2 a model could not be converted (or the manifest is invalid).
     Schema, reports and pool sizing: docs/batch.md.
     """
-    _guard(_run_batch, ctx, debug, verbose=verbose, **kw)
+    guard(_run_batch, ctx, debug, verbose=verbose, **kw)

@@ -1,7 +1,4 @@
-"""`convert check`: the parity of a model pair already on disk, with an optional baseline.
-
-Registered on the ``convert`` group when ``convert.cli`` is imported; only the CLI modules print.
-"""
+"""`convert check`: the parity of a model pair already on disk, with an optional baseline."""
 
 from __future__ import annotations
 
@@ -10,22 +7,27 @@ from typing import TYPE_CHECKING
 
 import click
 
-from . import api, formats, ir
-from .cli import (
+from .. import formats
+from .._errors import UsageError
+from ._base import (
+    DEFAULT_ATOL,
+    DEFAULT_RTOL,
+    DEFAULT_TOL,
     EXIT_PARITY,
-    _check_writable,
-    _common,
-    _guard,
-    _looks_like_route,
-    _parse_route,
-    _parse_shapes,
-    _regression_options,
-    _write_report,
-    cli,
+    check_outputs,
+    common_options,
+    guard,
+    looks_like_route,
+    parse_route,
+    parse_shapes,
+    plural,
+    regression_options,
+    write_report,
 )
+from ._group import cli
 
 if TYPE_CHECKING:
-    from .parity import ParityReport
+    from ..parity import ParityReport
 
 __all__: list[str] = []
 
@@ -41,7 +43,7 @@ def _split_against(sources: list[Path], against: list[Path], src: str | None,
     try:
         src_fmt = src or formats.detect_format(sources[:1])
         dst_fmt = dst or formats.detect_format(against)
-    except ir.UsageError:
+    except UsageError:
         return sources, against
     if src_fmt == dst_fmt or dst_fmt not in formats.exporter_names():
         return sources, against
@@ -54,59 +56,63 @@ def _split_against(sources: list[Path], against: list[Path], src: str | None,
 def _run_check(ctx: click.Context, **kw: object) -> int:
     args = list(kw["args"])  # type: ignore[call-overload]
     against = [Path(p) for p in kw["against"]]  # type: ignore[attr-defined]
-    if kw.get("report"):
-        _check_writable(Path(str(kw["report"])), "the report")
-    if kw.get("accept") and kw.get("baseline"):
-        _check_writable(Path(str(kw["baseline"])), "the --baseline file")
+    accepting = bool(kw.get("accept") and kw.get("baseline"))
+    check_outputs({"the report": Path(str(kw["report"])) if kw.get("report") else None,
+                   "the --baseline file": Path(str(kw["baseline"])) if accepting else None})
     if not against:
-        raise ir.UsageError("convert check needs the converted model: --against OUT (repeat for several files)")
+        raise UsageError("convert check needs the converted model: --against OUT (repeat for several files)")
     src, dst, inputs = (None, None, args)
-    if args and _looks_like_route(args[0]):
-        src, dst, inputs = _parse_route(args, None, None)
+    if args and looks_like_route(args[0]):
+        src, dst, inputs = parse_route(args, None, None)
     sources, against = _split_against([Path(p) for p in inputs], against, src, dst)
+    from .. import api
+
     report = api.verify(
         sources, against, format=src, to=dst,
         atol=float(kw["atol"]), rtol=float(kw["rtol"]), tol=float(kw["tol"]),  # type: ignore[arg-type]
         inputs=kw["inputs"], seed=int(kw["seed"]), locate=kw["locate"],  # type: ignore[arg-type]
-        input_shapes=_parse_shapes(kw["input_shape"]), device=kw["device"],  # type: ignore[arg-type]
+        input_shapes=parse_shapes(kw["input_shape"]), device=kw["device"],  # type: ignore[arg-type]
     )
     click.echo(report.table())
     if kw.get("report"):
-        _write_report(Path(str(kw["report"])), report.to_json(), [])
+        write_report(Path(str(kw["report"])), report.to_json(), [])
     regressed = _check_baseline(report, kw)
     ok = report.passed and not regressed
+    notes = len(report.notes)
     click.echo(f"{'OK' if ok else 'FAIL'} check {report.source}:{report.dest} | "
-               f"{len(report.outputs)} outputs | parity {report.verdict} ({report.dest_device})"
+               f"{plural(len(report.outputs), 'output')} | parity {report.verdict} ({report.dest_device}"
+               + (f"; {notes} NOTE{'S' if notes > 1 else ''}: see above" if notes else "") + ")"
                + (f" | REGRESSED vs {kw['baseline']}" if regressed else ""))
     return 0 if ok else EXIT_PARITY
 
 
 def _check_baseline(report: ParityReport, kw: dict[str, object]) -> bool:
     """Compare with --baseline (and --accept it); return True when an output regressed."""
-    from . import batch
+    from .. import batch
 
     path = Path(str(kw["baseline"])) if kw.get("baseline") else None
     if path is None:
         if kw.get("accept"):
-            raise ir.UsageError("--accept writes the --baseline FILE.json: give --baseline")
+            raise UsageError("--accept writes the --baseline FILE.json: give --baseline")
         return False
     lines: list[str] = []
     if path.exists() or not kw.get("accept"):
         found = batch.baseline_errors(path)
         if len(found) != 1:
-            raise ir.UsageError(f"--baseline {path} holds {len(found)} models; give the --report of this one")
+            raise UsageError(f"--baseline {path} holds {len(found)} models; give the --report of this one")
         lines = batch.regressions(report, next(iter(found.values())),
                                   factor=float(kw["regression_factor"]),  # type: ignore[arg-type]
                                   floor=float(kw["regression_floor"]))  # type: ignore[arg-type]
         for line in lines:
             click.echo(f"baseline: {line}")
-        if not lines:
+        if not lines and not kw.get("quiet"):
             click.echo(f"baseline: no output regressed past {kw['regression_factor']:g} x the errors of {path}")
     if kw.get("accept"):
         if not report.passed:
-            click.echo(f"convert: baseline NOT accepted: parity failed; {path} is unchanged", err=True)
+            kept = "is unchanged" if path.exists() else "was not written"
+            click.echo(f"convert: baseline NOT accepted: parity failed; {path} {kept}", err=True)
         else:
-            _write_report(path, report.to_json(), [])
+            write_report(path, report.to_json(), [])
             click.echo(f"convert: accepted this run as the baseline {path}", err=True)
             return False
     return bool(lines)
@@ -116,11 +122,11 @@ def _check_baseline(report: ParityReport, kw: dict[str, object]) -> bool:
 @click.argument("args", nargs=-1, required=True, metavar="[ROUTE] SOURCE...")
 @click.option("--against", multiple=True, required=True, metavar="OUT",
               help="The converted model (repeat for several files, e.g. .prototxt and .caffemodel).")
-@click.option("--tol", type=float, default=api.DEFAULT_TOL, show_default=True,
+@click.option("--tol", type=float, default=DEFAULT_TOL, show_default=True,
               help="Verdict: max|ours-ref| / max|ref| <= TOL per output, with a reference that has spread.")
-@click.option("--atol", type=float, default=api.DEFAULT_ATOL, show_default=True,
+@click.option("--atol", type=float, default=DEFAULT_ATOL, show_default=True,
               help="Elementwise rule, reported beside the verdict.")
-@click.option("--rtol", type=float, default=api.DEFAULT_RTOL, show_default=True,
+@click.option("--rtol", type=float, default=DEFAULT_RTOL, show_default=True,
               help="Elementwise rule, reported beside the verdict.")
 @click.option("--locate/--no-locate", default=None,
               help="Compare every layer's output in both runtimes and name the first source layer the "
@@ -135,9 +141,10 @@ def _check_baseline(report: ParityReport, kw: dict[str, object]) -> bool:
 @click.option("--baseline", type=click.Path(path_type=Path), metavar="FILE.json",
               help="An accepted report (--report, or a batch report of one model): fail when an output's error "
                    "grew past --regression-factor times its baseline, even within --tol.")
-@_regression_options
+@regression_options
 @click.option("--accept", is_flag=True, help="Write this run into --baseline when parity passed (accept it).")
-@_common
+@click.option("-q", "--quiet", is_flag=True, help="Only the parity table, regressions and the summary line.")
+@common_options
 @click.pass_context
 def check_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> None:
     """Check the parity of a model pair already on disk.
@@ -148,4 +155,4 @@ def check_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> No
     convert check model.pt2 --against model.onnx --locate     # the first layer that differs, even on PASS
     convert check m.onnx --against m.prototxt --against m.caffemodel --baseline accepted.json
     """
-    _guard(_run_check, ctx, debug, verbose=verbose, **kw)
+    guard(_run_check, ctx, debug, verbose=verbose, **kw)

@@ -1,0 +1,79 @@
+"""Output paths: whether one can be written, checked before any work (the API and every CLI command).
+
+Standard library only, so that the CLI refuses a bad path without importing onnx-ir or numpy.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from ._errors import UsageError
+
+__all__ = ["check_writable", "default_output", "missing_folders"]
+
+
+class _HasSuffix(Protocol):
+    """An exporter's spec, or its catalog record: what the output's suffix is."""
+
+    @property
+    def suffix(self) -> str: ...
+
+
+def check_writable(target: Path, what: str) -> None:
+    """Refuse, before converting, an output whose folder cannot take a new file.
+
+    Catches what a permission check misses when running as root: a parent that is a file,
+    /proc or /sys, a read-only file system. A folder still to be made (``-o newdir/``) is checked
+    at its nearest existing ancestor.
+
+    Raises:
+        UsageError: naming the path and why.
+    """
+    folder = target.parent if str(target.parent) else Path(".")
+    probe_dir = folder
+    while not probe_dir.exists() and probe_dir != probe_dir.parent:
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        raise UsageError(
+            f"cannot write {what} '{target}': '{probe_dir}' is a file, not a folder. Choose another path."
+        )
+    if target.is_dir() and what != "the output":
+        raise UsageError(f"cannot write {what} '{target}': it is a folder. Choose a file name.")
+    try:
+        fd, probe = tempfile.mkstemp(dir=probe_dir, prefix=".convert-probe-")
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write {what} '{target}': folder '{probe_dir}' does not take new files "
+            f"({exc.strerror or type(exc).__name__}). Choose another path."
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def missing_folders(target: Path) -> list[Path]:
+    """Return the folders above ``target`` that do not exist yet, outermost first."""
+    missing: list[Path] = []
+    folder = target.parent
+    while str(folder) and not folder.exists() and folder != folder.parent:
+        missing.insert(0, folder)
+        folder = folder.parent
+    return missing
+
+
+def default_output(paths: Sequence[Path], ex: _HasSuffix, out: str | Path | None) -> Path:
+    """Return where the converted model goes: ``out``, ``out/<stem><suffix>`` or ``./<stem><suffix>``."""
+    first = paths[0]
+    stem = first.name if first.is_dir() else first.stem
+    if out is None:
+        target = Path.cwd() / (stem + ex.suffix)
+    else:
+        target = Path(out)
+        if target.is_dir() or str(out).endswith(("/", os.sep)):  # `-o newdir/` names a folder, made if need be
+            target = target / (stem + ex.suffix)
+    if any(target.resolve() == p.resolve() for p in paths if p.exists()):
+        raise UsageError(f"the output {target} would overwrite the input; choose another path with -o")
+    return target
