@@ -24,7 +24,7 @@ from .activations import ACTIVATIONS
 from .cfg import Section, parse_cfg
 from .context import DarknetContext, LayerOut
 from .layers import LAYERS, LayerFn
-from .weights import FileWeights, RandomWeights, WeightSource
+from .weights import FileWeights, WeightSource
 
 __all__ = ["TRAINING_OPTIONS", "build_model", "check_support", "detect_lineage", "input_shape", "load", "output_layers",
            "split_paths"]
@@ -280,8 +280,10 @@ def load(paths: Sequence[Path], options: Options) -> Model:
     if weights is None:
         if not options.get("random_weights", False):
             raise UsageError(f"{cfg.name}: no .weights file given. Pass one, or --random-weights to inspect the cfg.")
-        source: WeightSource = RandomWeights(seed=int(str(options.get("seed", 0) or 0)))
-        return build_model(cfg, source, options)
+        from .random_file import random_weights_file  # streamed from a file, shared with the check
+
+        generated = random_weights_file(cfg, options)
+        return build_model(cfg, FileWeights(generated, cfg_name=cfg.name), options)
     if not weights.is_file():
         raise UsageError(f"{weights}: no such file")
     source = FileWeights(weights, allow_trailing=bool(options.get("allow_trailing_bytes", False)),

@@ -518,18 +518,13 @@ def open_runtime(paths: Sequence[Path], options: Options) -> _Base:
     if weights is None:
         if not options.get("random_weights", False):
             raise UsageError("the Darknet runtime needs the .weights file as well as the .cfg")
-        # --random-weights: the reference runs the very weights the frontend generated (same seed,
-        # same generator), written to a temporary .weights file that both runtimes read at load.
-        import tempfile
+        # --random-weights: the reference runs the very file the frontend generated and converted
+        # (one per process: same cfg, seed and options give the same file).
+        from convert.frontends.darknet.random_file import random_weights_file
 
-        from convert.frontends.darknet.random_weights import write_random_weights
-
-        with tempfile.TemporaryDirectory(prefix="convert-darknet-") as tmp:
-            generated = write_random_weights(cfg, Path(tmp) / (cfg.stem + ".weights"),
-                                             seed=int(str(options.get("seed", 0) or 0)), options=options)
-            runtime = open_runtime([cfg, generated], options)
-            runtime.assumed = False  # generated statistics: the two forks' batch norms agree on them
-            return runtime
+        runtime = open_runtime([cfg, random_weights_file(cfg, options)], options)
+        runtime.assumed = False  # generated statistics: the two forks' batch norms agree on them
+        return runtime
     choice = os.environ.get("CONVERT_DARKNET_RUNTIME", "")
     chosen = str(options.get("darknet_lineage", "auto") or "auto")
     cfg_kind = detect_lineage(parse_cfg(cfg))  # 'alexeyab' (its features) or 'ambiguous'
