@@ -282,9 +282,14 @@ def detect_format(paths: Sequence[Path]) -> str:
         for name in names:
             if path.suffix.lower() in frontend_info(name).suffixes:
                 return name
-    for path in paths:
+    for path in paths:  # files, and folders (a SavedModel, a Paddle model folder)
         for name in names:
-            if path.is_file() and frontend(name).sniff(path):
-                return name
+            if not path.exists():
+                continue
+            try:
+                if frontend(name).sniff(path):
+                    return name
+            except OSError:  # a sniffer that opens a file, handed a folder
+                continue
     shown = ", ".join(str(p) for p in paths)
     raise UsageError(f"cannot tell the format of {shown}: name it, e.g. 'darknet:onnx' or --from darknet")

@@ -151,3 +151,23 @@ def test_folders_made_for_an_output_that_failed_are_removed(tmp_path: Path) -> N
     with pytest.raises(ir.ExportError, match="the disk is full"):
         api._write_making_folders(target, ir.Options(), full_disk)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_model_folder_is_recognised_without_from(tmp_path: Path) -> None:
+    """A SavedModel folder (and a Paddle model folder) is told by its contents, as files are, so
+    `convert inspect FOLDER` needs no --from; a folder of nothing known is still refused by name."""
+    from convert.formats import detect_format
+    from convert.ir import UsageError
+
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "saved_model.pb").write_bytes(b"")
+    paddle = tmp_path / "inference"
+    paddle.mkdir()
+    (paddle / "model.pdmodel").write_bytes(b"")
+    assert detect_format([saved]) == "tensorflow"
+    assert detect_format([paddle]) == "paddle"
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(UsageError, match="cannot tell the format"):
+        detect_format([other])
