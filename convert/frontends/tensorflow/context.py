@@ -22,10 +22,14 @@ from convert.ir.tensors import lazy
 
 from .graph import TFNode
 
-__all__ = ["NCHW", "TF", "TO_NCHW", "TO_TF", "ConvWeight", "TFContext", "nchw_axis"]
+__all__ = ["NCHW", "NCL", "TF", "TO_NCHW", "TO_TF", "ConvWeight", "TFContext", "nchw_axis"]
 
 TF = "tf"
 NCHW = "nchw"
+# Rank-3 [N, L, C] tensors between Keras Conv1D layers are held as [N, C, L] (axes [0, 2, 1]) by
+# the converters that opt in (``get_any_ncl``: Squeeze of a Conv's H, ExpandDims back to a Conv,
+# elementwise ops, Pad); every other converter sees TensorFlow's layout.
+NCL = "ncl"
 TO_NCHW = (0, 3, 1, 2)
 TO_TF = (0, 2, 3, 1)
 
@@ -142,12 +146,22 @@ class TFContext(FrontendContext):
             arr = self.consts[name]
             if layout == NCHW and arr.ndim == 4:
                 arr = np.ascontiguousarray(arr.transpose(TO_NCHW))
+            if layout == NCL and arr.ndim == 3:
+                arr = np.ascontiguousarray(arr.transpose(0, 2, 1))
             return self.builder.const(arr, name=name.replace(":0", ""))
         held = self.values.get(name)
         if not held:
             raise RefusedError(f"tensor '{name}' is used before it is produced")
         if layout in held:
             return held[layout]
+        if self.rank(name) == 3 and (NCL in held or layout == NCL):
+            want = NCL if layout == NCL else TF  # a rank-3 tensor's other form: one Transpose
+            if want in held:
+                return held[want]
+            source = held[TF if want == NCL else NCL]
+            value = self.emit("Transpose", [source], {"perm": [0, 2, 1]}, suffix=f"to_{want}")
+            held[want] = value
+            return value
         if self.rank(name) != 4:
             # Layouts differ only for rank-4 tensors; other ranks are held once.
             return next(iter(held.values()))
@@ -156,6 +170,12 @@ class TFContext(FrontendContext):
         value = self.emit("Transpose", [source], {"perm": list(perm)}, suffix=f"to_{layout}")
         held[layout] = value
         return value
+
+    def get_any_ncl(self, name: str) -> tuple[Value, str]:
+        """``get_any``, but a rank-3 tensor held as [N, C, L] comes in that form (layout ``NCL``)."""
+        if NCL in self.values.get(name, {}):
+            return self.values[name][NCL], NCL
+        return self.get_any(name)
 
     def get_any(self, name: str) -> tuple[Value, str]:
         """Return the tensor in whichever layout it is held (NCHW first) and that layout."""
@@ -183,7 +203,7 @@ class TFContext(FrontendContext):
         node = self.item
         assert node is not None, "bind() outside a converter"
         name = f"{node.name}:{index}"
-        if self.rank(name) != 4:
+        if not (self.rank(name) == 4 or (layout == NCL and self.rank(name) == 3)):
             layout = TF
         self.values[name] = {layout: value}
 

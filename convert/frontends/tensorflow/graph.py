@@ -43,6 +43,7 @@ __all__ = [
     "read_graph",
     "read_runnable_graph",
     "tf_module",
+    "widen_graph",
 ]
 
 logger = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ class TFGraph:
     outputs: dict[str, str] = field(default_factory=dict)  # user name -> tensor name
     # How the weights were read: "mapped" (views of the variables files) or why TensorFlow froze them.
     weights: str = "frozen by TensorFlow"
+    # Lowered while loops not recognised as Keras recurrent layers: LoopCond node -> why (``recurrent.py``).
+    loops: dict[str, str] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -371,12 +374,50 @@ def read_graph(path: Path, signature: str = DEFAULT_SIGNATURE) -> TFGraph:
     return _read(path, signature).tf_graph(path.name)
 
 
-def read_runnable_graph(path: Path,
-                        signature: str = DEFAULT_SIGNATURE) -> tuple[object, dict[str, str], dict[str, np.ndarray]]:
-    """The ``tf.Graph`` the converter reads (for ``--locate``): it, its inputs by user-facing name,
-    and the values to feed its stand-in Placeholders (the variables) by tensor name."""
+def read_runnable_graph(path: Path, signature: str = DEFAULT_SIGNATURE, *,
+                        with_outputs: bool = False) -> tuple[object, ...]:
+    """The ``tf.Graph`` the converter reads (for ``--locate`` and the float64 run): it, its inputs
+    by user-facing name, (with ``with_outputs``, its outputs likewise,) and the values to feed its
+    stand-in Placeholders (the variables) by tensor name."""
     read = _read(path, signature)
-    return read.graph, read.inputs, {f"{name}:0": value for name, value in read.consts.items()}
+    weights = {f"{name}:0": value for name, value in read.consts.items()}
+    if with_outputs:
+        return read.graph, read.inputs, read.outputs, weights
+    return read.graph, read.inputs, weights
+
+
+# Ops whose float64 twin is not the same computation, or has no CPU kernel: no float64 run.
+_NO_FLOAT64 = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
+
+
+def widen_graph(graph: object) -> object | None:
+    """Return a copy of ``graph`` (a ``tf.Graph``) computing in float64 where it computed in
+    float32: every float32 ``type`` attribute (``T``, ``dtype``, ``DstT``, ...) becomes float64
+    and every float32 constant is widened (exactly). None when the graph has an op in
+    ``_NO_FLOAT64`` or a function library (its bodies would stay float32)."""
+    tf = tf_module()
+    graph_def = graph.as_graph_def()  # type: ignore[attr-defined]
+    if graph_def.library.function:
+        return None
+    f32, f64 = tf.float32.as_datatype_enum, tf.float64.as_datatype_enum  # type: ignore[attr-defined]
+    for node in graph_def.node:
+        if node.op in _NO_FLOAT64:
+            return None
+        for value in node.attr.values():
+            kind = value.WhichOneof("value")
+            if kind == "type" and value.type == f32:
+                value.type = f64
+            elif kind == "list" and f32 in value.list.type:
+                types = [f64 if t == f32 else t for t in value.list.type]
+                del value.list.type[:]
+                value.list.type.extend(types)
+            elif kind == "tensor" and value.tensor.dtype == f32:
+                array = tf.make_ndarray(value.tensor).astype(np.float64)  # type: ignore[attr-defined]
+                value.tensor.CopyFrom(tf.make_tensor_proto(array))  # type: ignore[attr-defined]
+    wide = tf.Graph()  # type: ignore[attr-defined]
+    with wide.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")  # type: ignore[attr-defined]
+    return wide
 
 
 def _read(path: Path, signature: str) -> _Read:
@@ -557,6 +598,18 @@ def _with_values(fn: object, in_names: Sequence[str], out_names: Sequence[str], 
     del meta
     consts: dict[str, np.ndarray] = {}
     kept = []
+    # A while loop (a Keras RNN's, lowered) takes each variable's handle into its frame through an
+    # Enter (and Identity) node and reads it there: those nodes stand for the variable itself.
+    values, variables = dict(values), set(variables)
+    grew = True
+    while grew:
+        grew = False
+        for node in optimized.node:
+            if node.op in ("Enter", "Identity") and node.name not in variables and node.input \
+                    and node.input[0].split(":")[0] in variables:
+                values[node.name] = values[node.input[0].split(":")[0]]
+                variables.add(node.name)
+                grew = True
     for node in optimized.node:
         if node.name in variables:
             continue  # the resource handle; its reads become constants below

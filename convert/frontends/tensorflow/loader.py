@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from convert.ir import (
-    INPUT_SHAPE_ORDER,
     DataType,
     GapCollector,
     GraphBuilder,
@@ -24,9 +23,10 @@ from convert.ir import (
 )
 from convert.ir.passes import EliminateCommonSubexpressions
 
-from .context import NCHW, TF, TO_NCHW, TFContext
+from .context import NCHW, TF, TO_NCHW, TO_TF, TFContext
 from .fold import fold_constant
 from .graph import DEFAULT_SIGNATURE, TFGraph, TFNode, read_graph
+from .precheck import precheck
 from .rewrite import rewrite
 
 __all__ = ["check_support", "convert_graph", "live_nodes", "load", "read"]
@@ -47,6 +47,7 @@ def read(paths: Sequence[Path], options: Options) -> TFGraph:
     """Read the model named by ``paths`` (one SavedModel folder or ``.keras`` file)."""
     if len(paths) != 1:
         raise UsageError("tensorflow: give one SavedModel folder or one .keras file")
+    precheck(Path(paths[0]))  # before TensorFlow is imported: a damaged file is refused at once
     return read_graph(Path(paths[0]), str(options.get("tf_signature", DEFAULT_SIGNATURE)))
 
 
@@ -87,11 +88,30 @@ def _is_const(by_name: dict[str, TFNode], tensor: str) -> bool:
 
 def _gaps(graph: TFGraph) -> GapCollector:
     from .ops import OPS
+    from .recurrent import CONTROL_FLOW
 
     gaps = GapCollector()
+    loop_ops: list[TFNode] = []
+    # the ops inside a loop that is refused as a whole are not listed one by one
+    frames = tuple(name[:name.index("/while/") + len("/while/")] for name in graph.loops if "/while/" in name)
     for node in live_nodes(graph):
-        if node.op not in OPS:
+        if frames and node.name.startswith(frames) and node.op not in CONTROL_FLOW:
+            continue
+        if node.op in CONTROL_FLOW and node.op not in OPS:
+            loop_ops.append(node)
+        elif node.op not in OPS:
             gaps.add(node.op, f"{graph.source} node '{node.name}'")
+    # TF control flow is one gap per loop (or conditional), with the reason its body was not recognised.
+    conds = [n for n in loop_ops if n.op == "LoopCond"]
+    for cond in conds:
+        why = graph.loops.get(cond.name, "")
+        gaps.add("while loop", f"{graph.source} node '{cond.name}'",
+                 f"TF control flow is converted only where it is a Keras LSTM/GRU/SimpleRNN; {why}" if why else
+                 "TF control flow is converted only where it is a Keras LSTM/GRU/SimpleRNN")
+    if loop_ops and not conds:
+        first = loop_ops[0]
+        gaps.add(first.op, f"{graph.source} node '{first.name}'",
+                 "TF control flow (a conditional or tensor list) is not converted")
     return gaps
 
 
@@ -149,15 +169,16 @@ def convert_graph(graph: TFGraph, options: Options, *, name: str = "tensorflow")
         shape = node.shapes[0]
         dims: list[int | str] = [("N" if i == 0 else f"{user_name}_dim{i}") if d is None else int(d)
                                  for i, d in enumerate(shape or ())]
-        if user_name in options.input_shapes:
-            dims = list(options.input_shapes[user_name])
-            ctx.shapes[tensor] = tuple(int(d) if isinstance(d, int) else None for d in dims)
         nchw = len(dims) == 4 and not keep_nhwc
         if nchw:
             dims = [dims[p] for p in TO_NCHW]
+        if user_name in options.input_shapes:
+            # --input-shape is in the order the converted model declares (NCHW unless --keep-nhwc):
+            # the shape `convert inspect` prints and the hints show; TensorFlow's is NHWC
+            dims = list(options.input_shapes[user_name])
+            tf_dims = [dims[p] for p in TO_TF] if nchw and len(dims) == 4 else dims
+            ctx.shapes[tensor] = tuple(int(d) if isinstance(d, int) else None for d in tf_dims)
         value = builder.input(user_name, DataType.from_numpy(node.dtypes[0]), dims)
-        if nchw:  # --input-shape takes TensorFlow's NHWC order: hints must show it so
-            value.metadata_props[INPUT_SHAPE_ORDER] = "0,2,3,1"
         ctx.values[tensor] = {NCHW if nchw else TF: value}
 
     def run(converter: Converter, node: TFNode) -> None:

@@ -119,7 +119,12 @@ def tensordot_to_conv(graph: TFGraph) -> int:
 
 def rewrite(graph: TFGraph) -> TFGraph:
     """Run every rewriter on ``graph`` in place and return it."""
+    from .recurrent import recognise_recurrent
+
     count = tensordot_to_conv(graph)
     if count:
         logger.debug("tensorflow: %d rank-4 Tensordot(s) became 1x1 Conv2D", count)
+    count = recognise_recurrent(graph)
+    if count:
+        logger.debug("tensorflow: %d while loop(s) became Keras recurrent layers", count)
     return graph

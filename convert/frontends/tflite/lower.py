@@ -20,16 +20,17 @@ from pathlib import Path
 
 import numpy as np
 
-from convert.frontends.tensorflow.context import NCHW, TF, TO_NCHW, TFContext
+from convert.frontends.tensorflow.context import NCHW, TF, TO_NCHW, TO_TF, TFContext
 from convert.frontends.tensorflow.graph import TFNode
 from convert.ir import (
-    INPUT_SHAPE_ORDER,
     DataType,
     GapCollector,
     GraphBuilder,
     Model,
     Options,
     RefusedError,
+    Shape,
+    SymbolicDim,
     Unsupported,
     UsageError,
     Value,
@@ -198,8 +199,15 @@ class _Lowering:
         if not self.is_quant_activation(t):
             return key
         fkey = f"{key}/dq"
+        ctx = self.ctx
+        if key in ctx.space_to_batch:  # the dilation pattern's records (no value): the same for the float view
+            ctx.space_to_batch[fkey] = ctx.space_to_batch[key]
+            ctx.shapes[fkey] = ctx.shapes.get(key)
+            return fkey
+        if key in ctx.dilated:
+            ctx.dilated[fkey] = ctx.dilated[key]
         if fkey not in self.ctx.values:
-            value, layout = self.ctx.get_any(key)
+            value, layout = self.ctx.get_any_ncl(key)
             scale, zero = _qparams(self.ctx, t)
             dq = self.ctx.emit("DequantizeLinear", [value, scale, zero], suffix=f"{t.name}/dq")
             self.ctx.values[fkey] = {layout: dq}
@@ -238,6 +246,8 @@ def _fused_activation(ctx: TFContext, key: str, fused: str) -> None:
         raise RefusedError(f"fused activation {fused} is not supported")
     op_type, clip = _ACTIVATIONS[fused]
     held = ctx.values.get(key)
+    if not held and key in ctx.space_to_batch:
+        return  # SPACE_TO_BATCH_ND (and its EXPAND_DIMS) of the dilation pattern: recorded, not computed
     if not held:
         raise RefusedError("a fused activation on a constant result")
     for layout, value in list(held.items()):
@@ -249,6 +259,8 @@ def _fused_activation(ctx: TFContext, key: str, fused: str) -> None:
 
 def _quantize_output(ctx: TFContext, key: str, t: TFLTensor) -> None:
     held = ctx.values.get(key)
+    if not held and key in ctx.space_to_batch:
+        return  # SPACE_TO_BATCH_ND (and its EXPAND_DIMS) of the dilation pattern: recorded, not computed
     if not held:
         raise RefusedError(f"quantized output '{t.name}' is a constant")
     scale, zero = _qparams(ctx, t)
@@ -301,15 +313,17 @@ def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") ->
         low.keys[index] = key
         dims: list[int | str] = [("N" if i == 0 else f"{user_name}_dim{i}") if d is None else int(d)
                                  for i, d in enumerate(t.shape)]
-        if user_name in options.input_shapes:
-            dims = list(options.input_shapes[user_name])
-        ctx.shapes[key] = tuple(int(d) if isinstance(d, int) else None for d in dims)
         nchw = len(dims) == 4 and not keep_nhwc
+        tfl_dims = dims
         if nchw:
             dims = [dims[p] for p in TO_NCHW]
+        if user_name in options.input_shapes:
+            # --input-shape is in the order the converted model declares (NCHW unless --keep-nhwc):
+            # the shape `convert inspect` prints and the hints show; TFLite's is NHWC
+            dims = list(options.input_shapes[user_name])
+            tfl_dims = [dims[p] for p in TO_TF] if nchw and len(dims) == 4 else dims
+        ctx.shapes[key] = tuple(int(d) if isinstance(d, int) else None for d in tfl_dims)
         value = builder.input(user_name, DataType.from_numpy(t.dtype), dims)
-        if nchw:  # --input-shape takes TFLite's NHWC order: hints must show it so
-            value.metadata_props[INPUT_SHAPE_ORDER] = "0,2,3,1"
         ctx.values[key] = {NCHW if nchw else TF: value}
     for t in model.tensors:
         if t.span is not None and t.index not in low.keys:
@@ -368,7 +382,14 @@ def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") ->
     for user_name, index in model.outputs.items():
         key = low.key(index)
         layout = NCHW if ctx.rank(key) == 4 and not keep_nhwc else TF
-        builder.output(ctx.get(key, layout), user_name)
+        out = builder.output(ctx.get(key, layout), user_name)
+        shape = model.tensors[index].shape
+        if out.shape is None and shape is not None:  # the file's shape, a free dim named (not ONNX's "unk__0")
+            dims: list[int | str] = [("N" if i == 0 else f"{user_name}_dim{i}") if d is None else int(d)
+                                     for i, d in enumerate(shape)]
+            if layout == NCHW:
+                dims = [dims[p] for p in TO_NCHW]
+            out.shape = Shape([d if isinstance(d, int) else SymbolicDim(d) for d in dims])
     layout_note = "NHWC as in TFLite" if keep_nhwc else "NCHW (rank-4 inputs and outputs transposed)"
     options.diagnostics.note(f"tflite: image tensors are {layout_note}")
     return builder.build(doc=f"converted from TFLite {model.source}")

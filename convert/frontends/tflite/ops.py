@@ -146,6 +146,8 @@ _SAME_NAME = {
     "MEAN": "Mean", "SUM": "Sum", "REDUCE_MAX": "Max", "REDUCE_MIN": "Min", "REDUCE_PROD": "Prod",
     "PAD": "Pad", "PADV2": "PadV2", "TRANSPOSE": "Transpose", "EXPAND_DIMS": "ExpandDims",
     "SQUEEZE": "Squeeze", "STRIDED_SLICE": "StridedSlice", "LOG_SOFTMAX": "LogSoftmax", "PACK": "Pack",
+    "TILE": "Tile", "REVERSE_V2": "ReverseV2", "LESS": "Less", "GREATER": "Greater", "LESS_EQUAL": "LessEqual",
+    "GREATER_EQUAL": "GreaterEqual", "EQUAL": "Equal", "SELECT_V2": "SelectV2",
 }
 for _name, _tf in _SAME_NAME.items():
     if _tf in TF_OPS:

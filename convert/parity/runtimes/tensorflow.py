@@ -93,8 +93,9 @@ class TensorFlowRuntime:
         else:
             raise UsageError(f"{path}: not a SavedModel folder, a .keras/.h5 file or a frozen .pb graph")
         self.name = f"TensorFlow {tf.__version__}"  # type: ignore[attr-defined]
-        # --input-shape names TensorFlow's NHWC shape; rank-4 inputs are presented NCHW.
-        self.input_perms = {} if keep_nhwc else {n: _TO_NCHW for n, _, shape in self._specs if len(shape) == 4}
+        # --input-shape is in the order the converted model declares (rank-4 inputs NCHW unless
+        # --keep-nhwc), the order these inputs are presented in: no permutation.
+        self.input_perms: dict[str, tuple[int, ...]] = {}
         self.device = f"gpu:0, {EXACT_FP32}" if on_gpu else "cpu"
 
     def inputs(self) -> Sequence[TensorSpec]:
@@ -129,14 +130,27 @@ class TensorFlowRuntime:
         return out
 
     def run_float64(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
-        """Run a Keras model again in float64 (its layers rebuilt from their configs with the
-        float64 dtype policy, the same weights widened), for the float64 rule of the verdict
-        (``compare.arbitrate_float64``); None for a SavedModel or a frozen graph, whose ops TF
-        cannot all run in float64 (its fused batch norm has no float64 kernel)."""
+        """Run the source again in float64 with the same weights, for the float64 rule of the verdict
+        (``compare.arbitrate_float64``); None where TensorFlow cannot.
+
+        A Keras model is rebuilt from its config with the float64 dtype policy and the weights
+        widened. A SavedModel or frozen graph (or a Keras model that cannot be rebuilt) is run as
+        the graph the converter read (``read_runnable_graph``: inlined and folded by grappler, the
+        variables fed as values) with every float32 type in it made float64: the ops' ``T``/``dtype``
+        attributes, the constants and the fed weights. It is TensorFlow's own kernels in float64;
+        an op without a float64 CPU kernel (the fused batch norm) means no float64 run.
+        """
         model = getattr(self, "_keras", None)
-        if model is None:
+        if model is not None:
+            result = self._keras_float64(model, feeds)
+            if result is not None:
+                return result
+        try:
+            return self._graph_float64(feeds)
+        except Exception:  # an op TF has no float64 kernel for, ...: no float64 run
             return None
 
+    def _keras_float64(self, model: object, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         def widen(item: object) -> object:
             if isinstance(item, dict):
                 if item.get("class_name") == "DTypePolicy" and isinstance(item.get("config"), dict):
@@ -149,15 +163,18 @@ class TensorFlowRuntime:
         try:
             wide = type(model).from_config(widen(model.get_config()))  # type: ignore[attr-defined]
             wide.set_weights([np.asarray(w, np.float64) for w in model.get_weights()])  # type: ignore[attr-defined]
-        except Exception:  # a model Keras cannot rebuild from its config: no float64 run
+        except Exception:  # a model Keras cannot rebuild from its config
             return None
         names = [s[0] for s in self._specs]
         args = []
         for name, _, _ in self._specs:
             arr = np.asarray(feeds[name], dtype=np.float64)
             args.append(np.ascontiguousarray(arr.transpose(_TO_NHWC) if arr.ndim == 4 and not self._keep else arr))
-        with self._tf.device("/CPU:0"):  # type: ignore[attr-defined]
-            out = wide(args if len(names) > 1 else args[0], training=False)
+        try:
+            with self._tf.device("/CPU:0"):  # type: ignore[attr-defined]
+                out = wide(args if len(names) > 1 else args[0], training=False)
+        except Exception:  # a layer without a float64 kernel
+            return None
         outs = out if isinstance(out, (list, tuple)) else [out]
         result = {}
         for i, o in enumerate(outs):
@@ -166,6 +183,35 @@ class TensorFlowRuntime:
                 else arr
         if any(r.dtype != np.float64 for r in result.values()):
             return None  # a layer kept float32: not a float64 run
+        return result
+
+    def _graph_float64(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        from convert.frontends.tensorflow.graph import quiet_stderr, read_runnable_graph, widen_graph
+
+        tf = self._tf
+        with quiet_stderr():
+            graph, inputs, outputs, weights = read_runnable_graph(self._path, self._signature, with_outputs=True)
+            wide = widen_graph(graph)  # type: ignore[arg-type]
+        if wide is None:
+            return None
+        feed_dict = {}
+        for name, value in weights.items():
+            arr = np.asarray(value)
+            feed_dict[wide.get_tensor_by_name(name)] = arr.astype(np.float64) if arr.dtype == np.float32 else arr  # type: ignore[attr-defined]
+        for name, dtype, _ in self._specs:
+            arr = np.asarray(feeds[name], dtype=np.float64 if dtype == np.float32 else dtype)
+            if arr.ndim == 4 and not self._keep:
+                arr = arr.transpose(_TO_NHWC)
+            feed_dict[wide.get_tensor_by_name(inputs[name])] = np.ascontiguousarray(arr)  # type: ignore[attr-defined]
+        names = list(self._outputs)
+        with tf.compat.v1.Session(graph=wide) as session:  # type: ignore[attr-defined]
+            values = session.run([wide.get_tensor_by_name(outputs[n]) for n in names], feed_dict)  # type: ignore[attr-defined]
+        result = {}
+        for name, value in zip(names, values, strict=True):
+            arr = np.asarray(value)
+            if arr.dtype != np.float64:
+                return None  # an output computed in another type: not a float64 run
+            result[name] = np.ascontiguousarray(arr.transpose(_TO_NCHW)) if arr.ndim == 4 and not self._keep else arr
         return result
 
     def all_tensors(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

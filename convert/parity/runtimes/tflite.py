@@ -72,8 +72,9 @@ class TFLiteRuntime:
         self.device = "cpu"
         # int8/uint8 activations anywhere (not only at the outputs): --locate cannot judge their layers
         self.quantized = any(t.quant is not None and t.span is None and t.dtype.kind in "iu" for t in model.tensors)
-        # --input-shape names TFLite's NHWC shape; rank-4 inputs are presented NCHW.
-        self.input_perms = {} if keep_nhwc else {name: _TO_NCHW for name, d in self._inputs if len(d["shape"]) == 4}
+        # --input-shape is in the order the converted model declares (rank-4 inputs NCHW unless
+        # --keep-nhwc), the order these inputs are presented in: no permutation.
+        self.input_perms: dict[str, tuple[int, ...]] = {}
         self.notes: list[str] = []
         # The quantization step of each output computed in int8/uint8 (the DEQUANTIZE's input, or
         # the output itself, compared in its integers): the parity check allows a few steps.

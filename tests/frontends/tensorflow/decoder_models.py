@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-__all__ = ["CASES", "INT8_CASES", "build", "unet"]
+__all__ = ["CASES", "INT8_CASES", "build", "deeplab_decoder", "espcn", "unet"]
 
 
 def _image(c: int = 3, h: int = 5, w: int = 6) -> tuple[object, object]:
@@ -63,6 +63,13 @@ def _upsample_bilinear() -> object:
 
     inp, x = _image()
     return keras.Model(inp, keras.layers.UpSampling2D(2, interpolation="bilinear")(x))
+
+
+def _upsample_nearest() -> object:
+    import keras
+
+    inp, x = _image()
+    return keras.Model(inp, keras.layers.UpSampling2D((2, 3), interpolation="nearest")(x))
 
 
 def _resize(size: tuple[int, int], method: str) -> Callable[[object], object]:
@@ -164,6 +171,43 @@ def unet() -> object:
     return keras.Model(inp, y, name="tiny_unet")
 
 
+def deeplab_decoder() -> object:
+    """A DeepLab-style net (32x32): strided conv + BN stem, an ASPP of a 1x1 and two dilated 3x3
+    convolutions and an image-pooling branch, bilinear upsampling and a low-level skip."""
+    import keras
+    import tensorflow as tf
+    from keras import layers
+
+    def block(x: object, filters: int, kernel: int = 3, stride: int = 1, dilation: int = 1) -> object:
+        x = layers.Conv2D(filters, kernel, stride, padding="same", dilation_rate=dilation, use_bias=False)(x)
+        return layers.ReLU()(layers.BatchNormalization()(x))
+
+    inp = keras.Input((32, 32, 3), name="image")
+    low = block(inp, 8, stride=2)  # 16x16
+    deep = block(block(low, 16, stride=2), 16)  # 8x8
+    pooled = layers.GlobalAveragePooling2D(keepdims=True)(deep)
+    pooled = layers.UpSampling2D(8, interpolation="bilinear")(block(pooled, 8, kernel=1))
+    aspp = layers.Concatenate()([block(deep, 8, kernel=1), block(deep, 8, dilation=2), block(deep, 8, dilation=3),
+                                 pooled])
+    x = layers.Lambda(lambda t: tf.image.resize(t, (16, 16), "bilinear"))(block(aspp, 16, kernel=1))
+    x = block(layers.Concatenate()([x, block(low, 4, kernel=1)]), 16)
+    x = layers.Conv2D(5, 1)(x)
+    return keras.Model(inp, layers.UpSampling2D(2, interpolation="bilinear")(x))
+
+
+def espcn() -> object:
+    """ESPCN super-resolution (x3): conv 5x5 -> conv 3x3 (tanh) -> conv to 9 channels -> DepthToSpace."""
+    import keras
+    import tensorflow as tf
+    from keras import layers
+
+    inp = keras.Input((24, 24, 1), name="lowres")
+    x = layers.Conv2D(32, 5, padding="same", activation="tanh")(inp)
+    x = layers.Conv2D(16, 3, padding="same", activation="tanh")(x)
+    x = layers.Conv2D(9, 3, padding="same")(x)
+    return keras.Model(inp, layers.Lambda(lambda t: tf.nn.depth_to_space(t, 3))(x))
+
+
 # name -> builder. Ids say the variant: kernel, stride, padding; resize mode; block size; dilation.
 CASES: dict[str, Callable[[], object]] = {
     "convT_k3_s2_same": _conv_transpose(3, 2, "same"),
@@ -176,6 +220,7 @@ CASES: dict[str, Callable[[], object]] = {
     "convT_k3_s2_same_outpad0": _conv_transpose(3, 2, "same", output_padding=0, size=(6, 5)),  # 2n - 1
     "convT_no_bias_batchnorm": _conv_transpose_bn,
     "upsample_bilinear_x2": _upsample_bilinear,  # half_pixel_centers
+    "tile_upsampling2d_nearest_2x3": _upsample_nearest,  # ExpandDims -> Tile -> Reshape, twice
     "resize_bilinear_9x13": _lambda(_resize((9, 13), "bilinear")),
     "resize_bilinear_down_3x4": _lambda(_resize((3, 4), "bilinear"), h=7, w=9),
     "resize_bilinear_align_corners": _lambda(_raw_resize("ResizeBilinear", (9, 13), True, False)),
@@ -198,6 +243,7 @@ CASES: dict[str, Callable[[], object]] = {
 # Cases also checked as int8 .tflite files (full-integer post-training quantization). Not
 # DEPTH_TO_SPACE: TFLite's reference-kernel interpreter (the int8 oracle) has no int8 version 2 of it.
 INT8_CASES = ["convT_k3_s2_same", "convT_k3_s2_valid", "upsample_bilinear_x2", "resize_bilinear_align_corners",
+              "conv1d_dilation2_causal",
               "space_to_depth_2"]
 
 
@@ -207,6 +253,7 @@ def build(name: str) -> object:
     import tf_models
 
     keras.utils.set_random_seed(0)
-    model = unet() if name == "unet" else CASES[name]()
+    nets = {"unet": unet, "deeplab_decoder": deeplab_decoder, "espcn": espcn}
+    model = nets[name]() if name in nets else CASES[name]()
     tf_models.recalibrate(model)
     return model

@@ -74,6 +74,8 @@ def test_decoder_op_matches_tensorflow(case: str, tmp_path: Path) -> None:
         assert ops.count("ConvTranspose") == 1 and "Add" not in ops and "Mul" not in ops, ops
     if case.startswith("conv1d"):  # one dilated Conv: no SpaceToBatch arithmetic left
         assert ops.count("Conv") == 1 and not {"SpaceToDepth", "DepthToSpace"} & set(ops), ops
+    if case.startswith(("conv1d", "tcn")):  # [N, C, L] between the Conv1Ds: Transposes only at the edges
+        assert ops.count("Transpose") <= 2, ops
 
 
 def test_dilated_conv1d_becomes_one_dilated_conv(tmp_path: Path) -> None:

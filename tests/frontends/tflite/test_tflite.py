@@ -297,7 +297,7 @@ def test_float_tflite_to_caffe_matches_the_interpreter(tmp_path: Path) -> None:
     path = tmp_path / "cnn.tflite"
     path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
     result = convert.convert(str(path), format="tflite", to="caffe", out=str(tmp_path / "cnn.prototxt"),
-                             input_shapes={"image": (1, 32, 32, 3)})
+                             input_shapes={"image": (1, 3, 32, 32)})
     assert result.report is not None and result.report.passed, result.report.table() if result.report else result
     assert result.report.dest == "caffe"
     assert max(o.rel_to_scale for o in result.report.outputs) <= 1e-5
@@ -329,23 +329,29 @@ def test_float_tflite_with_same_padding_to_caffe(net: str, tmp_path: Path) -> No
     else:  # Keras numbers its input layers per process (input_layer_5 ...): read the signature's
         name = tf.lite.Interpreter(model_path=str(path)).get_signature_list()["serving_default"]["inputs"][0]
     result = convert.convert(str(path), format="tflite", to="caffe", out=str(tmp_path / f"{net}.prototxt"),
-                             input_shapes={name: (1, size, size, 3)})
+                             input_shapes={name: (1, 3, size, size)})
     assert result.report is not None and result.report.passed, result.report.table() if result.report else result
     err = max(o.rel_to_scale for o in result.report.outputs)
     print(f"PARITY-TFLITE-CAFFE {net} {err:.1e} ({result.report.dest_runtime})")
     assert err <= 1e-5
 
 
-def test_input_shape_names_the_nhwc_shape_for_conversion_and_parity(tmp_path: Path) -> None:
-    """--input-shape takes TFLite's (NHWC) shape; the parity feeds are then NCHW like the model's input."""
+def test_input_shape_is_in_the_declared_order_for_conversion_and_parity(tmp_path: Path) -> None:
+    """--input-shape takes the shape in the converted model's order (NCHW, as `convert inspect` prints
+    it; #33 item 11); the parity feeds are NCHW too. With --keep-nhwc the model and the option are NHWC."""
     import onnx
 
-    r = _cli("tflite:onnx", str(SAMPLES / "small_cnn.tflite"), "--input-shape", "image=2,32,32,3",
+    r = _cli("tflite:onnx", str(SAMPLES / "small_cnn.tflite"), "--input-shape", "image=2,3,32,32",
              "-o", str(tmp_path / "m.onnx"))
     assert r.returncode == 0 and "PASS" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
     assert "image 2x3x32x32" in r.stdout, r.stdout
     dims = [d.dim_value for d in onnx.load(str(tmp_path / "m.onnx")).graph.input[0].type.tensor_type.shape.dim]
     assert dims == [2, 3, 32, 32], dims
+    r = _cli("tflite:onnx", str(SAMPLES / "small_cnn.tflite"), "--keep-nhwc", "--input-shape", "image=2,32,32,3",
+             "-o", str(tmp_path / "k.onnx"))
+    assert r.returncode == 0 and "PASS" in r.stdout and "image 2x32x32x3" in r.stdout, r.stdout[-2000:] + r.stderr
+    inspected = _cli("inspect", str(tmp_path / "m.onnx"))
+    assert "2x3x32x32" in inspected.stdout, inspected.stdout
 
 
 def test_corrupted_bytes_are_user_errors_never_internal_ones(tmp_path: Path) -> None:

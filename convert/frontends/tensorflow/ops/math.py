@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from convert.frontends.tensorflow.context import NCHW, TF, TO_NCHW, TFContext, nchw_axis
+from convert.frontends.tensorflow.context import NCHW, NCL, TF, TO_NCHW, TFContext, nchw_axis
 from convert.frontends.tensorflow.graph import TFNode
 from convert.frontends.tensorflow.ops import Converter, register
 from convert.ir import RefusedError, Value
@@ -25,7 +25,7 @@ _UNARY = {
 
 def _unary(onnx_op: str) -> Converter:
     def convert(node: TFNode, ctx: TFContext) -> None:
-        x, layout = ctx.get_any(node.inputs[0])
+        x, layout = ctx.get_any_ncl(node.inputs[0])
         ctx.bind(ctx.emit(onnx_op, [x]), layout)
 
     convert.__doc__ = f"-> {onnx_op}, in the input's layout."
@@ -39,7 +39,7 @@ for _tf, _onnx in _UNARY.items():
 @register("Relu6", maps_to="Clip(0, 6)")
 def relu6(node: TFNode, ctx: TFContext) -> None:
     """Relu6 -> Clip(min=0, max=6)."""
-    x, layout = ctx.get_any(node.inputs[0])
+    x, layout = ctx.get_any_ncl(node.inputs[0])
     lo = ctx.builder.const(np.array(0, np.float32))
     hi = ctx.builder.const(np.array(6, np.float32))
     ctx.bind(ctx.emit("Clip", [x, lo, hi]), layout)
@@ -48,7 +48,7 @@ def relu6(node: TFNode, ctx: TFContext) -> None:
 @register("LeakyRelu", maps_to="LeakyRelu")
 def leaky_relu(node: TFNode, ctx: TFContext) -> None:
     """LeakyRelu -> LeakyRelu(alpha)."""
-    x, layout = ctx.get_any(node.inputs[0])
+    x, layout = ctx.get_any_ncl(node.inputs[0])
     ctx.bind(ctx.emit("LeakyRelu", [x], {"alpha": float(node.attrs.get("alpha", 0.2))}), layout)  # type: ignore[arg-type]
 
 
@@ -68,6 +68,18 @@ def square(node: TFNode, ctx: TFContext) -> None:
 
 def _binary_inputs(node: TFNode, ctx: TFContext, names: list[str]) -> tuple[list[Value], str]:
     """Return the inputs of an elementwise op in one common layout, and that layout."""
+    ncl = any(ctx.layouts(n) == {NCL} for n in names) and all(
+        ctx.rank(n) == 3 or (ctx.const(n) is not None and ctx.const(n).ndim <= 3) for n in names)  # type: ignore[union-attr]
+    if ncl:  # rank-3 [N, C, L] (between Conv1Ds): constants broadcast to rank 3 in TF's axes, then transposed
+        values = []
+        for n in names:
+            arr = ctx.const(n)
+            if arr is not None:
+                full = arr.reshape((1,) * (3 - arr.ndim) + arr.shape).transpose(0, 2, 1)
+                values.append(ctx.builder.const(np.ascontiguousarray(full), name=f"{node.name}/const"))
+            else:
+                values.append(ctx.get(n, NCL))
+        return values, NCL
     nchw = any(ctx.is_nchw(n) for n in names) and all(
         ctx.rank(n) == 4 or (ctx.const(n) is not None and ctx.const(n).ndim <= 4) for n in names)  # type: ignore[union-attr]
     if not nchw:
@@ -246,3 +258,34 @@ def einsum(node: TFNode, ctx: TFContext) -> None:
     if "." in equation:
         raise RefusedError(f"equation '{equation}' uses an ellipsis")
     ctx.bind(ctx.emit("Einsum", [ctx.get(n, TF) for n in node.inputs], {"equation": equation}))
+
+
+_COMPARE = {"Less": "Less", "Greater": "Greater", "LessEqual": "LessOrEqual", "GreaterEqual": "GreaterOrEqual",
+            "Equal": "Equal"}
+
+
+def _compare(onnx_op: str) -> Converter:
+    def convert(node: TFNode, ctx: TFContext) -> None:
+        values, layout = _binary_inputs(node, ctx, node.inputs[:2])
+        ctx.bind(ctx.emit(onnx_op, values), layout)
+
+    convert.__doc__ = f"-> {onnx_op} (numpy broadcasting), in the inputs' common layout."
+    return convert
+
+
+for _tf, _onnx in _COMPARE.items():
+    register(_tf, maps_to=_onnx)(_compare(_onnx))
+
+
+@register("SelectV2", maps_to="Where", notes="numpy broadcasting (Keras' Embedding wraps negative ids with it)")
+def select_v2(node: TFNode, ctx: TFContext) -> None:
+    """SelectV2(cond, a, b) -> Where(cond, a, b), in the inputs' common layout."""
+    values, layout = _binary_inputs(node, ctx, node.inputs[:3])
+    ctx.bind(ctx.emit("Where", values), layout)
+
+
+@register("LogicalAnd", "LogicalOr", maps_to="And / Or", notes="numpy broadcasting")
+def logical(node: TFNode, ctx: TFContext) -> None:
+    """LogicalAnd / LogicalOr -> And / Or, in the inputs' common layout."""
+    values, layout = _binary_inputs(node, ctx, node.inputs[:2])
+    ctx.bind(ctx.emit("And" if node.op == "LogicalAnd" else "Or", values), layout)

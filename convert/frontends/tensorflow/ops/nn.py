@@ -176,7 +176,7 @@ def batch_to_space_nd(node: TFNode, ctx: TFContext) -> None:
     if min(pads) < 0:
         raise RefusedError(f"crops {crops.tolist()} exceed the paddings")
     conv.attributes["pads"] = Attr("pads", AttributeType.INTS, pads)
-    value, layout = ctx.get_any(node.inputs[0])  # as held: after a fused activation (TFLite) or a Squeeze
+    value, layout = ctx.get_any_ncl(node.inputs[0])  # as held: after a fused activation (TFLite) or a Squeeze
     ctx.bind(value, layout)
     entry = ctx.convs.get(node.inputs[0])
     if entry is not None:  # a bias or batch norm after the crop can join the dilated Conv

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from convert.frontends.tensorflow.context import NCHW, TF, TFContext, nchw_axis
+from convert.frontends.tensorflow.context import NCHW, NCL, TF, TFContext, nchw_axis
 from convert.frontends.tensorflow.graph import TFNode
 from convert.frontends.tensorflow.ops import register
 from convert.ir import DataType, RefusedError
@@ -42,6 +42,8 @@ def pad(node: TFNode, ctx: TFContext) -> None:
     layout = NCHW if len(paddings) == 4 and ctx.is_nchw(x_name) else TF
     if layout == NCHW:
         paddings = paddings[[0, 3, 1, 2]]  # rows N, H, W, C -> N, C, H, W
+    elif len(paddings) == 3 and ctx.layouts(x_name) == {NCL}:
+        layout, paddings = NCL, paddings[[0, 2, 1]]  # rows N, L, C -> N, C, L
     pads = np.concatenate([paddings[:, 0], paddings[:, 1]]).astype(np.int64)
     inputs = [ctx.get(x_name, layout), ctx.builder.const(pads)]
     attrs: dict[str, object] = {}
@@ -89,6 +91,8 @@ def reshape(node: TFNode, ctx: TFContext) -> None:
     # A rank-4 tensor with H = W = 1 has the same element order in NHWC and NCHW: read and write
     # such tensors (squeeze-excite blocks, Flatten after global pooling) in NCHW without a Transpose.
     x_flat = ctx.is_nchw(x_name) and x_shape is not None and len(x_shape) == 4 and x_shape[1:3] == (1, 1)
+    if not x_flat and _conv1d_reshape(node, ctx, x_name, x_shape, target):
+        return
     x = ctx.get(x_name, NCHW if x_flat else TF)
     if len(target) == 4 and target[1] == 1 and target[2] == 1:
         shape = ctx.builder.const(target[[0, 3, 1, 2]])
@@ -106,6 +110,33 @@ def reshape(node: TFNode, ctx: TFContext) -> None:
     ctx.bind(ctx.emit("Reshape", [x, ctx.builder.const(target)]))
 
 
+def _fits(target: np.ndarray, dims: list[int | None]) -> bool:
+    return len(target) == len(dims) and all(t == -1 or d is None or t == d for t, d in zip(target, dims, strict=True))
+
+
+def _conv1d_reshape(node: TFNode, ctx: TFContext, x_name: str, x_shape: tuple[int | None, ...] | None,
+                    target: np.ndarray) -> bool:
+    """TFLite writes a Conv1D's ExpandDims and Squeeze as RESHAPEs: [N, C, L] <-> NCHW [N, C, 1, L]
+    without a Transpose, as the Squeeze/ExpandDims converters do (see ``NCL``). False: not that."""
+    if x_shape is None:
+        return False
+    if len(x_shape) == 4 and len(target) == 3 and ctx.is_nchw(x_name):
+        for axis in (1, 2):
+            if x_shape[axis] == 1 and _fits(target, [d for i, d in enumerate(x_shape) if i != axis]):
+                squeeze = ctx.builder.const(np.array([nchw_axis(axis)], np.int64))
+                ctx.bind(ctx.emit("Squeeze", [ctx.get(x_name, NCHW), squeeze]), NCL)
+                if x_name in ctx.dilated:
+                    squeezed_dilated(node, ctx, [axis])
+                return True
+    if len(x_shape) == 3 and len(target) == 4 and ctx.layouts(x_name) == {NCL}:
+        for axis in (1, 2):
+            if target[axis] == 1 and _fits(np.delete(target, axis), list(x_shape)):
+                unsqueeze = ctx.builder.const(np.array([nchw_axis(axis)], np.int64))
+                ctx.bind(ctx.emit("Unsqueeze", [ctx.get(x_name, NCL), unsqueeze]), NCHW)
+                return True
+    return False
+
+
 @register("Squeeze", maps_to="Squeeze", notes="TF's axes")
 def squeeze(node: TFNode, ctx: TFContext) -> None:
     """Squeeze -> Squeeze on TF's layout (axes from squeeze_dims, or every size-1 axis)."""
@@ -115,7 +146,14 @@ def squeeze(node: TFNode, ctx: TFContext) -> None:
         if shape is None or any(d is None for d in shape):
             raise RefusedError("squeeze of every size-1 axis needs a static input shape")
         dims = [i for i, d in enumerate(shape) if d == 1]
-    ctx.bind(ctx.emit("Squeeze", [ctx.get(node.inputs[0], TF), ctx.builder.const(np.array(dims, np.int64))]))
+    x = node.inputs[0]
+    if ctx.rank(x) == 4 and ctx.is_nchw(x) and [d % 4 for d in dims] in ([1], [2]):
+        # a Conv2D's output back to rank 3 (Keras' Conv1D): [N, C, 1, L] -> [N, C, L], no Transpose
+        axis = nchw_axis(dims[0] % 4)
+        ctx.bind(ctx.emit("Squeeze", [ctx.get(x, NCHW), ctx.builder.const(np.array([axis], np.int64))]), NCL)
+        squeezed_dilated(node, ctx, dims)
+        return
+    ctx.bind(ctx.emit("Squeeze", [ctx.get(x, TF), ctx.builder.const(np.array(dims, np.int64))]))
     squeezed_dilated(node, ctx, dims)
 
 
@@ -146,6 +184,12 @@ def expand_dims(node: TFNode, ctx: TFContext) -> None:
     axis = int(ctx.need_const(node.inputs[1], "the axis"))
     axes = ctx.builder.const(np.array([axis], np.int64))
     record = ctx.space_to_batch.get(node.inputs[0])
+    if record is None and ctx.rank(node.inputs[0]) == 3 and ctx.layouts(node.inputs[0]) == {NCL} \
+            and axis % 4 in (1, 2):
+        # [N, C, L] -> [N, C, 1, L] (or [N, C, L, 1]): the rank-4 tensor in NCHW, for the Conv after it
+        nchw = ctx.builder.const(np.array([nchw_axis(axis % 4)], np.int64))
+        ctx.bind(ctx.emit("Unsqueeze", [ctx.get(node.inputs[0], NCL), nchw]), NCHW)
+        return
     if record is None:
         ctx.bind(ctx.emit("Unsqueeze", [ctx.get(node.inputs[0], TF), axes]))
         return
@@ -161,7 +205,11 @@ def expand_dims(node: TFNode, ctx: TFContext) -> None:
         raise RefusedError("an ExpandDims of a SpaceToBatchND's output is converted only when it feeds convolutions")
     key = f"{node.name}:expanded_source"
     shape = ctx.shape(source)
-    ctx.values[key] = {TF: ctx.emit("Unsqueeze", [ctx.get(source, TF), axes])}
+    if ctx.rank(source) == 3 and ctx.layouts(source) == {NCL}:  # [N, C, L] -> NCHW [N, C, 1, L]: no Transpose
+        nchw = ctx.builder.const(np.array([nchw_axis(spatial)], np.int64))
+        ctx.values[key] = {NCHW: ctx.emit("Unsqueeze", [ctx.get(source, NCL), nchw])}
+    else:
+        ctx.values[key] = {TF: ctx.emit("Unsqueeze", [ctx.get(source, TF), axes])}
     ctx.shapes[key] = None if shape is None else (*shape[:spatial], 1, *shape[spatial:])
     unit = [[0, 0]]
     ctx.space_to_batch[f"{node.name}:0"] = (key, [1, *block] if spatial == 1 else [*block, 1],
@@ -253,3 +301,32 @@ def pack(node: TFNode, ctx: TFContext) -> None:
     axes = ctx.builder.const(np.array([axis], np.int64))
     parts = [ctx.emit("Unsqueeze", [ctx.get(n, TF), axes]) for n in node.inputs]
     ctx.bind(parts[0] if len(parts) == 1 else ctx.emit("Concat", parts, {"axis": axis}))
+
+
+@register("ReverseV2", maps_to="Slice (step -1)", notes="constant axes; in the input's layout")
+def reverse_v2(node: TFNode, ctx: TFContext) -> None:
+    """ReverseV2 -> Slice with step -1 along each reversed axis (Keras' ``go_backwards``, Bidirectional)."""
+    axes = [int(a) for a in ctx.need_const(node.inputs[1], "the axes").reshape(-1)]
+    x, layout = ctx.get_any(node.inputs[0])
+    rank = ctx.rank(node.inputs[0])
+    if rank is None:
+        raise RefusedError("the input's rank is unknown")
+    axes = [a % rank for a in axes]
+    if layout == NCHW:
+        axes = [nchw_axis(a) for a in axes]
+    b = ctx.builder
+    n = len(axes)
+    lowest = np.iinfo(np.int64).min
+    out = ctx.emit("Slice", [x, b.const(np.full(n, -1, np.int64)), b.const(np.full(n, lowest, np.int64)),
+                             b.const(np.array(axes, np.int64)), b.const(np.full(n, -1, np.int64))])
+    ctx.bind(out, layout)
+
+
+@register("Tile", maps_to="Tile", notes="constant multiples; in the input's layout")
+def tile(node: TFNode, ctx: TFContext) -> None:
+    """Tile -> Tile (the multiples permuted to NCHW for a rank-4 input held so)."""
+    reps = ctx.need_const(node.inputs[1], "the multiples").astype(np.int64).reshape(-1)
+    x, layout = ctx.get_any(node.inputs[0])
+    if layout == NCHW:
+        reps = reps[[0, 3, 1, 2]]
+    ctx.bind(ctx.emit("Tile", [x, ctx.builder.const(np.ascontiguousarray(reps))]), layout)
