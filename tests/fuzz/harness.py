@@ -54,8 +54,9 @@ class Seed:
     files: tuple[str, ...]
 
     def read(self) -> dict[str, bytes]:
-        """Return every file of the seed folder (companions such as ``.data`` included) by name."""
-        return {p.name: p.read_bytes() for p in sorted(self.folder.iterdir()) if p.name != "case.json"}
+        """Return every file of the seed folder (companions such as ``.data`` included) by relative path."""
+        return {p.relative_to(self.folder).as_posix(): p.read_bytes() for p in sorted(self.folder.rglob("*"))
+                if p.is_file() and p.name != "case.json"}
 
 
 @dataclass
@@ -77,17 +78,24 @@ class Outcome:
     why: str = ""
 
 
-def load_seeds(folder: Path = SEEDS_DIR) -> list[Seed]:
-    """Return the seeds under ``folder`` (one sub-folder each)."""
+def load_seeds(folder: Path = SEEDS_DIR, *, campaign: bool = False) -> list[Seed]:
+    """Return the seeds under ``folder`` (one sub-folder each).
+
+    Seeds whose ``case.json`` says ``"campaign_only": true`` (TensorFlow and TFLite: TensorFlow's
+    import alone takes longer than CI's fuzz budget) are left out unless ``campaign`` is true.
+    """
     seeds = []
     for sub in sorted(p for p in folder.iterdir() if (p / "case.json").is_file()):
         meta = json.loads((sub / "case.json").read_text())
+        if meta.get("campaign_only") and not campaign:
+            continue
         seeds.append(Seed(sub.name, sub, meta["route"], tuple(meta["files"])))
     return seeds
 
 
 def _import_for(routes: list[str]) -> None:
     """Import the frontends and exporters of ``routes`` (in the fork server, once)."""
+    import convert.api  # the CLI imports it on first use: once here, not in every child
     import convert.cli  # noqa: F401
     from convert import formats
 
@@ -281,6 +289,10 @@ def _proto_class(name: str) -> type | None:
         from convert.frontends.paddle import framework_pb2
 
         return framework_pb2.ProgramDesc  # type: ignore[no-any-return]
+    if name.endswith("saved_model.pb"):
+        from tensorflow.core.protobuf import saved_model_pb2
+
+        return saved_model_pb2.SavedModel  # type: ignore[no-any-return]
     return None
 
 
@@ -323,6 +335,10 @@ def proto_field(data: bytes, name: str, rnd: random.Random) -> bytes:
         return data
     fd, value = rnd.choice(fields)
     repeated = _repeated(fd)
+    if fd.type == fd.TYPE_MESSAGE and fd.message_type.GetOptions().map_entry:  # a map (SavedModel): drop a key
+        if value:
+            del value[rnd.choice(sorted(value))]
+        return msg.SerializeToString()  # type: ignore[no-any-return]
     ints = (fd.TYPE_INT32, fd.TYPE_INT64, fd.TYPE_UINT32, fd.TYPE_UINT64, fd.TYPE_SINT32, fd.TYPE_SINT64)
     op = rnd.choice(["delete", "value", "duplicate"])
     try:
@@ -424,7 +440,7 @@ def mutators_for(name: str) -> tuple[Mutator, ...]:
     """Return the mutators that make sense for a file named ``name``."""
     if name.endswith(".onnx"):
         return (onnx_graph, onnx_graph, proto_field, proto_field, *BINARY)
-    if name.endswith((".caffemodel", ".pdmodel")):
+    if name.endswith((".caffemodel", ".pdmodel", "saved_model.pb")):
         return (proto_field, proto_field, *BINARY)
     if name.endswith(".json"):
         return (json_tree, json_tree, *TEXT)
@@ -487,7 +503,10 @@ def write_case(case: Case, folder: Path) -> list[str]:
     """Write the case's files into ``folder``; return the command line's input paths."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, data in case.contents.items():
-        (folder / name).write_bytes(data)
+        path = folder / name
+        if "/" in name:  # a SavedModel's variables/ ...
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
     return [str(folder / f) for f in case.seed.files]
 
 

@@ -219,13 +219,79 @@ def pytorch_seed() -> None:
     _case(folder, "pytorch:onnx", ["m.pt"])
 
 
+def pytorch_file_seeds() -> None:
+    """A legacy (non-zip) pickled state_dict and a ``torch.export`` ``.pt2``: the other PyTorch readers."""
+    import torch
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                              torch.nn.Flatten(), torch.nn.Linear(4, 5)).eval()
+    legacy = SEEDS / "pytorch_legacy"
+    legacy.mkdir(parents=True, exist_ok=True)
+    torch.save(net.state_dict(), legacy / "m.pt", _use_new_zipfile_serialization=False)
+    (legacy / "case.json").write_text(json.dumps({"route": "pytorch:onnx", "files": ["m.pt"],
+                                                  "campaign_only": True}, indent=1) + "\n")
+    pt2 = SEEDS / "pytorch_pt2"
+    pt2.mkdir(parents=True, exist_ok=True)
+    torch.export.save(torch.export.export(net, (torch.rand(1, 3, 8, 8),)), str(pt2 / "m.pt2"))
+    (pt2 / "case.json").write_text(json.dumps({"route": "pytorch:onnx", "files": ["m.pt2"],
+                                               "campaign_only": True}, indent=1) + "\n")
+
+
+def _keras_net() -> object:
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 3), name="x")
+    y = keras.layers.Conv2D(4, 3, padding="same")(inp)
+    y = keras.layers.BatchNormalization()(y)
+    y = keras.layers.ReLU()(y)
+    y = keras.layers.MaxPooling2D(2)(y)
+    y = keras.layers.GlobalAveragePooling2D()(y)
+    return keras.Model(inp, keras.layers.Dense(5)(y), name="small")
+
+
+def tensorflow_seed() -> None:
+    """A SavedModel folder (``saved_model.pb``, ``variables/``); campaign only (TF's import is slow)."""
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    folder = SEEDS / "tensorflow"
+    model = _keras_net()
+    if folder.exists():
+        import shutil
+
+        shutil.rmtree(folder)
+    model.export(str(folder), verbose=False)  # type: ignore[attr-defined]
+    for extra in ("fingerprint.pb", "assets"):
+        path = folder / extra
+        if path.is_dir():
+            path.rmdir()
+        elif path.exists():
+            path.unlink()
+    (folder / "case.json").write_text(json.dumps({"route": "tensorflow:onnx", "files": ["."],
+                                                  "campaign_only": True}, indent=1) + "\n")
+
+
+def tflite_seed() -> None:
+    """A float ``.tflite`` flatbuffer of the same net (written by TensorFlow; read without it)."""
+    import tensorflow as tf
+
+    folder = SEEDS / "tflite"
+    folder.mkdir(parents=True, exist_ok=True)
+    data = tf.lite.TFLiteConverter.from_keras_model(_keras_net()).convert()
+    (folder / "m.tflite").write_bytes(data)
+    (folder / "case.json").write_text(json.dumps({"route": "tflite:onnx", "files": ["m.tflite"],
+                                                  "campaign_only": True}, indent=1) + "\n")
+
+
 def main() -> None:
     """Write every seed (skipping those whose framework is missing)."""
     onnx_seeds()
     caffe_seed()
     darknet_seed()
     paddle_pdmodel_seed()
-    for build in (paddle_json_seed, pytorch_seed):
+    for build in (paddle_json_seed, pytorch_seed, pytorch_file_seeds, tensorflow_seed, tflite_seed):
         try:
             build()
         except ImportError as exc:

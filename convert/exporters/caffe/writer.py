@@ -229,8 +229,17 @@ def _nbytes(blob: object) -> int:
     return int(getattr(blob, "nbytes", 0))
 
 
-def _array(blob: object) -> np.ndarray:
+def _array(blob: object, layer: str = "?") -> np.ndarray:
+    """Return the blob's values as float32 (Caffe blobs hold floats); numbers of any type convert.
+
+    Raises:
+        ExportError: the values are not numbers (a STRING tensor of a corrupt model).
+    """
     arr = blob if isinstance(blob, np.ndarray) else blob.numpy()  # type: ignore[attr-defined]
+    if np.asarray(arr).dtype.kind not in "biuf":
+        name = getattr(blob, "name", None) or "?"
+        raise ExportError(f"layer '{layer}': its weight '{name}' holds {np.asarray(arr).dtype} values, not numbers; "
+                          "a Caffe blob holds floats. Is the source model corrupt?")
     return np.ascontiguousarray(arr, dtype=np.float32)
 
 
@@ -282,7 +291,7 @@ def _stream_caffemodel(fh: BinaryIO, name: str, emitted: list[Emitted], options:
         length = len(header) + sum(len(_field(7, size)) + size for size in blob_sizes)
         fh.write(_field(100, length) + header)
         for (body, count, src), size in zip(framed, blob_sizes, strict=True):
-            arr = _array(src)
+            arr = _array(src, e.layer.name)
             if arr.size != count:
                 raise AssertionError(f"blob of layer '{e.layer.name}' has {arr.size} values, expected {count}")
             fh.write(_field(7, size) + body)

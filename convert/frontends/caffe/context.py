@@ -53,7 +53,9 @@ class CaffeContext(FrontendContext):
         return value
 
     def inputs(self, layer: LayerDef) -> list[Value]:
-        """Return the IR values of every bottom of ``layer``."""
+        """Return the IR values of every bottom of ``layer`` (at least one)."""
+        if not layer.bottoms:
+            raise self.error(layer, "has no bottom blob")
         return [self.input(layer, i) for i in range(len(layer.bottoms))]
 
     def set_top(self, layer: LayerDef, value: Value, index: int = 0) -> None:

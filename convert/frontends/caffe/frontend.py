@@ -129,15 +129,15 @@ def _convert(net: NetDef, weights_name: str, options: Options) -> Model:
                 where=lambda layer: f"layer '{layer.name}' ({layer.type}) at {ctx.where(layer)}")
     for name in outputs:
         value = ctx.blobs.get(name)
-        if value is None:
-            continue
+        if value is None or (value.is_graph_input() and value.name == name):
+            continue  # an input no layer reads is not an output
         if value.is_graph_input() or value.is_graph_output() or value.is_initializer():
             builder.output(value, name)
             continue
         value.name = name
         builder.output(value)
     if not builder.graph.outputs:
-        raise ModelFormatError(f"{net.file}: the net has no outputs")
+        raise ModelFormatError(f"{net.file}: the net has no outputs (no layer computes a blob from its inputs)")
     return builder.build(doc=f"converted from Caffe {net.file}")
 
 

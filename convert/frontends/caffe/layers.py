@@ -33,7 +33,17 @@ def _note(layer_type: str, maps_to: str, limits: str = "") -> None:
 
 
 def _p(layer: LayerDef, field: str) -> Any:
-    return getattr(layer.param, field)
+    """Return ``layer``'s ``field`` (``flatten_param`` ...); its defaults where a V1 layer lacks it.
+
+    A V1 ``layers { type: FLATTEN }`` (``V1LayerParameter``) declares no ``flatten_param``: such a
+    layer takes the defaults, as Caffe's V1-to-V2 upgrade gives it.
+    """
+    param = layer.param
+    if field not in type(param).DESCRIPTOR.fields_by_name:
+        from convert._proto import caffe_pb2
+
+        return getattr(caffe_pb2.LayerParameter(), field)
+    return getattr(param, field)
 
 
 def _has(msg: Any, field: str) -> bool:
@@ -125,6 +135,17 @@ def deconvolution(layer: LayerDef, ctx: CaffeContext) -> None:
     _convolution(layer, ctx, transposed=True)
 
 
+def _check_window(layer: LayerDef, ctx: CaffeContext, size: tuple[int, int], out: tuple[int, int],
+                  **fields: tuple[int, ...]) -> None:
+    """Refuse strides, dilations or groups of 0 and a window that leaves no output (a corrupt file)."""
+    for name, values in fields.items():
+        if any(v < 1 for v in values):
+            raise ctx.error(layer, f"{name} {list(values)} must be at least 1. Is the file corrupt?")
+    if out[0] < 1 or out[1] < 1:
+        raise ctx.error(layer, f"the window leaves no output for its {size[0]}x{size[1]} input "
+                               f"(output {out[0]}x{out[1]}): kernel_size, pad or stride is wrong")
+
+
 def _convolution(layer: LayerDef, ctx: CaffeContext, *, transposed: bool) -> None:
     x = ctx.input(layer)
     n, c, h, w = _rank4(layer, ctx, x)
@@ -133,6 +154,7 @@ def _convolution(layer: LayerDef, ctx: CaffeContext, *, transposed: bool) -> Non
     g, m = cp.group, cp.num_output
     if kh <= 0 or kw <= 0:
         raise ctx.error(layer, "kernel_size is missing")
+    _check_window(layer, ctx, (h, w), (1, 1), stride=(sh, sw), dilation=(dh, dw), group=(g,), num_output=(m,))
     if c % g or m % g:
         raise ctx.error(layer, f"group {g} does not divide channels {c} / num_output {m}")
     weight_shape = (c, m // g, kh, kw) if transposed else (m, c // g, kh, kw)
@@ -146,6 +168,7 @@ def _convolution(layer: LayerDef, ctx: CaffeContext, *, transposed: bool) -> Non
     else:
         oh = (h + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
         ow = (w + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
+    _check_window(layer, ctx, (h, w), (oh, ow))
     attrs = {
         "kernel_shape": [kh, kw],
         "pads": [ph, pw, ph, pw],
@@ -195,6 +218,7 @@ def pooling(layer: LayerDef, ctx: CaffeContext) -> None:
         raise ctx.error(layer, "kernel_size is missing (and global_pooling is false)")
     ph, pw = _hw(pp, "pad", 0)
     sh, sw = _hw(pp, "stride", 1)
+    _check_window(layer, ctx, (h, w), (1, 1), stride=(sh, sw))
     ceil = True
     if _has(pp, "round_mode"):
         ceil = int(pp.round_mode) == 0
@@ -203,6 +227,7 @@ def pooling(layer: LayerDef, ctx: CaffeContext) -> None:
     any_pad = bool(ph or pw)
     oh = caffe_pool_size(h, kh, sh, ph, ceil, any_pad)
     ow = caffe_pool_size(w, kw, sw, pw, ceil, any_pad)
+    _check_window(layer, ctx, (h, w), (oh, ow))
     eh = max(0, (oh - 1) * sh + kh - (h + 2 * ph))
     ew = max(0, (ow - 1) * sw + kw - (w + 2 * pw))
     base = {"kernel_shape": [kh, kw], "strides": [sh, sw]}

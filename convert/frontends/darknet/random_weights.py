@@ -7,11 +7,12 @@ hundreds of layers (see ``weights.RandomWeights``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from pathlib import Path
 
-from convert.ir import Options
+from convert.ir import ExportError, Options
 
 from .loader import build_model
 from .weights import RandomWeights
@@ -36,9 +37,12 @@ def write_random_weights(cfg_path: str | os.PathLike[str], out_path: str | os.Pa
 
     Raises:
         UnsupportedOpsError, ModelFormatError: the cfg cannot be converted.
+        ExportError: the file cannot be written there (a read-only or missing folder, a full disk).
     """
     cfg = Path(cfg_path)
     out = Path(out_path)
+    if out.is_dir():  # a folder: <cfg stem>.weights in it
+        out = out / (cfg.stem + ".weights")
     tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
     try:
         with open(tmp, "wb") as fh:
@@ -46,7 +50,10 @@ def write_random_weights(cfg_path: str | os.PathLike[str], out_path: str | os.Pa
             source = RandomWeights(seed=seed, sink=fh)
             build_model(cfg, source, options or Options())
         os.replace(tmp, out)
+    except OSError as exc:  # the user's folder or disk, not a bug: one line, nothing left
+        raise ExportError(f"cannot write the random weights of {cfg.name} to '{out}': "
+                          f"{exc.strerror or exc}. Nothing was written.") from exc
     finally:
-        if tmp.exists():
+        with contextlib.suppress(OSError):
             tmp.unlink()
     return out

@@ -200,11 +200,24 @@ _TYPED_FIELDS = {
 _ANY_TYPED = ("float_data", "double_data", "int32_data", "int64_data", "uint64_data", "string_data")
 
 
+# Complex numbers are stored as two values each (real, imaginary) in these fields.
+_COMPLEX_FIELDS = {_T.COMPLEX64: "float_data", _T.COMPLEX128: "double_data"}
+
+
 def _check_typed_data(where: str, tensor: onnx.TensorProto) -> None:
     """Refuse a tensor kept in typed fields whose value count disagrees with its dims (an empty one too)."""
     count = 1
     for d in tensor.dims:
         count *= d
+    if tensor.data_type in _COMPLEX_FIELDS:  # a COMPLEX128 in int64_data reached onnx_ir's AssertionError
+        field = _COMPLEX_FIELDS[tensor.data_type]
+        stored = len(getattr(tensor, field))
+        if stored != 2 * count or any(len(getattr(tensor, f)) for f in _ANY_TYPED if f != field):
+            raise ir.ModelFormatError(
+                f"{where}: its dims {list(tensor.dims)} need {count:,} complex values ({2 * count:,} in {field}) "
+                f"but it stores {stored:,} there. Is the file corrupt?"
+            )
+        return
     field = _TYPED_FIELDS.get(tensor.data_type)
     stored = len(getattr(tensor, field)) if field else sum(len(getattr(tensor, f)) for f in _ANY_TYPED)
     if (field and stored != count) or (not field and count and not stored):
@@ -218,6 +231,9 @@ def _node_label(node: onnx.NodeProto) -> str:
     return f"node '{node.name or (node.output[0] if node.output else '?')}' ({node.op_type})"
 
 
+# Attribute types whose value is one message: an attribute of that type without it is corrupt.
+_MESSAGE_ATTRIBUTES = {onnx.AttributeProto.TENSOR: "t", onnx.AttributeProto.GRAPH: "g",
+                       onnx.AttributeProto.SPARSE_TENSOR: "sparse_tensor", onnx.AttributeProto.TYPE_PROTO: "tp"}
 _ATTRIBUTE_TYPES = frozenset(v for k, v in onnx.AttributeProto.AttributeType.items() if k != "UNDEFINED")
 
 
@@ -245,12 +261,146 @@ def _check_acyclic(where: str, graph: onnx.GraphProto) -> None:
                                   "on their own outputs, so no order computes the graph. Is the file corrupt?")
 
 
-def _check_graph(path: Path, graph: onnx.GraphProto, outer: frozenset[str] = frozenset()) -> None:
+def _schema(node: onnx.NodeProto, opsets: dict[str, int]) -> onnx.defs.OpSchema | None:
+    """Return the standard schema of ``node`` at the model's opset (None: not a standard op)."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    try:
+        return onnx.defs.get_schema(node.op_type, max_inclusive_version=opsets.get("", opsets.get("ai.onnx", 1)),
+                                    domain="")
+    except onnx.defs.SchemaError:
+        return None
+
+
+_C_INT = 2**31 - 1
+# Window attributes of the standard ops and the least value each may take; every value must also
+# fit a C int (what every runtime stores them in). A stride of 2^62 is a corrupt file.
+_WINDOW_ATTRIBUTES = {"kernel_shape": 1, "strides": 1, "dilations": 1, "pads": 0, "output_padding": 0,
+                      "output_shape": 0, "group": 1}
+# Axis attributes: no tensor has 2^31 dimensions.
+_AXIS_ATTRIBUTES = ("axis", "axes")
+# Inputs the standard ops take as 1-D tensors, which every runtime insists on: (op, input index) ->
+# rank. Checked where the input is a constant the file holds (an initializer or a Constant node's
+# value). Not Squeeze/Unsqueeze axes nor Range's scalars: runtimes take those 0-D or 1-D alike, and
+# the ONNX test suite has such files.
+_INPUT_RANKS = {
+    **{("Slice", i): 1 for i in (1, 2, 3, 4)}, ("Reshape", 1): 1, ("Expand", 1): 1, ("Tile", 1): 1,
+    ("ConstantOfShape", 0): 1, ("Pad", 1): 1,
+}
+
+
+def _check_values(where: str, node: onnx.NodeProto, dims: dict[str, list[int]],
+                  ranks: dict[str, int] | None = None) -> None:
+    """Refuse window and axis attributes out of any sane range, constant inputs of the wrong rank
+    (``dims``: the dims of the constants the graph holds, by name), and a convolution whose weight's
+    rank is not its input's (``ranks``: the declared ranks of the graph inputs)."""
+    if node.op_type in ("Conv", "ConvTranspose") and len(node.input) > 1 and node.input[1] in dims:
+        w_rank = len(dims[node.input[1]])
+        x = node.input[0]
+        x_rank = len(dims[x]) if x in dims else (ranks or {}).get(x, w_rank)
+        if w_rank < 3 or x_rank != w_rank:
+            raise ir.ModelFormatError(
+                f"{where}: {_node_label(node)} weight '{node.input[1]}' has dims {dims[node.input[1]]} for an input "
+                f"of rank {x_rank}; a convolution's weight has its input's rank (at least 3). Is the file corrupt?"
+            )
+    for attr in node.attribute:
+        values = list(attr.ints) if attr.type == onnx.AttributeProto.INTS else (
+            [attr.i] if attr.type == onnx.AttributeProto.INT else [])
+        if not values:
+            continue
+        if attr.name in _WINDOW_ATTRIBUTES and node.op_type != "Pad":  # Pad-2's pads may be negative (a crop)
+            low = _WINDOW_ATTRIBUTES[attr.name]
+            bad = next((v for v in values if not low <= v <= _C_INT), None)
+            if bad is not None:
+                raise ir.ModelFormatError(
+                    f"{where}: {_node_label(node)} attribute '{attr.name}' holds {bad}, outside {low}..{_C_INT}. "
+                    "Is the file corrupt?"
+                )
+        elif attr.name in _AXIS_ATTRIBUTES and any(abs(v) > _C_INT for v in values):
+            raise ir.ModelFormatError(
+                f"{where}: {_node_label(node)} attribute '{attr.name}' holds "
+                f"{values[0] if len(values) == 1 else values}, beyond any tensor's rank. Is the file corrupt?"
+            )
+    for i, name in enumerate(node.input):
+        rank = _INPUT_RANKS.get((node.op_type, i))
+        if rank is not None and name in dims and len(dims[name]) != rank:
+            raise ir.ModelFormatError(
+                f"{where}: {_node_label(node)} input {i} '{name}' has dims {dims[name]}; {node.op_type} takes a "
+                f"{rank}-D tensor there. Is the file corrupt?"
+            )
+
+
+def _check_signature(where: str, node: onnx.NodeProto, schema: onnx.defs.OpSchema,
+                     weights: dict[str, int] | None = None) -> None:
+    """Refuse an empty name for a required input, an attribute of another type than the op declares,
+    and an initializer (``weights``: name -> data type) of a type the op does not take there.
+
+    All are what a corrupt file looks like: every consumer (shape inference, the passes, the
+    exporters) reads a required input, an attribute of the declared type and a weight of one of
+    the input's types (a STRING Conv bias reached the Caffe weight writer).
+    """
+    single = onnx.defs.OpSchema.FormalParameterOption.Single
+    if weights:
+        allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+        formals = list(schema.inputs)
+        for i, name in enumerate(node.input):
+            if not name or name not in weights or not formals:
+                continue
+            formal = formals[min(i, len(formals) - 1)]
+            if i >= len(formals) and formal.option != onnx.defs.OpSchema.FormalParameterOption.Variadic:
+                break
+            types = allowed.get(formal.type_str, {formal.type_str})
+            dtype = onnx.TensorProto.DataType.Name(weights[name])
+            if f"tensor({dtype.lower()})" not in types:
+                takes = ", ".join(sorted(t[7:-1].upper() for t in types if t.startswith("tensor(")))
+                raise ir.ModelFormatError(
+                    f"{where}: {_node_label(node)} input {i} ('{formal.name}') is the initializer '{name}' of type "
+                    f"{dtype}; {node.op_type} takes {takes} there. "
+                    "Is the file corrupt?"
+                )
+    for i, formal in enumerate(schema.inputs):
+        if formal.option != single:
+            break  # optional and variadic inputs may be absent
+        if i >= len(node.input) or not node.input[i]:
+            what = "is empty" if i < len(node.input) else "is missing"
+            raise ir.ModelFormatError(
+                f"{where}: {_node_label(node)} input {i} ('{formal.name}') {what}, but {node.op_type} requires it. "
+                "Is the file corrupt?"
+            )
+    if len(node.output) < schema.min_output:  # a Shape without its output reached FoldConstants
+        raise ir.ModelFormatError(
+            f"{where}: {_node_label(node)} has {len(node.output)} output(s); {node.op_type} produces at least "
+            f"{schema.min_output}. Is the file corrupt?"
+        )
+    for attr in node.attribute:
+        spec = schema.attributes.get(attr.name)
+        if spec is not None and not attr.ref_attr_name and attr.type != spec.type:
+            have = onnx.AttributeProto.AttributeType.Name(attr.type)
+            want = onnx.AttributeProto.AttributeType.Name(int(spec.type))
+            raise ir.ModelFormatError(
+                f"{where}: {_node_label(node)} attribute '{attr.name}' is of type {have}; {node.op_type} takes "
+                f"{want}. Is the file corrupt?"
+            )
+
+
+def _check_graph(path: Path, graph: onnx.GraphProto, outer: frozenset[str] = frozenset(),
+                 opsets: dict[str, int] | None = None) -> None:
     """Refuse values defined twice and node inputs or graph outputs that nothing defines.
 
     Names are resolved over the whole graph (the passes sort nodes that are out of order) and,
-    for a subgraph, over the graphs enclosing it.
+    for a subgraph, over the graphs enclosing it. Standard ops are also checked against their
+    schema at the model's opset (``_check_signature``).
     """
+    opsets = opsets or {}
+    weights = {t.name: t.data_type for t in graph.initializer}
+    dims = {t.name: list(t.dims) for t in graph.initializer}
+    ranks = {v.name: len(v.type.tensor_type.shape.dim) for v in graph.input
+             if v.type.HasField("tensor_type") and v.type.tensor_type.HasField("shape")}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output:
+            value = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
+            if value is not None:
+                dims[node.output[0]] = list(value.dims)
     where = f"{path.name}: graph '{graph.name}'"
     defined: dict[str, str] = {}
     initializers = {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
@@ -284,8 +434,19 @@ def _check_graph(path: Path, graph: onnx.GraphProto, outer: frozenset[str] = fro
                     f"{where}: {_node_label(node)} attribute '{attr.name}' has no valid type ({attr.type}). "
                     "Is the file corrupt?"
                 )
+            field = _MESSAGE_ATTRIBUTES.get(attr.type)
+            if field is not None and not attr.ref_attr_name and not attr.HasField(field):
+                kind = onnx.AttributeProto.AttributeType.Name(attr.type)
+                raise ir.ModelFormatError(
+                    f"{where}: {_node_label(node)} attribute '{attr.name}' is of type {kind} but holds none. "
+                    "Is the file corrupt?"
+                )
             for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-                _check_graph(path, sub, visible)
+                _check_graph(path, sub, visible, opsets)
+        schema = _schema(node, opsets)
+        if schema is not None:
+            _check_signature(where, node, schema, weights)
+            _check_values(where, node, dims, ranks)
     _check_acyclic(where, graph)
     for v in graph.output:
         if v.name not in visible:
@@ -358,7 +519,7 @@ def read_onnx(paths: Sequence[Path], options: ir.Options) -> ir.Model:
     proto = _load_proto(path)
     _check_tensors(path, proto)
     _check_external(path, proto)
-    _check_graph(path, proto.graph)
+    _check_graph(path, proto.graph, opsets={o.domain: o.version for o in proto.opset_import})
     unsupported = _unsupported(path, proto)
     if unsupported:
         raise ir.UnsupportedOpsError(path.name, unsupported, hint="Run `convert ops onnx` for what is supported.")

@@ -111,6 +111,9 @@ def _attr(at: _Json) -> object:
     return data
 
 
+_MAX_DIM = 2**31 - 1  # no tensor dimension of a real model is larger (-1: dynamic)
+
+
 def _value_type(tt: _Json | None) -> tuple[np.dtype | None, tuple[int, ...] | None]:
     if not tt or _tag(tt) != "t_dtensor":
         return None, None
@@ -118,6 +121,8 @@ def _value_type(tt: _Json | None) -> tuple[np.dtype | None, tuple[int, ...] | No
     dtype_name = _DTYPES.get(_tag(data[0])) if data else None
     dtype = np.dtype(dtype_name) if dtype_name and dtype_name != "bfloat16" else None
     shape = tuple(int(d) for d in data[1]) if len(data) > 1 else None
+    if shape is not None and any(not -1 <= d <= _MAX_DIM for d in shape):  # 10^23 reached the ONNX serializer
+        raise ValueError(f"dimension outside -1..{_MAX_DIM} in the shape {list(shape)}")
     return dtype, shape
 
 
@@ -143,6 +148,11 @@ def _load(path: Path) -> _Json:
     except RecursionError:  # nesting no PIR program has; json's decoder recurses per level
         raise ModelFormatError(f"{path.name}: not a Paddle PIR program (JSON nested too deeply to read). "
                                "Is this an inference.json written by paddle.jit.save?") from None
+    try:  # "\ud800" in a JSON string decodes to an unpaired surrogate, which no name can hold
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ModelFormatError(f"{path.name}: a string of the PIR program holds an unpaired surrogate "
+                               f"({exc.object[exc.start:exc.end]!a}), not text. Is the file corrupt?") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("base_code"), dict) \
             or doc["base_code"].get("magic") != "pir" or "program" not in doc:
         raise ModelFormatError(f"{path.name}: not a Paddle PIR program (no 'base_code.magic: pir'). "

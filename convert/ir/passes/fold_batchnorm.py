@@ -18,13 +18,38 @@ import numpy as np
 import onnx_ir as _ir
 
 from ..edit import replace_value
-from ..provenance import set_output_of
+from ..errors import ModelFormatError
+from ..provenance import describe, set_output_of
 from ..tensors import lazy
 from .base import Pass, PassResult
 
 __all__ = ["FoldBatchNorm"]
 
 logger = logging.getLogger(__name__)
+
+
+def _check_shapes(conv: _ir.Node, bn: _ir.Node) -> None:
+    """Refuse a Conv bias or BatchNormalization parameter whose length is not the Conv's output channels.
+
+    Raises:
+        ModelFormatError: naming the node, the tensor and both sizes (a corrupt model: the folded
+            bias would have the wrong length, #29's fuzzing found a SerdeError on write).
+    """
+    w_shape = conv.inputs[1].const_value.shape  # type: ignore[union-attr]
+    if len(w_shape) < 3:
+        raise ModelFormatError(f"{describe(conv)}: its weight has shape {list(w_shape)}; a Conv weight has the rank "
+                               "of its input (N, C, spatial...). Is the file corrupt?")
+    out_ch = int(w_shape[0])
+    named = [(conv, "bias", conv.inputs[2] if len(conv.inputs) > 2 else None)]
+    named += [(bn, what, v) for what, v in zip(("scale", "B", "mean", "var"), bn.inputs[1:5], strict=False)]
+    for node, what, value in named:
+        if value is None or value.const_value is None:
+            continue
+        shape = tuple(int(d) for d in value.const_value.shape)
+        if shape != (out_ch,):
+            raise ModelFormatError(
+                f"{describe(node)}: its {what} '{value.name}' has shape {list(shape)}, but the Conv has {out_ch} "
+                "output channels. Is the file corrupt?")
 
 
 class FoldBatchNorm(Pass):
@@ -66,6 +91,7 @@ class FoldBatchNorm(Pass):
             return "the Conv weight is not a constant"
         if len(conv.inputs) > 2 and conv.inputs[2] is not None and conv.inputs[2].const_value is None:
             return "the Conv bias is not a constant"
+        _check_shapes(conv, bn)
         return ""
 
     @staticmethod

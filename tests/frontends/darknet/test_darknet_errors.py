@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -191,3 +192,69 @@ def test_out_of_range_integers_are_one_line_at_parse_time(section: str, option: 
         err = result.stderr.strip().splitlines()[-1]
         assert f"net.cfg:{line}:" in err and option in err and why in err and "Traceback" not in result.stderr, err
         assert sorted(p.name for p in tmp_path.iterdir()) == ["net.cfg"]
+
+
+def _random_weights_cli(cfg: Path, out: str) -> tuple[int, str]:
+    from click.testing import CliRunner
+
+    from convert.cli import cli
+
+    result = CliRunner().invoke(cli, ["random-weights", "darknet", str(cfg), "-o", out])
+    return result.exit_code, result.stderr
+
+
+@pytest.mark.parametrize("where", ["through-a-file", "missing-folder", "read-only"])
+def test_random_weights_into_an_unwritable_place_is_one_line(tmp_path: Path, where: str) -> None:
+    """#29: OSError writing the weights (the user's folder, not a bug) was an exit 3."""
+    cfg = write_cfg(tmp_path, NET + CONV)
+    (tmp_path / "afile").write_text("x")
+    if where == "read-only":
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o555)
+        target = str(ro / "x.weights") if os.geteuid() != 0 else "/sys/x.weights"  # root ignores chmod
+    else:
+        target = str(tmp_path / ("afile" if where == "through-a-file" else "nope") / "x.weights")
+    code, err = _random_weights_cli(cfg, target)
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and "cannot write the random weights of net.cfg" in lines[0], lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["afile", "net.cfg", *(["ro"] if where == "read-only"
+                                                                                          else [])])
+
+
+def test_random_weights_on_a_full_disk_is_one_line_and_leaves_nothing(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSPC while writing (simulated: every write to the weights fails as a full disk does)."""
+    import builtins
+    import errno
+
+    from convert.frontends.darknet import random_weights
+
+    real_open = builtins.open
+
+    class FullDisk:
+        def __init__(self, fh: object) -> None:
+            self.fh = fh
+
+        def __enter__(self) -> FullDisk:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.fh.close()  # type: ignore[attr-defined]
+
+        def write(self, data: bytes) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(random_weights, "open", lambda *a, **kw: FullDisk(real_open(*a, **kw)), raising=False)
+    cfg = write_cfg(tmp_path, NET + CONV)
+    with pytest.raises(ConvertError, match=r"cannot write the random weights of net\.cfg .*No space left on device"):
+        write_random_weights(cfg, tmp_path / "x.weights")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["net.cfg"]
+
+
+def test_random_weights_into_a_folder_names_the_file_after_the_cfg(tmp_path: Path) -> None:
+    cfg = write_cfg(tmp_path, NET + CONV)
+    (tmp_path / "out").mkdir()
+    assert write_random_weights(cfg, tmp_path / "out") == tmp_path / "out" / "net.weights"
+    assert (tmp_path / "out" / "net.weights").stat().st_size == 20 + 4 * CONV_PARAMS

@@ -217,7 +217,130 @@ def _missing_initializer(tmp: Path) -> bytes:
     return model.SerializeToString()
 
 
+def _conv_model(bias: onnx.TensorProto, weight: str = "cw", softmax_axis: object = 1) -> onnx.ModelProto:
+    """Conv(x, weight, b) -> Softmax: the Caffe route's Convolution + Softmax."""
+    softmax = helper.make_node("Softmax", ["c"], ["y"], axis=softmax_axis)
+    graph = helper.make_graph([helper.make_node("Conv", ["x", weight, "b"], ["c"], kernel_shape=[1, 1]), softmax], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])],
+                              [numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), "cw"), bias])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _float_bias() -> onnx.TensorProto:
+    return numpy_helper.from_array(np.zeros(2, np.float32), "b")
+
+
+def _string_conv_bias(tmp: Path) -> bytes:
+    """#29: a STRING Conv bias reached the Caffe weight writer (ValueError, exit 3)."""
+    return _conv_model(helper.make_tensor("b", TensorProto.STRING, [2], [b"a", b"b"])).SerializeToString()
+
+
+def _empty_required_input(tmp: Path) -> bytes:
+    """#29: a node input with an empty name where the op requires one (IndexError on the Caffe route)."""
+    return _conv_model(_float_bias(), weight="").SerializeToString()
+
+
+def _retyped_attribute(tmp: Path) -> bytes:
+    """Found by the #29 campaign: Softmax ``axis`` written as INTS (TypeError in the Caffe emitter)."""
+    return _conv_model(_float_bias(), softmax_axis=[1]).SerializeToString()
+
+
+def _tensor_attribute_without_tensor(tmp: Path) -> bytes:
+    """#29 campaign: a Constant whose TENSOR attribute holds no tensor (UNDEFINED dtype in FoldConstants)."""
+    const = helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.ones((2, 2), np.float32)))
+    const.attribute[0].ClearField("t")
+    return _add_model(const, helper.make_node("Add", ["x", "k"], ["y"])).SerializeToString()
+
+
+def _complex_in_int64_data(tmp: Path) -> bytes:
+    """#29 campaign: a COMPLEX128 tensor whose values sit in int64_data (AssertionError in onnx_ir)."""
+    t = helper.make_tensor("k_v", TensorProto.INT64, [2], [3, -1])
+    t.data_type = TensorProto.COMPLEX128
+    shape = helper.make_node("Constant", [], ["k"], value=t)
+    return _add_model(shape, helper.make_node("Add", ["x", "w"], ["y"])).SerializeToString()
+
+
+def _conv_bias_of_another_length(tmp: Path) -> bytes:
+    """#29 campaign: a Conv bias of 3 values for 2 output channels, folded with a BatchNormalization."""
+    bn = [numpy_helper.from_array(np.ones(2, np.float32), n) for n in ("g", "beta", "mean", "var")]
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "cw", "b"], ["c"], kernel_shape=[1, 1]),
+                               helper.make_node("BatchNormalization", ["c", "g", "beta", "mean", "var"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])],
+                              [numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), "cw"),
+                               numpy_helper.from_array(np.zeros(3, np.float32), "b"), *bn])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _huge_pool_stride(tmp: Path) -> bytes:
+    """#29 campaign: MaxPool strides of 2^62 (the Caffe emitter's "Value out of range")."""
+    pool = helper.make_node("MaxPool", ["c"], ["y"], kernel_shape=[2, 2], strides=[2**62, 2**62])
+    model = _conv_model(_float_bias())
+    del model.graph.node[1:]
+    model.graph.node.append(pool)
+    model.graph.output[0].type.tensor_type.shape.Clear()
+    return model.SerializeToString()
+
+
+def _softmax_axis_past_any_rank(tmp: Path) -> bytes:
+    """#29 campaign: a Softmax axis of 2^63 - 1."""
+    return _conv_model(_float_bias(), softmax_axis=2**63 - 1).SerializeToString()
+
+
+def _slice_starts_of_rank_0(tmp: Path) -> bytes:
+    """#29 campaign: Slice starts held as a 0-D tensor (the Caffe emitter's "iteration over a 0-d array")."""
+    graph = helper.make_graph([helper.make_node("Slice", ["x", "st", "en"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array(0, np.int64), "st"),
+                               numpy_helper.from_array(np.array([1], np.int64), "en")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def _conv_input_of_another_rank(tmp: Path) -> bytes:
+    """#29 campaign: a rank-4 Conv weight on an input declared with rank 3 (IndexError in the Caffe emitter)."""
+    model = _conv_model(_float_bias())
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    del dims[3]
+    return model.SerializeToString()
+
+
+def _conv_on_a_rank_1_weight(tmp: Path) -> bytes:
+    """#29 verification campaign: a Conv whose input is the rank-1 bias initializer."""
+    model = _conv_model(_float_bias())
+    model.graph.node[0].input[0] = "b"
+    return model.SerializeToString()
+
+
+def _node_without_its_output(tmp: Path) -> bytes:
+    """#29 verification campaign: a Shape node with no output (FoldConstants' zip(strict) ValueError)."""
+    return _add_model(helper.make_node("Shape", ["x"], []), helper.make_node("Add", ["x", "w"], ["y"]),
+                      ).SerializeToString()
+
+
 MODEL_CASES = {
+    "conv-on-a-rank-1-input": (_conv_on_a_rank_1_weight, "weight 'cw' has dims [2, 2, 1, 1] for an input of rank 1"),
+    "node-without-its-output": (_node_without_its_output, "(Shape) has 0 output(s); Shape produces at least 1"),
+    "huge-pool-stride": (_huge_pool_stride, "(MaxPool) attribute 'strides' holds 4611686018427387904, outside 1.."),
+    "softmax-axis-past-any-rank": (_softmax_axis_past_any_rank, "attribute 'axis' holds 9223372036854775807, beyond"),
+    "slice-starts-of-rank-0": (_slice_starts_of_rank_0, "(Slice) input 1 'st' has dims []; Slice takes a 1-D tensor"),
+    "conv-input-of-another-rank": (_conv_input_of_another_rank,
+                                   "weight 'cw' has dims [2, 2, 1, 1] for an input of rank 3"),
+    "tensor-attribute-without-tensor": (_tensor_attribute_without_tensor,
+                                        "node 'k' (Constant) attribute 'value' is of type TENSOR but holds none"),
+    "complex-in-int64-data": (_complex_in_int64_data, "need 2 complex values (4 in double_data) but it stores 0"),
+    "conv-bias-of-another-length": (_conv_bias_of_another_length,
+                                    "its bias 'b' has shape [3], but the Conv has 2 output channels"),
+    "string-conv-bias": (_string_conv_bias, "input 2 ('B') is the initializer 'b' of type STRING; Conv takes"),
+    "empty-required-input": (_empty_required_input, "node 'c' (Conv) input 1 ('W') is empty, but Conv requires it"),
+    "retyped-attribute": (_retyped_attribute, "attribute 'axis' is of type INTS; Softmax takes INT"),
     "missing-initializer": (_missing_initializer, "node 'y' (Conv) input 1 'conv_w' is not a graph input"),
     "duplicate-output-name": (_duplicate_output, "writes the value 'y', which node"),
     "undefined-input": (_undefined_input, "input 1 'nowhere' is not a graph input"),
@@ -238,7 +361,7 @@ def test_corrupt_model_is_one_line_exit_2(tmp_path: Path, case: str) -> None:
     src.write_bytes(make(tmp_path))
     for route in ("onnx:onnx", "onnx:caffe"):
         out = tmp_path / "out"
-        code, err = _cli([route, str(src), "-o", f"{out}/", "--no-check"])
+        code, err = _cli([route, str(src), "-o", f"{out}/", "--no-check", "-q"])
         lines = err.strip().splitlines()
         assert code == 2, err
         assert len(lines) == 1 and words in lines[0] and "m.onnx" in lines[0], err
@@ -279,3 +402,13 @@ def test_constant_range_is_not_materialised(tmp_path: Path, limit: int, consumer
     assert time.perf_counter() - start < 30
     out = onnx.load(str(tmp_path / "o.onnx"))
     assert sum(numpy_helper.to_array(t).nbytes for t in out.graph.initializer) < 1024  # Range was not folded
+
+
+def test_caffe_blob_of_strings_is_an_export_error() -> None:
+    """The Caffe weight writer refuses values that are not numbers (its last line of defence, #29)."""
+    from convert.exporters.caffe.writer import _array
+    from convert.ir import ExportError
+
+    with pytest.raises(ExportError, match=r"layer 'conv1': its weight '.*' holds .* values, not numbers"):
+        _array(np.array([b"a", b"b"]), "conv1")
+    assert _array(np.arange(3, dtype=np.int64), "conv1").dtype == np.float32

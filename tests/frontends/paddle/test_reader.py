@@ -17,6 +17,7 @@ from convert.frontends.paddle import FRONTEND
 from convert.frontends.paddle.loader import resolve
 from convert.ir import (
     ConversionError,
+    ConvertError,
     ModelFormatError,
     Options,
     UnsupportedOpsError,
@@ -286,3 +287,34 @@ def test_attribute_of_the_wrong_type_is_one_line(axis: object, said: str, tmp_pa
     message = str(info.value)
     assert "elementwise_add" in message and "attribute 'axis'" in message and said in message, message
     assert "\n" not in message
+
+
+_PIR_SEED = Path(__file__).resolve().parents[2] / "fuzz" / "seeds" / "paddle_json"
+
+
+_POOL_SIZE = '"1.full_int_array","A":[{"AT":{"#":"0.a_array","D":[{"#":"0.a_i64","D":1},{"#":"0.a_i64","D":1}]}'
+
+
+@pytest.mark.parametrize(("old", "new", "said"), [
+    ('"1.a_dtype","D":"int64"}', '"1.a_dtype","D":"i/t64"}', "op #10 'full_int_array' -> 'full_int_array.tmp_11': "
+     "dtype 'i/t64' is not a data type"),  # #29 campaign: TypeError
+    ('{"#":"0.a_i64","D":-1}', '{"#":"0.a_i64"}', "op #10 of the PIR program is malformed"),  # #29: no value
+    ('{"#":"0.a_i64","D":-1}', '{"#":"0.a_i64","D":9223372036854775808}', "is outside int64"),  # #29: >= 2^63
+    (_POOL_SIZE, _POOL_SIZE.replace('"D":1}', '"D":2147483648}'), "adaptive output size [2147483648, 2147483648] "
+     "for a 8x8 input is beyond any model's"),  # #29 campaign: a hang (a Slice per output row)
+    (_POOL_SIZE, _POOL_SIZE.replace('{"#":"0.a_i64","D":1},{"#":"0.a_i64","D":1}', ""),
+     "kernel size [] is not two sizes of at least 1"),  # #29 campaign: IndexError
+    ("[1,3,8,8]", "[99999999999999999999999,3,8,8]", "dimension outside -1..2147483647"),  # #29 campaign: SerdeError
+    ('"fetch_name_0"', '"fetch_name\\ud8000"', "holds an unpaired surrogate ('\\ud800')"),  # #29: UnicodeEncodeError
+], ids=["dtype-not-a-type", "int-array-element-without-value", "int-past-int64", "adaptive-size-2^31",
+        "pool-size-empty", "dim-past-int64", "unpaired-surrogate"])
+def test_damaged_pir_program_is_one_line(tmp_path: Path, old: str, new: str, said: str) -> None:
+    """A PIR JSON program damaged in place (the fuzz seed, edited): one line naming the op, exit 2."""
+    text = (_PIR_SEED / "inference.json").read_text()
+    assert old in text
+    (tmp_path / "inference.json").write_text(text.replace(old, new))
+    (tmp_path / "inference.pdiparams").write_bytes((_PIR_SEED / "inference.pdiparams").read_bytes())
+    with pytest.raises(ConvertError) as info:
+        FRONTEND.load([tmp_path / "inference.json", tmp_path / "inference.pdiparams"], Options())
+    message = str(info.value)
+    assert said in message and "\n" not in message, message

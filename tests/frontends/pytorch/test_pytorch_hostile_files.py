@@ -77,3 +77,98 @@ def test_truncated_pt2_is_one_line(tmp_path: Path, cut: float) -> None:
     result = _convert(bad, tmp_path / "o.onnx")
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and len([ln for ln in result.stderr.splitlines() if ln.strip()]) <= 2
+
+
+@pytest.fixture(scope="module")
+def good_pt2(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    return _pt2(tmp_path_factory.mktemp("pt2")).read_bytes()
+
+
+def _damaged_member(tmp_path: Path, good: bytes, suffix: str, how: str) -> Path:
+    """The .pt2 with one member damaged: its bytes (bad CRC), its local header, or its directory entry."""
+    with zipfile.ZipFile(io.BytesIO(good)) as zf:
+        info = next(i for i in zf.infolist() if i.filename.endswith(suffix))
+    data = bytearray(good)
+    if how in ("method", "encrypted", "version"):  # fields of the member's central directory entry
+        entry = data.find(b"PK\x01\x02")
+        while entry >= 0 and data[entry + 46:entry + 46 + len(info.filename)] != info.filename.encode():
+            entry = data.find(b"PK\x01\x02", entry + 4)
+        if how == "method":
+            data[entry + 10:entry + 12] = (99).to_bytes(2, "little")
+        elif how == "encrypted":
+            data[entry + 8] |= 1
+        else:
+            data[entry + 6:entry + 8] = (64).to_bytes(2, "little")  # "version needed to extract" 6.4
+    elif how == "crc":  # the data starts after the local header's own name and extra field
+        at = info.header_offset
+        name_len, extra_len = (int.from_bytes(data[at + i:at + i + 2], "little") for i in (26, 28))
+        start = at + 30 + name_len + extra_len
+        data[start + 8] ^= 0xFF
+    else:
+        data[info.header_offset:info.header_offset + 4] = b"XXXX"
+    bad = tmp_path / "bad.pt2"
+    bad.write_bytes(bytes(data))
+    return bad
+
+
+@pytest.mark.parametrize(("suffix", "how", "said"), [
+    ("/data/sample_inputs/model.pt", "crc", "a member of the archive is damaged (BadZipFile: "),
+    ("/model_weights_config.json", "crc", "a member of the archive is damaged (BadZipFile: "),
+    ("/data/sample_inputs/model.pt", "header", "a member of the archive is damaged (BadZipFile: "),
+    ("/model_weights_config.json", "method", "a member of the archive is damaged (NotImplementedError: "),
+    ("/model_weights_config.json", "encrypted", "a member of the archive is damaged (RuntimeError: "),
+    ("/model_weights_config.json", "version", "a damaged zip archive (NotImplementedError: zip file version 6.4"),
+], ids=["pickled-member-bad-crc", "payload-config-bad-crc", "bad-local-header", "unknown-compression",
+        "encrypted-member", "zip-version-6.4"])
+def test_damaged_pt2_member_is_one_line(tmp_path: Path, good_pt2: bytes, suffix: str, how: str, said: str) -> None:
+    """#29: BadZipFile from the pickle scan (bad CRC, bad local header) was an exit 3; so were (found
+    by the #29 campaign) an unknown compression method, a member flagged encrypted, a zip version
+    past Python's."""
+    from convert.frontends.pytorch.files import check_pt2_payloads, classify
+    from convert.ir import ModelFormatError
+
+    bad = _damaged_member(tmp_path, good_pt2, suffix, how)
+    with pytest.raises(ModelFormatError) as info:
+        classify(bad)
+        check_pt2_payloads(bad, trust=False)
+    assert str(info.value).startswith("bad.pt2: ") and said in str(info.value), info.value
+
+
+@pytest.mark.parametrize("damage", ["truncated", "wrong-magic"])
+def test_damaged_legacy_pickle_is_one_line(tmp_path: Path, damage: str) -> None:
+    """#29: a legacy (non-zip) torch.save file cut short or with a wrong magic number: one line, not an
+    EOFError with an empty message, nor a claim that the file is a pickled module."""
+    from convert import convert
+    from convert.ir import ModelFormatError
+
+    good = tmp_path / "good.pt"
+    torch.save(torch.nn.Linear(2, 2).state_dict(), good, _use_new_zipfile_serialization=False)
+    data = good.read_bytes()
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(data[:100] if damage == "truncated" else data[:2] + b"\0\0" + data[4:])
+    with pytest.raises(ModelFormatError) as info:
+        convert(bad, to="onnx", out=tmp_path / "o.onnx", format="pytorch", check=False)
+    message = str(info.value)
+    assert message.startswith("bad.pt: cannot read") and "\n" not in message, message
+    assert not (tmp_path / "o.onnx").exists()
+
+
+def test_attribute_error_of_the_weights_only_loader_is_the_files_fault(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """#29 campaign: a damaged legacy pickle made torch's weights-only loader raise AttributeError
+    ("'collections.OrderedDict' object has no attribute 'dtype'"), which was taken for a class that
+    cannot be imported (exit 3). The weights-only unpickler imports nothing: it is the file's fault.
+    (The fuzz input itself: tests/fuzz/crashes/pytorch_legacy-0fadf0e260.)"""
+    from convert.frontends.pytorch import files
+    from convert.ir import ModelFormatError
+
+    def damaged(*args: object, **kw: object) -> object:
+        raise AttributeError("'collections.OrderedDict' object has no attribute 'dtype'")
+
+    monkeypatch.setattr(torch, "load", damaged)
+    path = tmp_path / "m.pt"
+    path.write_bytes(b"x")
+    with pytest.raises(ModelFormatError, match=r"m\.pt: cannot read \(AttributeError: 'collections"):
+        files._load(path, weights_only=True)
+    with pytest.raises(AttributeError):  # the full unpickler: a class of the model that cannot be imported
+        files._load(path, weights_only=False)

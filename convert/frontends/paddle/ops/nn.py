@@ -104,12 +104,16 @@ def batch_norm(op: Op, ctx: PaddleContext) -> None:
 
 
 def _ksize(op: Op, ctx: PaddleContext) -> list[int]:
+    """The kernel (or adaptive output) size: two integers of at least 1 (else a damaged file)."""
     static = ctx.static(op, "ksize")
     if static is not None:
-        return [int(v) for v in static]
-    k = op.ints("ksize")
-    if not k:
-        raise RefusedError("kernel size is neither an attribute nor a constant input")
+        k = [int(v) for v in np.asarray(static).reshape(-1)]
+    else:
+        k = op.ints("ksize")
+        if not k:
+            raise RefusedError("kernel size is neither an attribute nor a constant input")
+    if len(k) != 2 or min(k) < 1:
+        raise RefusedError(f"kernel size {k} is not two sizes of at least 1. Is the model file damaged?")
     return k
 
 
@@ -147,6 +151,9 @@ def pool2d(op: Op, ctx: PaddleContext) -> None:
     ctx.bind(op, "Out", ctx.emit(onnx_op, [x], attrs))
 
 
+_MAX_ADAPTIVE = 1024  # adaptive output rows/columns beyond the input's size (each is a Slice + Reduce)
+
+
 def _adaptive(op: Op, ctx: PaddleContext, x: Value, out: list[int], kind: str) -> Value:
     """Adaptive pooling over a static H x W: one pool when windows are equal, else per-window.
 
@@ -158,6 +165,9 @@ def _adaptive(op: Op, ctx: PaddleContext, x: Value, out: list[int], kind: str) -
     if shape is None or len(shape) != 4 or min(shape[2:]) <= 0:
         raise RefusedError("adaptive pooling needs a static input height and width")
     h, w = shape[2], shape[3]
+    if out[0] > max(h, _MAX_ADAPTIVE) or out[1] > max(w, _MAX_ADAPTIVE):  # a window per output row: 2^31 hung
+        raise RefusedError(f"adaptive output size {out} for a {h}x{w} input is beyond any model's "
+                           f"(at most the input's size or {_MAX_ADAPTIVE}). Is the model file damaged?")
     if h % out[0] == 0 and w % out[1] == 0:
         k = [h // out[0], w // out[1]]
         onnx_op = "MaxPool" if kind == "max" else "AveragePool"

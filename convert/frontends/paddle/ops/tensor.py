@@ -26,7 +26,10 @@ def _np_dtype(value: object, default: str = "float32") -> np.dtype:
             raise RefusedError(f"dtype {value} is not supported")
         return np.dtype(name)
     text = str(value).replace("paddle.", "")
-    return np.dtype({"float": "float32", "double": "float64", "bool": "bool"}.get(text, text))
+    try:
+        return np.dtype({"float": "float32", "double": "float64", "bool": "bool"}.get(text, text))
+    except (TypeError, ValueError) as exc:  # 'i/t64': a damaged file
+        raise RefusedError(f"dtype '{value}' is not a data type. Is the model file damaged?") from exc
 
 
 def _int64(ctx: PaddleContext, v: Value, dtype: np.dtype | None) -> Value:
