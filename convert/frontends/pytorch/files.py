@@ -1,7 +1,8 @@
 """What a PyTorch file holds, told from its zip directory without running any of its code.
 
 - TorchScript (``torch.jit.save``): ``<root>/code/`` and ``<root>/constants.pkl``.
-- ExportedProgram (``torch.export.save``): ``<root>/archive_format`` or ``<root>/models/*.json``.
+- ExportedProgram (``torch.export.save``): ``<root>/archive_format`` or ``<root>/models/*.json``
+  (torch 2.7 on), ``serialized_exported_program.json`` at the top (torch 2.6 and before).
 - ``torch.save`` checkpoint: ``<root>/data.pkl`` only (or a legacy non-zip pickle). Inspected with
   ``torch.load(weights_only=True, mmap=True)``: a state_dict loads; a pickled module does not, and
   is unpickled only under ``--trust-pickle``.
@@ -13,9 +14,10 @@ import importlib
 import pickle
 import warnings
 import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from convert.ir import ModelFormatError, Options, UsageError
 
@@ -39,7 +41,8 @@ def classify(path: Path) -> str | None:
                 names = zf.namelist()
             if any(n.endswith("/constants.pkl") or "/code/" in n for n in names):
                 return TORCHSCRIPT
-            if any(n.endswith("/archive_format") or ("/models/" in n and n.endswith(".json")) for n in names):
+            if any(n.endswith("/archive_format") or ("/models/" in n and n.endswith(".json"))
+                   or n == "serialized_exported_program.json" for n in names):  # the last: torch <= 2.6's layout
                 return EXPORTED_PROGRAM
             if any(n.endswith("data.pkl") for n in names):
                 return CHECKPOINT
@@ -49,7 +52,8 @@ def classify(path: Path) -> str | None:
         return CHECKPOINT if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05") else None
     except OSError:
         return None
-    except (zipfile.BadZipFile, UnicodeDecodeError, ValueError, EOFError) as exc:  # a damaged zip directory
+    except (zipfile.BadZipFile, UnicodeDecodeError, ValueError, EOFError, NotImplementedError) as exc:
+        # a damaged zip directory (NotImplementedError: "zip file version 6.4", a flipped version field)
         raise ModelFormatError(f"{path.name}: a damaged zip archive ({type(exc).__name__}: {exc}). "
                                "Is the file truncated or corrupt?") from exc
 
@@ -170,14 +174,26 @@ def check_pt2_payloads(path: Path, *, trust: bool) -> None:
 
     Raises:
         UsageError: a member needs the full unpickler and ``--trust-pickle`` was not given.
+        ModelFormatError: a member cannot be read (a bad CRC, a damaged local header).
     """
+    check_archive(path)
+    if trust:
+        return
+    try:
+        _check_pt2_pickles(path)
+    except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, OSError, UnicodeDecodeError,
+            RuntimeError) as exc:
+        # a bad CRC or local header, a truncated stream, an unknown compression method, a member flagged
+        # as encrypted (RuntimeError), a name that is not UTF-8: the file's fault
+        raise ModelFormatError(f"{path.name}: a member of the archive is damaged ({type(exc).__name__}: "
+                               f"{str(exc).strip() or 'unreadable'}). Is the file truncated or corrupt?") from exc
+
+
+def _check_pt2_pickles(path: Path) -> None:
     import io
 
     import torch
 
-    check_archive(path)
-    if trust:
-        return
     with zipfile.ZipFile(path) as zf:
         for member in _pickled_members(zf):
             try:
@@ -275,6 +291,13 @@ def load_checkpoint(path: Path, options: Options) -> torch.nn.Module:
     try:
         obj = _load(path, weights_only=True)
     except pickle.UnpicklingError as exc:
+        text = str(exc)
+        if "WeightsUnpickler error" in text and "global" not in text.lower():
+            # not code but a damaged pickle (a wrong magic number, an unknown opcode): the file's fault
+            detail = text.split("WeightsUnpickler error:", 1)[1].strip().splitlines()
+            why = (detail[0] if detail else "") or "damaged"
+            raise ModelFormatError(f"{path.name}: cannot read: the pickle is damaged ({why}). "
+                                   "Is the file truncated or not a PyTorch file?") from exc
         if not trust:
             raise UsageError(
                 f"{path.name} is a pickled Python object (a whole module saved with torch.save(model)); "
@@ -324,11 +347,21 @@ def _load(path: Path, *, weights_only: bool) -> object:
             if "mmap" not in str(exc):
                 raise
             return torch.load(path, map_location="cpu", weights_only=weights_only)
-    except (pickle.UnpicklingError, ModuleNotFoundError, AttributeError, ImportError):
-        raise  # the caller's to judge: code in the pickle, or a class that cannot be imported
+    except pickle.UnpicklingError:
+        raise  # the caller's to judge: code in the pickle, or a damaged one
+    except (ModuleNotFoundError, AttributeError, ImportError) as exc:
+        if not weights_only:
+            raise  # the caller's to judge: a class of the pickled module that cannot be imported
+        # the weights-only unpickler imports nothing: torch's loader tripped on damaged data (#29)
+        _damaged(path, exc)
     except Exception as exc:  # torch's loader on a damaged file (EOFError, a wrong magic number): the file's fault
-        first = (str(exc).strip().splitlines() or [""])[0] or "the file ends early or is damaged"
-        raise ModelFormatError(f"{path.name}: cannot read ({type(exc).__name__}: {first})") from exc
+        _damaged(path, exc)
+
+
+def _damaged(path: Path, exc: BaseException) -> NoReturn:
+    """Raise the one-line error for a file torch's loader could not read (never returns)."""
+    first = (str(exc).strip().splitlines() or [""])[0] or "the file ends early or is damaged"
+    raise ModelFormatError(f"{path.name}: cannot read ({type(exc).__name__}: {first})") from exc
 
 
 def load_torchscript(path: Path) -> object:

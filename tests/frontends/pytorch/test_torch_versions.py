@@ -36,3 +36,25 @@ def test_torchscript_file_on_a_torch_before_2_6_is_one_clear_line(tmp_path: Path
     result = api.convert([tmp_path / "m.pt"], to="onnx", out=tmp_path / "m.onnx", check=False,
                          input_shapes={"input": (1, 3, 8, 8)})
     assert result.outputs[0].exists()
+
+
+def test_pt2_written_by_torch_2_6_converts(tmp_path: Path) -> None:
+    """torch 2.6 and earlier lay a ``.pt2`` out with ``serialized_exported_program.json`` at its top
+    (``models/pytorch/make_torch26_pt2.py`` wrote this one under torch 2.6.0): it is an
+    ExportedProgram, not "not a PyTorch file", and converts within 1e-5 of the program as the suite's
+    torch runs it."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from convert import api
+
+    src = Path(__file__).resolve().parents[3] / "models" / "pytorch" / "torch26_convnet.pt2"
+    result = api.convert([src], to="onnx", out=tmp_path / "m.onnx", check=False)
+    x = np.random.default_rng(0).random((1, 3, 16, 16), dtype=np.float32)
+    with torch.no_grad():
+        ref = torch.export.load(src).module()(torch.from_numpy(x)).numpy()
+    sess = ort.InferenceSession(str(result.outputs[0]), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {sess.get_inputs()[0].name: x})[0]
+    scale = float(np.abs(ref).max())
+    assert ref.shape == (1, 5) and float(ref.std()) > 1e-2 * scale
+    assert float(np.abs(got - ref).max()) <= 1e-5 * scale
