@@ -20,6 +20,10 @@ twice as far from the net run in float64 as eager float32 is).
     python benchmarks/bench_pytorch.py [--models resnet50,big] [--runs 20]
     python benchmarks/bench_pytorch.py --zoo [--models bert,gpt2,hf:bert,hf:gpt2_lm,tv:resnet18,timm:dla34]
     python benchmarks/bench_pytorch.py --zoo --models traced:det:maskrcnn_resnet50_fpn
+    python benchmarks/bench_pytorch.py --zoo --tools 'ours,torch.onnx (TorchScript)' --models tv:resnet18,det:...
+
+``--zoo`` ends with ours against the TorchScript exporter, model by model, in this run: conversion time
+and peak RSS ratios (parity excluded), and their geometric means.
 """
 
 from __future__ import annotations
@@ -255,17 +259,18 @@ def _match(path: Path, name: str) -> tuple[float, bool]:
     return worst, rounding
 
 
-def _zoo_table(names: list[str]) -> None:
+def _zoo_table(names: list[str], tools: tuple[str, ...] = TOOLS) -> None:
     import torch
 
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; match: max|onnx - eager| / max|eager| <= {MATCH_TOL} "
           "on two inputs, every output ('f64': past it by float32 rounding, the parity check's float64 rule)")
     header = f"{'model':30} {'exporter':26} {'file':>4} {'match':>6} {'max err':>9} {'time s':>7} {'peak RSS':>10}"
     rows = [header, "-" * len(header)]
-    totals = {tool: [0, 0] for tool in TOOLS}
+    totals = {tool: [0, 0] for tool in tools}
+    timing: dict[str, dict[str, tuple[float, int]]] = {}  # model -> tool -> (seconds, peak RSS)
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            for tool in TOOLS:
+            for tool in tools:
                 out = Path(tmp) / f"{name}_{len(rows)}.onnx"
                 env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
                 r = subprocess.run([sys.executable, __file__, "--child", tool, f"zoo:{name}", str(out)],
@@ -273,6 +278,8 @@ def _zoo_table(names: list[str]) -> None:
                 lines = [ln for ln in r.stdout.splitlines() if ln.startswith("@@")]
                 m = json.loads(lines[-1][2:]) if lines else {"error": (r.stderr.strip().splitlines()
                                                                         or ["failed"])[-1][:100]}
+                if not m["error"] and out.exists():
+                    timing.setdefault(name, {})[tool] = (float(m["seconds"]), int(m["hwm"]))
                 if m["error"] or not out.exists():
                     rows.append(f"{name:30} {tool:26} {'no':>4} {'-':>6} {'':>9} failed: {m['error'][:70]}")
                     print(rows[-1], flush=True)
@@ -294,7 +301,27 @@ def _zoo_table(names: list[str]) -> None:
     rows.append("")
     for tool, (files, matching) in totals.items():
         rows.append(f"{tool:26} files {files}/{len(names)}, matching {matching}/{len(names)}")
+    rows += _ratios(timing)
     print("\n".join(rows))
+
+
+def _ratios(timing: dict[str, dict[str, tuple[float, int]]]) -> list[str]:
+    """Ours against the TorchScript exporter, model by model (this run): time and peak RSS ratios."""
+    peer = "torch.onnx (TorchScript)"
+    pairs = {n: (t["ours"], t[peer]) for n, t in timing.items() if "ours" in t and peer in t}
+    if not pairs:
+        return []
+    w = max(30, *(len(n) for n in pairs))
+    out = ["", f"ours / {peer} (conversion only, parity excluded; < 1 is ours faster or smaller)",
+           f"{'model':{w}} {'ours s':>7} {'TS s':>7} {'time':>6} {'ours RSS':>9} {'TS RSS':>9} {'RSS':>6}"]
+    for name, ((s_ours, m_ours), (s_ts, m_ts)) in pairs.items():
+        out.append(f"{name:{w}} {s_ours:7.2f} {s_ts:7.2f} {s_ours / s_ts:6.2f} {m_ours / 2**20:7.0f} M "
+                   f"{m_ts / 2**20:7.0f} M {m_ours / m_ts:6.2f}")
+    times = [o[0] / t[0] for o, t in pairs.values()]
+    mems = [o[1] / t[1] for o, t in pairs.values()]
+    out.append(f"{'geometric mean':{w}} {'':7} {'':7} {statistics.geometric_mean(times):6.2f} {'':9} {'':9} "
+               f"{statistics.geometric_mean(mems):6.2f}")
+    return out
 
 
 def main() -> None:
@@ -303,6 +330,8 @@ def main() -> None:
     parser.add_argument("--models", default=None)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--zoo", action="store_true", help="the models/pytorch/zoo.py look-alikes, with matching")
+    parser.add_argument("--tools", default=None, help=f"comma-separated subset of: {', '.join(TOOLS)} "
+                        "(e.g. 'ours,torch.onnx (TorchScript)')")
     parser.add_argument("--child", nargs=3, metavar=("TOOL", "MODEL", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -313,7 +342,8 @@ def main() -> None:
         names = [*zoo.ZOO, *zoo.DETECTORS, *(f"hf:{n}" for n in (hf.HF if hf is not None else ())),  # type: ignore[attr-defined]
                  *(n for n in ([*vision.NAMES, *vision.DETECTORS] if vision is not None else ())  # type: ignore[attr-defined]
                    if not n.startswith("yolo:") or vision.ultralytics_available())]  # type: ignore[attr-defined]
-        _zoo_table(args.models.split(",") if args.models else names)
+        tools = tuple(t.strip() for t in args.tools.split(",")) if args.tools else TOOLS
+        _zoo_table(args.models.split(",") if args.models else names, tools)
         return
     args.models = args.models or ",".join(MODELS)
     import torch

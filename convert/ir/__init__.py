@@ -58,6 +58,7 @@ from .tensors import (
     lazy,
     source_files,
     to_numpy,
+    transposed,
 )
 
 Model = _ir.Model
@@ -137,6 +138,7 @@ __all__ = [
     "set_provenance",
     "source_files",
     "to_numpy",
+    "transposed",
 ]
 
 

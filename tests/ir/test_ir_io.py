@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 
 from convert import ir
 from convert.frontends.onnx import FRONTEND
@@ -43,3 +46,53 @@ def test_streamed_inline_equals_built_proto(tmp_path: Path, rng: np.random.Gener
     onnx.checker.check_model(str(path))
     back = FRONTEND.load([path], ir.Options())
     assert np.array_equal(back.graph.initializers["w"].const_value.numpy(), w)
+
+
+def _sparse_source(path: Path, size: int, runs: list[tuple[int, bytes]]) -> None:
+    with open(path, "wb") as f:
+        f.truncate(size)
+        for offset, payload in runs:
+            f.seek(offset)
+            f.write(payload)
+
+
+@pytest.mark.parametrize("fallback", ["kernel", "sendfile", "pread"])
+def test_file_slices_copied_with_their_holes(tmp_path: Path, rng: np.random.Generator, fallback: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slices of a sparse file are written byte for byte (holes read as zeros), at unaligned offsets
+    too, whether the kernel copies them, sendfile does, or plain reads."""
+    def refuse(*_: object) -> int:
+        raise OSError(errno.EXDEV, "refused")
+
+    if fallback in ("sendfile", "pread"):
+        monkeypatch.setattr(os, "copy_file_range", refuse, raising=False)
+    if fallback == "pread":
+        monkeypatch.setattr(os, "sendfile", refuse, raising=False)
+    raw = tmp_path / "w.bin"
+    size = 3 << 20
+    runs = [(5, rng.bytes(1000)), (1 << 20, rng.bytes(70_000)), ((3 << 20) - 4096, rng.bytes(4096))]
+    _sparse_source(raw, size, runs)
+    whole = raw.read_bytes()
+    b = ir.GraphBuilder("holes")
+    x = b.input("x", ir.DataType.FLOAT, (1, 64))
+    slices = [(0, 64 * 4096), (7, 64 * 1024), ((1 << 20) - 12, 64 * 2048), ((2 << 20) + 4, 64 * 256),
+              (size - 64 * 4096, 64 * 4096)]  # from the start, unaligned, across data, all hole, to the end
+    y = x
+    for i, (offset, length) in enumerate(slices):
+        w = b.initializer(ir.file_slice(raw, offset, "float32", (64, length // 256), name=f"w{i}"))
+        y = b.op("Concat", [y, b.op("MatMul", [x, w])], {"axis": 1})
+    b.output(y, "y")
+    model = b.build()
+    ir.passes.InferShapes()(model)
+    for external in (True, False):
+        out = tmp_path / f"m{external}.onnx"
+        if external:
+            ir.save_model(model, out, external_data=out.name + ".data")
+        else:
+            ir.save_inline_streamed(model, out)
+        loaded = onnx.load(str(out))
+        for i, (offset, length) in enumerate(slices):
+            t = next(t for t in loaded.graph.initializer if t.name == f"w{i}")
+            got = onnx.numpy_helper.to_array(t, base_dir=str(tmp_path)).tobytes()
+            assert got == whole[offset:offset + length], (external, i)
+    assert type(model.graph.initializers["w0"].const_value) is ir.ExternalTensor  # the model is left as it was

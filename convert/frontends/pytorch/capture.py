@@ -407,15 +407,70 @@ _CAPTURE_REPLACEMENTS = (
 )
 
 
+def _batch_images_replacement() -> object | None:
+    """Return what replaces ``GeneralizedRCNNTransform.batch_images`` (every torchvision R-CNN,
+    RetinaNet, SSD and FCOS) while a model is captured (None when its module is not loaded): the same
+    zero padding to a multiple of ``size_divisible``, as ``F.pad`` of each image and one ``stack``.
+
+    torchvision's own fills a ``new_full`` batch with ``batch[i, :c, :h, :w].copy_(img)``: a write
+    through a view, which the lowering cannot rebind, so torch had to functionalize the whole
+    program again (``run_decompositions``, a second capture: 14 s of Faster R-CNN's 25). The values
+    are the same (zeros where an image is smaller than the batch).
+    """
+    transform = sys.modules.get("torchvision.models.detection.transform")
+    owner = getattr(transform, "GeneralizedRCNNTransform", None)
+    if owner is None or getattr(owner, "batch_images", None) is None:
+        return None
+    import math
+
+    import torch
+
+    def batch_images(self: object, images: list[torch.Tensor], size_divisible: int = 32) -> torch.Tensor:
+        max_size = list(self.max_by_axis([list(img.shape) for img in images]))  # type: ignore[attr-defined]
+        stride = float(size_divisible)
+        max_size[1] = int(math.ceil(float(max_size[1]) / stride) * stride)
+        max_size[2] = int(math.ceil(float(max_size[2]) / stride) * stride)
+        padded = [torch.nn.functional.pad(img, (0, max_size[2] - img.shape[2], 0, max_size[1] - img.shape[1],
+                                                0, max_size[0] - img.shape[0])) for img in images]
+        return torch.stack(padded)
+
+    return batch_images
+
+
+# torchvision's methods replaced while a model is captured: the module, the class, the method's
+# name, and the function that builds its replacement.
+_CAPTURE_METHOD_REPLACEMENTS = (
+    ("torchvision.models.detection.transform", "GeneralizedRCNNTransform", "batch_images",
+     _batch_images_replacement),
+)
+
+
+@contextlib.contextmanager
+def _method_replaced(owner: type, name: str, replacement: object) -> Iterator[None]:
+    """Put ``replacement`` in place of method ``name`` of class ``owner``, and restore it afterwards."""
+    original = owner.__dict__[name]
+    setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
 @contextlib.contextmanager
 def _torchvision_replaced_for_capture() -> Iterator[None]:
-    """Put each replacement of ``_CAPTURE_REPLACEMENTS`` whose torchvision module is loaded in place
-    while a model is captured, and put torchvision's own functions back afterwards."""
+    """Put each replacement of ``_CAPTURE_REPLACEMENTS`` (and ``_CAPTURE_METHOD_REPLACEMENTS``) whose
+    torchvision module is loaded in place while a model is captured, and put torchvision's own
+    functions back afterwards."""
     with contextlib.ExitStack() as stack:
         for modules, name, build in _CAPTURE_REPLACEMENTS:
             replacement = build()
             if replacement is not None:
                 stack.enter_context(_replaced(modules, name, replacement))
+        for module, cls, method, build in _CAPTURE_METHOD_REPLACEMENTS:
+            owner = getattr(sys.modules.get(module), cls, None)
+            replacement = build()
+            if isinstance(owner, type) and method in owner.__dict__ and replacement is not None:
+                stack.enter_context(_method_replaced(owner, method, replacement))
         yield
 
 

@@ -526,3 +526,25 @@ def test_traced_torchvision_code_is_recognised(tmp_path: Path) -> None:
 
     assert _traced_torchvision_detection(load_torchscript(tmp_path / "paste.pt"))
     assert not _traced_torchvision_detection(load_torchscript(tmp_path / "plain.pt"))
+
+
+def test_batch_images_used_during_capture_is_torchvisions() -> None:
+    """The batch_images put in place while a detector is captured (a pad and a stack, no write through
+    a view) batches exactly as torchvision's, for images of different sizes, and is put back after."""
+    pytest.importorskip("torchvision")
+    from torchvision.models.detection.transform import GeneralizedRCNNTransform
+
+    from convert.frontends.pytorch.capture import _torchvision_replaced_for_capture
+
+    transform = GeneralizedRCNNTransform(64, 64, [0.0, 0.0, 0.0], [1.0, 1.0, 1.0])
+    original = GeneralizedRCNNTransform.__dict__["batch_images"]
+    gen = torch.Generator().manual_seed(0)
+    for shapes in ([(3, 50, 61)], [(3, 64, 64), (3, 33, 70), (3, 70, 20)]):
+        images = [torch.randn(s, generator=gen) for s in shapes]
+        want = transform.batch_images(images, size_divisible=32)
+        with _torchvision_replaced_for_capture():
+            assert GeneralizedRCNNTransform.__dict__["batch_images"] is not original
+            got = transform.batch_images(images, size_divisible=32)
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert GeneralizedRCNNTransform.__dict__["batch_images"] is original

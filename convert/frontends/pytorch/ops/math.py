@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from convert.ir import DataType, Value, lazy
+from convert.ir import DataType, Value, transposed
 
 from ._base import LowerContext, OpCall, TensorMeta, lowers, norm_axis
 
@@ -188,9 +188,8 @@ def _transposed(ctx: LowerContext, w: Value) -> Value:
     tensor = w.const_value
     if tensor is None or len(tensor.shape) != 2:
         return ctx.emit("Transpose", [w], {"perm": [1, 0]})
-    rows, cols = (int(d) for d in tensor.shape.numpy())
-    t = lazy(lambda: np.ascontiguousarray(tensor.numpy().T), tensor.dtype, (cols, rows), name=f"{w.name}_T")
-    return ctx.builder.initializer(t, f"{w.name}_T")
+    # Streamed: the exporter writes W^T stripe by stripe, never a whole transposed copy.
+    return ctx.builder.initializer(transposed(tensor, name=f"{w.name}_T"), f"{w.name}_T")
 
 
 @lowers("aten.linear", to="Gemm / MatMul+Add", notes="Gemm(transB=1) for 2-D inputs; MatMul with W^T otherwise")
