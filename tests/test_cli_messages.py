@@ -171,3 +171,12 @@ def test_a_model_folder_is_recognised_without_from(tmp_path: Path) -> None:
     other.mkdir()
     with pytest.raises(UsageError, match="cannot tell the format"):
         detect_format([other])
+
+
+def test_inspect_shows_an_opset_only_for_onnx_files(tmp_path: Path, model: Path) -> None:
+    """An opset is an ONNX file's own; a Caffe model has none (#33 showed "opset 17", our IR's)."""
+    code, out, _ = _run("inspect", str(model))
+    assert code == 0 and "[onnx]  opset " in out.splitlines()[0], out
+    written = api.convert([model], to="caffe", out=tmp_path / "c.prototxt", check=False).outputs
+    code, out, _ = _run("inspect", *(str(p) for p in written))
+    assert code == 0 and out.splitlines()[0].rstrip().endswith("[caffe]") and "opset" not in out.splitlines()[0], out

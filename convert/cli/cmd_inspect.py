@@ -56,7 +56,9 @@ def _run_inspect(ctx: click.Context, **kw: object) -> int:
             return "?"
         return "x".join(str(d) for d in v.shape) or "scalar"
 
-    click.echo(f"{', '.join(str(p) for p in paths)}  [{fmt}]  opset {model.graph.opset_imports.get('', '-')}")
+    # an opset is the ONNX file's own; other formats have none (their IR's is ours, not the file's)
+    opset = f"  opset {model.graph.opset_imports.get('', '-')}" if fmt == "onnx" else ""
+    click.echo(f"{', '.join(str(p) for p in paths)}  [{fmt}]{opset}")
     click.echo("inputs:")
     for v in model.graph.inputs:
         click.echo(f"  {v.name}: {v.dtype.name if v.dtype is not None else '?'} {shape(v)}")
