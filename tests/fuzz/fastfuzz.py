@@ -270,8 +270,6 @@ def campaign_for(seed: Seed, *, cases: int, minutes: float, workers: int, campai
             if folder is not None:
                 meta = json.loads((folder / "case.json").read_text())
                 meta["found_by"] = f"fastfuzz campaign {campaign} case {index}"
-                if seed.route.startswith(("tensorflow", "tflite")):
-                    meta["known"] = f"{seed.route.partition(':')[0]} frontend: {kind} {sig} (not fixed here)"
                 (folder / "case.json").write_text(json.dumps(meta, indent=1) + "\n")
                 entry["saved"].append(folder.name)  # type: ignore[attr-defined]
 

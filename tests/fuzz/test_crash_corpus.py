@@ -3,9 +3,8 @@
 Each folder holds the mutated model files and ``case.json`` (route, files, the mutation steps and
 what it did when found). Every one must now end as a success or a clean error: exit 2 with one
 line naming the problem, and nothing written. A case whose ``case.json`` has a ``known`` entry is a
-crash in a third-party library that convert cannot turn into an error in-process, or one found in
-a frontend this campaign did not fix (TensorFlow, TFLite: #29's report names them); it is
-reported as an expected failure with that reason. Cases found by ``fastfuzz.py`` carry a
+crash in a third-party library that convert cannot turn into an error in-process (a segfault in
+torch's C++ loader); it is reported as an expected failure with that reason. Cases found by ``fastfuzz.py`` carry a
 ``found_by`` entry (campaign and case number).
 """
 

@@ -145,13 +145,14 @@ class Bundle:
         header = tensor_bundle_pb2.BundleHeaderProto()
         self.entries: dict[str, BundleEntry] = {}
         for key, value in table:
+            name = key.decode("utf-8", "replace")
             if not key:
-                header.ParseFromString(value)
+                _parse(header, value, f"{index}: the header")
                 continue
             entry = tensor_bundle_pb2.BundleEntryProto()
-            entry.ParseFromString(value)
-            self.entries[key.decode("utf-8", "replace")] = BundleEntry(
-                key=key.decode("utf-8", "replace"), dtype=_numpy_dtype(entry.dtype),
+            _parse(entry, value, f"{index}: the entry of '{name}'")
+            self.entries[name] = BundleEntry(
+                key=name, dtype=_numpy_dtype(entry.dtype, f"{index}: variable '{name}'"),
                 shape=tuple(int(d.size) for d in entry.shape.dim), shard=int(entry.shard_id),
                 offset=int(entry.offset), size=int(entry.size), sliced=bool(entry.slices))
         if header.endianness != tensor_bundle_pb2.BundleHeaderProto.LITTLE:
@@ -217,10 +218,27 @@ class Bundle:
         return bytes(raw[pos:pos + length])
 
 
-def _numpy_dtype(enum: int) -> np.dtype:
-    """TensorFlow's ``DataType`` enum -> NumPy dtype (object for the types NumPy lacks)."""
+def _parse(message: object, data: bytes, what: str) -> None:
+    """Decode ``data`` into the protobuf ``message``; a damaged one is the file's fault (``what`` names it)."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        message.ParseFromString(data)  # type: ignore[attr-defined]
+    except DecodeError as exc:
+        raise ModelFormatError(f"{what} is damaged ({exc})") from exc
+
+
+def _numpy_dtype(enum: int, what: str) -> np.dtype:
+    """TensorFlow's ``DataType`` enum -> NumPy dtype (object for the types NumPy lacks).
+
+    Raises:
+        ModelFormatError: ``enum`` is no data type (DT_INVALID or outside the enum; ``what`` names the entry).
+    """
+    from tensorflow.core.framework import types_pb2
     from tensorflow.python.framework import dtypes
 
+    if enum == types_pb2.DT_INVALID or enum not in types_pb2.DataType.values():
+        raise ModelFormatError(f"{what} has data type {enum}, which is no TensorFlow data type")
     tf_dtype = dtypes.as_dtype(enum)
     if not tf_dtype.is_numpy_compatible or tf_dtype == dtypes.string:
         return np.dtype(object)

@@ -205,6 +205,9 @@ def _signature(path: Path, signature: str, *, skip_checkpoint: bool) -> tuple[ob
     except Exception as exc:  # TF raises its own error types for unreadable folders
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise ModelFormatError(f"{path.name}: TensorFlow cannot load this SavedModel: {first}") from exc
+    if not hasattr(loaded, "signatures"):  # the root object of a damaged object graph, not a SavedModel's
+        raise ModelFormatError(f"{path.name}: the SavedModel's root object has no signature map "
+                               "(its object graph is damaged)")
     sigs = dict(loaded.signatures)
     if signature not in sigs:
         have = ", ".join(repr(s) for s in sigs) or "none"
@@ -488,6 +491,7 @@ def _captured_values(path: Path, fn: object, bound: list[int],
                      objects: object) -> tuple[dict[str, np.ndarray], set[str]]:
     """Return the value of each captured tensor by placeholder name (variables as mapped views), and
     which of them are variables (resource handles read by ``ReadVariableOp``)."""
+    from google.protobuf.message import DecodeError
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 
     from .bundle import Bundle
@@ -512,7 +516,13 @@ def _captured_values(path: Path, fn: object, bound: list[int],
             bundle = Bundle(path / "variables" / "variables")
             if _OBJECT_GRAPH_KEY not in bundle.entries:
                 raise _NotMappableError("the variables have no object graph")
-            checkpoint.ParseFromString(bundle.string(_OBJECT_GRAPH_KEY))
+            object_graph = bundle.entries[_OBJECT_GRAPH_KEY]
+            try:
+                checkpoint.ParseFromString(bundle.string(_OBJECT_GRAPH_KEY))
+            except DecodeError as exc:  # a damaged variables file: the file's fault
+                shard = bundle.shard_path(object_graph.shard)
+                raise ModelFormatError(f"{path.name}/variables/{shard.name}: the checkpoint's object graph "
+                                       f"is damaged ({exc})") from exc
         if node_id >= len(checkpoint.nodes):
             raise _NotMappableError(f"object {node_id} is not in the checkpoint")
         key = next((a.checkpoint_key for a in checkpoint.nodes[node_id].attributes if a.name == _VARIABLE_VALUE), None)
@@ -520,6 +530,12 @@ def _captured_values(path: Path, fn: object, bound: list[int],
         if entry is None or entry.sliced or entry.dtype == np.dtype(object):
             what = "partitioned" if entry and entry.sliced else "not a plain tensor"
             raise _NotMappableError(f"variable '{key}' is {what}")
+        declared = objects.nodes[node_id].variable.shape  # type: ignore[attr-defined]
+        if not declared.unknown_rank and (len(declared.dim) != len(entry.shape) or any(
+                d.size >= 0 and d.size != n for d, n in zip(declared.dim, entry.shape, strict=True))):
+            shape = [d.size if d.size >= 0 else None for d in declared.dim]
+            raise ModelFormatError(f"{path.name}/variables/variables.index: variable '{key}' has shape "
+                                   f"{list(entry.shape)}; saved_model.pb declares {shape}")
         values[name] = bundle.array(entry.key)
         variables.add(name)
     return values, variables

@@ -296,9 +296,11 @@ def quantize_op(node: TFNode, ctx: TFContext) -> None:
 
 def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") -> Model:
     """Convert a read ``TFLModel`` into the IR (see ``load``)."""
-    from .ops import OPS, decode_options
+    from .ops import OPS, check_operator, decode_options
 
     _gaps(model).raise_if_any(model.source, hint="Run `convert ops tflite` for the supported list.")
+    for op in live_ops(model):
+        check_operator(model, op)
     keep_nhwc = bool(options.get("keep_nhwc", False))
     builder = GraphBuilder(name, source=model.source)
     ctx = TFContext(builder, options)

@@ -230,14 +230,35 @@ def read_model(path: Path, signature: str | None = None) -> TFLModel:
             if idx >= len(tensors) or idx < -1:
                 raise ModelFormatError(f"{source}: operator {k} ({codes[code][0]}) refers to tensor {idx} "
                                        f"of {len(tensors)}")
+        if -1 in outs:  # only an input may be left out
+            raise ModelFormatError(f"{source}: operator {k} ({codes[code][0]}) has an output left out (-1)")
         ops.append(TFLOp(k, codes[code][0], codes[code][1], ins, outs, op.table(_OP_OPTIONS, "BuiltinOptions")))
     graph_inputs = [int(x) for x in sg.vector(_SG_INPUTS, "<i4")]
     graph_outputs = [int(x) for x in sg.vector(_SG_OUTPUTS, "<i4")]
     for idx in graph_inputs + graph_outputs:
         if not 0 <= idx < len(tensors):
             raise ModelFormatError(f"{source}: the subgraph's inputs/outputs refer to tensor {idx} of {len(tensors)}")
+    computed = {idx for op in ops for idx in op.outputs}
+    for idx in graph_outputs:
+        if idx not in computed and idx not in graph_inputs and tensors[idx].span is None:
+            raise ModelFormatError(f"{source}: output tensor '{tensors[idx].name}' is computed by no operator")
     by_index_in = {v: k for k, v in sig_inputs.items()}
     by_index_out = {v: k for k, v in sig_outputs.items()}
-    inputs = {by_index_in.get(i, tensors[i].name): i for i in graph_inputs}
-    outputs = {by_index_out.get(i, tensors[i].name): i for i in graph_outputs}
+    inputs = _named(graph_inputs, by_index_in, tensors, source, "input")
+    outputs = _named(graph_outputs, by_index_out, tensors, source, "output")
+    both = sorted(set(inputs) & set(outputs))
+    if both:
+        raise ModelFormatError(f"{source}: '{both[0]}' names both an input and an output of the model")
     return TFLModel(source, path, tensors, ops, inputs, outputs, mapped)
+
+
+def _named(indices: list[int], signature: dict[int, str], tensors: list[TFLTensor], source: str,
+           what: str) -> dict[str, int]:
+    """Return the subgraph's inputs or outputs by user-facing name (the signature's, else the tensor's)."""
+    named: dict[str, int] = {}
+    for i in indices:
+        name = signature.get(i, tensors[i].name)
+        if named.get(name, i) != i:
+            raise ModelFormatError(f"{source}: two {what}s are named '{name}' (tensors {named[name]} and {i})")
+        named[name] = i
+    return named

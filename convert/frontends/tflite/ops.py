@@ -10,7 +10,8 @@ TRANSPOSE_CONV, FULLY_CONNECTED) have their own converters so that int8 weights 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -18,10 +19,14 @@ from convert.frontends.tensorflow.context import NCHW, TF, TFContext
 from convert.frontends.tensorflow.graph import TFNode
 from convert.frontends.tensorflow.ops import OPS as TF_OPS
 from convert.frontends.tensorflow.ops.nn import conv_pads, conv_transpose_pads, dilated_source
-from convert.ir import DataType, RefusedError, Registry, Value
+from convert.ir import DataType, ModelFormatError, RefusedError, Registry, Value
 from convert.ir.tensors import lazy
 
-__all__ = ["OPS", "OPTIONS", "Converter", "QuantWeights", "decode_options"]
+if TYPE_CHECKING:
+    from .model import TFLModel, TFLOp
+
+__all__ = ["OPS", "OPTIONS", "SIGNATURES", "Converter", "QuantWeights", "Signature", "check_operator",
+           "decode_options"]
 
 
 class Converter(Protocol):
@@ -76,6 +81,94 @@ OPTIONS: dict[str, list[tuple[str, str, object] | None]] = {
 OPTIONS["MAX_POOL_2D"] = OPTIONS["AVERAGE_POOL_2D"]
 for _reduce in ("SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"):
     OPTIONS[_reduce] = OPTIONS["MEAN"]
+
+
+# Options that TFLite's kernels divide by or count with: a file holding 0 or less is malformed.
+_AT_LEAST_1 = ("stride_w", "stride_h", "dilation_w", "dilation_h", "filter_w", "filter_h", "depth_multiplier",
+               "block_size")
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """The tensors an operator takes, as TFLite's kernel checks them (``tensorflow/lite/kernels``).
+
+    Checked for every operator to convert before any converter runs (``check_operator``), so that a
+    converter may index its inputs and read its weights' shapes.
+    """
+
+    inputs: int  # required inputs: a tensor each (not -1)
+    optional: int = 0  # trailing inputs that may be absent or -1 (a bias)
+    variadic: bool = False  # any number of inputs from ``inputs`` on (CONCATENATION, PACK, ADD_N)
+    ints: tuple[tuple[int, int], ...] = ()  # (input, most rank): integer tensors (axes, shapes, paddings)
+    ranks: tuple[tuple[int, int], ...] = ()  # (input, rank): tensors of a fixed rank (images, filters)
+
+
+_UNARY = Signature(1)
+_BINARY = Signature(2)
+_INTS_1 = Signature(2, ints=((1, 1),))  # axes, a shape, a permutation, a size
+_POOL = Signature(1, ranks=((0, 4),))
+_CONV = Signature(2, 1, ranks=((0, 4), (1, 4), (2, 1)))
+SIGNATURES: dict[str, Signature] = {
+    **dict.fromkeys(("ABS", "CEIL", "COS", "ELU", "EXP", "FLOOR", "LOG", "LOGISTIC", "NEG", "RELU", "RELU6",
+                     "ROUND", "RSQRT", "SIN", "SQRT", "SQUARE", "TANH", "HARD_SWISH", "GELU", "LEAKY_RELU",
+                     "CAST", "SOFTMAX", "LOG_SOFTMAX", "QUANTIZE", "DEQUANTIZE", "SHAPE", "SQUEEZE"), _UNARY),
+    **dict.fromkeys(("DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "MAX_POOL_2D", "AVERAGE_POOL_2D"), _POOL),
+    **dict.fromkeys(("ADD", "SUB", "MUL", "DIV", "MAXIMUM", "MINIMUM", "POW", "SQUARED_DIFFERENCE", "LESS",
+                     "GREATER", "LESS_EQUAL", "GREATER_EQUAL", "EQUAL", "BATCH_MATMUL"), _BINARY),
+    **dict.fromkeys(("MEAN", "SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD", "TRANSPOSE", "EXPAND_DIMS", "TILE",
+                     "REVERSE_V2", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"), _INTS_1),
+    **dict.fromkeys(("CONCATENATION", "PACK", "ADD_N"), Signature(1, variadic=True)),
+    **dict.fromkeys(("CONV_2D", "DEPTHWISE_CONV_2D"), _CONV),
+    "PAD": Signature(2, 1, ints=((1, 2),)), "PADV2": Signature(2, 1, ints=((1, 2),)),
+    "MIRROR_PAD": Signature(2, ints=((1, 2),)),
+    "SELECT_V2": Signature(3),
+    "GATHER": Signature(2, ints=((1, 8),)),
+    "STRIDED_SLICE": Signature(4, ints=((1, 1), (2, 1), (3, 1))),
+    "RESHAPE": Signature(1, 1, ints=((1, 1),)),
+    "SPACE_TO_BATCH_ND": Signature(3, ints=((1, 1), (2, 2))),
+    "BATCH_TO_SPACE_ND": Signature(3, ints=((1, 1), (2, 2))),
+    "TRANSPOSE_CONV": Signature(3, 1, ints=((0, 1),), ranks=((1, 4), (2, 4), (3, 1))),
+    "FULLY_CONNECTED": Signature(2, 1, ranks=((1, 2), (2, 1))),
+}
+
+
+def check_operator(model: TFLModel, op: TFLOp) -> None:
+    """Check an operator against its ``Signature`` and its options against ``_AT_LEAST_1``.
+
+    Raises:
+        ModelFormatError: an input or output missing or too many, an integer input that is not, a
+        tensor of another rank than the kernel takes, a stride, dilation or window below 1.
+    """
+    sig = SIGNATURES.get(op.name)
+    if sig is None:  # no converter: reported as unsupported
+        return
+    out = model.tensors[op.outputs[0]].name if op.outputs else f"op{op.index}"
+    where = f"{model.source}: operator {op.index} {op.name} (output '{out}')"
+    n = len(op.inputs)
+    most = None if sig.variadic else sig.inputs + sig.optional
+    if n < sig.inputs or (most is not None and n > most):
+        wanted = (f"at least {sig.inputs}" if most is None else
+                  f"{sig.inputs}" if most == sig.inputs else f"{sig.inputs} to {most}")
+        raise ModelFormatError(f"{where} has {n} inputs; it takes {wanted}")
+    missing = [k for k in range(sig.inputs if most is not None else n) if op.inputs[k] < 0]
+    if missing:
+        raise ModelFormatError(f"{where}: input {missing[0]} is left out (-1); it is required")
+    if len(op.outputs) != 1:
+        raise ModelFormatError(f"{where} has {len(op.outputs)} outputs; it has 1")
+    for k, most_rank in sig.ints:
+        t = model.tensors[op.inputs[k]] if k < n and op.inputs[k] >= 0 else None
+        if t is not None and (t.dtype.kind not in "iu" or len(t.shape) > most_rank):
+            ranks = "0 or 1" if most_rank == 1 else f"at most {most_rank}"
+            raise ModelFormatError(f"{where}: input {k} '{t.name}' is {t.dtype} {list(t.shape)}; it must be "
+                                   f"an integer tensor of rank {ranks}")
+    for k, rank in sig.ranks:
+        t = model.tensors[op.inputs[k]] if k < n and op.inputs[k] >= 0 else None
+        if t is not None and len(t.shape) != rank:
+            raise ModelFormatError(f"{where}: input {k} '{t.name}' has shape {list(t.shape)}; it must be of "
+                                   f"rank {rank}")
+    for name, value in decode_options(op.name, op.options).items():
+        if name in _AT_LEAST_1 and int(value) < 1:  # type: ignore[call-overload]
+            raise ModelFormatError(f"{where}: option {name} is {value}; it must be at least 1")
 
 
 def decode_options(op_name: str, table: object) -> dict[str, object]:
