@@ -1,4 +1,4 @@
-"""The torch versions the [torch] extra allows (2.4 - 2.14.1): what each route needs.
+"""What each PyTorch route needs of torch (the [torch] extra allows 2.6 - 2.14.1).
 
 Measured on torch 2.4.1 (installed beside the suite's torch, not in CI: an 800 MB wheel and 3 GB of
 CUDA libraries): modules and ``.pt2`` files convert to ONNX and Caffe and pass, while TorchScript
