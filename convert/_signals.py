@@ -19,8 +19,8 @@ import signal
 import sys
 import time
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_TERMINATED", "SCRIPTS", "Terminated", "exit_status", "ignore", "install",
-           "is_command", "is_terminated", "phase", "started_interrupted", "what"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_TERMINATED", "SCRIPTS", "Terminated", "exit_status", "ignore", "in_chain",
+           "install", "is_command", "is_terminated", "phase", "started_interrupted", "what"]
 
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 EXIT_TERMINATED = 143  # SIGTERM (128 + SIGTERM)
@@ -57,16 +57,21 @@ def is_command() -> bool:
     return as_module or (bool(sys.argv) and sys.argv[0].rsplit("/", 1)[-1] in SCRIPTS)
 
 
-def is_terminated(exc: BaseException) -> bool:
-    """True when ``exc`` is SIGTERM's ``Terminated``, or was raised from or while handling one."""
+def in_chain(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of ``kind`` among ``exc`` and those it was raised from or while handling."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, Terminated):
-            return True
+        if isinstance(current, kind):
+            return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
-    return False
+    return None
+
+
+def is_terminated(exc: BaseException) -> bool:
+    """True when ``exc`` is SIGTERM's ``Terminated``, or was raised from or while handling one."""
+    return in_chain(exc, Terminated) is not None
 
 
 def what(exc: BaseException) -> str:

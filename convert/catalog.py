@@ -28,6 +28,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ._specs import OpSupport, OptionSpec
+
 __all__ = ["FormatInfo", "OpRow", "OptionInfo", "build", "cache_path", "entry_points", "fingerprint", "load"]
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -36,27 +38,10 @@ _KEEP = 8  # catalogs kept in the cache folder (one per fingerprint: edits and u
 _TYPES: dict[str, type] = {"int": int, "float": float, "str": str}
 
 
-@dataclass(frozen=True, slots=True)
-class OptionInfo:
-    """A format-specific option, as ``ir.OptionSpec`` declares it (same field names)."""
-
-    flag: str
-    dest: str
-    help: str
-    is_flag: bool = False
-    default: object = None
-    type: type | None = None
-    choices: tuple[str, ...] = ()
-    metavar: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class OpRow:
-    """One row of a support table, as ``ir.OpSupport`` (same field names)."""
-
-    op: str
-    maps_to: str
-    notes: str = ""
+# The classes the formats declare themselves with (``ir.OptionSpec``, ``ir.OpSupport``), under the
+# names this module has always used.
+OptionInfo = OptionSpec
+OpRow = OpSupport
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,9 +173,8 @@ def _info_of(spec: object) -> catalog.FormatInfo:
     """A live spec's declarations in the catalog's form (for formats that are not cached)."""
     return catalog.FormatInfo(
         name=spec.name, description=spec.description,  # type: ignore[attr-defined]
-        options=tuple(catalog.OptionInfo(o.flag, o.dest, o.help, o.is_flag, o.default, o.type, tuple(o.choices),
-                                         o.metavar) for o in spec.options),  # type: ignore[attr-defined]
-        ops=tuple(catalog.OpRow(r.op, r.maps_to, r.notes) for r in spec.ops()),  # type: ignore[attr-defined]
+        options=tuple(spec.options),  # type: ignore[attr-defined]
+        ops=tuple(spec.ops()),  # type: ignore[attr-defined]
         suffixes=tuple(getattr(spec, "suffixes", ())), suffix=getattr(spec, "suffix", ""),
         companions=tuple(getattr(spec, "companions", ())),
     )

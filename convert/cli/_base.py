@@ -354,14 +354,8 @@ def interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
     close exported pointers exist`` from a memory map closed while a view of it is alive) with the
     interrupt as its ``__context__``; that is still an interrupt, not a bug.
     """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, KeyboardInterrupt):
-            return current
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return None
+    found = _signals.in_chain(exc, KeyboardInterrupt)
+    return found if isinstance(found, KeyboardInterrupt) else None
 
 
 def _is_internal_error(exc: BaseException) -> bool:

@@ -18,6 +18,8 @@ from typing import Protocol
 
 import onnx_ir as _ir
 
+from convert._specs import OpSupport, OptionSpec
+
 from .errors import ConvertError, Unsupported
 
 __all__ = [
@@ -90,29 +92,6 @@ class Options:
         """Return a format-specific option (``OptionSpec.dest``) or ``default``."""
         value = self.extra.get(key)
         return default if value is None else value
-
-
-@dataclass(frozen=True, slots=True)
-class OptionSpec:
-    """A format-specific command-line option, e.g. ``--decode`` for Darknet."""
-
-    flag: str
-    dest: str
-    help: str
-    is_flag: bool = False
-    default: object = None
-    type: type | None = None
-    choices: tuple[str, ...] = ()
-    metavar: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class OpSupport:
-    """One row of a support table: the source spelling, what it maps to, its limits."""
-
-    op: str
-    maps_to: str
-    notes: str = ""
 
 
 @dataclass(frozen=True, slots=True)
