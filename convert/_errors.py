@@ -1,8 +1,9 @@
 """The error classes of ``convert.ir.errors``, without importing the rest of ``convert.ir``.
 
 ``convert/ir/__init__.py`` imports onnx-ir, and onnx-ir imports sympy when it is imported (upstream:
-``onnx_ir/_core.py`` starts with ``import sympy``, in onnx-ir 1.1.0), plus onnx and numpy: about
-0.3 s of CPU, more than the whole of ``convert --help`` may cost (docs/startup.md).
+``onnx_ir/_core.py`` starts with ``import sympy``, in onnx-ir 1.1.0; ``ir/_sympy_later.py`` defers that
+one), plus onnx and numpy: about 0.2 s of CPU even so, more than the whole of ``convert --help``
+may cost (docs/startup.md).
 The CLI and ``convert.formats`` raise and catch ``UsageError``/``ConvertError`` on paths that need no
 model (unknown route, bad option), so they load ``ir/errors.py`` (standard library only) by itself,
 under its own name. When ``convert.ir`` is imported later, its ``from .errors import ...`` finds

@@ -1,6 +1,6 @@
 """The declarations a format makes about itself: its command-line options and its support table.
 
-Kept apart from ``convert.ir`` (which imports onnx-ir, and with it sympy) so that ``convert.catalog``
+Kept apart from ``convert.ir`` (which imports onnx-ir, numpy and onnx) so that ``convert.catalog``
 and the CLI can hold them without that import: ``convert.ir`` re-exports both.
 """
 

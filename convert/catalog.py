@@ -2,7 +2,8 @@
 
 ``convert --help``, ``convert formats`` and ``convert ops FORMAT`` need only these declarations, but
 reading them from the frontend and exporter packages imports ``convert.ir``, hence onnx-ir, which
-imports sympy and numpy at load (docs/startup.md): 0.6-0.8 s of CPU for a help text. So the
+imports numpy and onnx at load (and sympy, deferred by ``ir/_sympy_later.py``; docs/startup.md):
+0.2-0.8 s of CPU for a help text. So the
 declarations are written once to a JSON file in the user's cache folder
 (``$XDG_CACHE_HOME/convert-toolkit``, default ``~/.cache/convert-toolkit``) and read from there.
 

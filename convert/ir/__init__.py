@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from . import _sympy_later  # noqa: F401 - first of all: loads onnx-ir without importing sympy
+
+# isort: split
 import onnx_ir as _ir
 
 from . import passes
