@@ -87,6 +87,10 @@ class Options:
     extra: dict[str, object] = field(default_factory=dict)
     diagnostics: Diagnostics = field(default_factory=Diagnostics)
     progress: ProgressFn = _no_progress
+    # What one conversion's steps share, by a key their module chooses: a frontend's capture read once
+    # for ``check_support`` and ``load``, the source program handed to the parity check. Lives as long
+    # as these options (one conversion); never written anywhere.
+    memo: dict[str, object] = field(default_factory=dict)
 
     def get(self, key: str, default: object = None) -> object:
         """Return a format-specific option (``OptionSpec.dest``) or ``default``."""

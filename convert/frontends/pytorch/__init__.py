@@ -88,7 +88,29 @@ def _load_needing_torchvision(read: Callable[[], T], source: str,
 
 
 def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str] | None, str]:
-    """Return (ExportedProgram, input names or None, source name) for a model file."""
+    """Return (ExportedProgram, input names or None, source name) for a model file, captured once per
+    conversion (``check_support`` and ``load`` share it: ``shared.py``)."""
+    from .shared import file_key
+
+    path = Path(paths[0]) if paths else None
+    key = file_key("capture", path) if path is not None and path.is_file() else ""
+    if key in options.memo:
+        return options.memo[key]  # type: ignore[return-value]
+    captured = _capture_file(paths, options)
+    if key:
+        options.memo[key] = captured
+    return captured
+
+
+def _forget_capture(paths: Sequence[Path], options: Options) -> None:
+    from .shared import file_key
+
+    path = Path(paths[0]) if paths else None
+    if path is not None and path.is_file():
+        options.memo.pop(file_key("capture", path), None)
+
+
+def _capture_file(paths: Sequence[Path], options: Options) -> tuple[object, list[str] | None, str]:
     import torch
 
     from .capture import (
@@ -112,6 +134,7 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
         traced_input_dtypes,
         traced_input_shapes,
     )
+    from .shared import remember_program
 
     if not paths:
         raise UsageError("pytorch: no model file given")
@@ -131,6 +154,7 @@ def _capture(paths: Sequence[Path], options: Options) -> tuple[object, list[str]
             raise ModelFormatError(f"{source}: not a readable ExportedProgram ({_said(exc)})") from exc
         if options.input_shapes:
             options.diagnostics.note(f"{source}: --input-shape ignored, the ExportedProgram fixes its input shapes")
+        remember_program(options, path, program)
         return program, None, source
     if kind == TORCHSCRIPT:
         check_archive(path)
@@ -176,6 +200,7 @@ def load(paths: Sequence[Path], options: Options) -> Model:
     from .lower import lower_program
 
     program, names, source = _capture(paths, options)
+    _forget_capture(paths, options)  # check_support's and ours; the lowering holds what it needs
     return lower_program(program, source=source, options=options, input_names=names,
                          name=os.path.splitext(source)[0])
 

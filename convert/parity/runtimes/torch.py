@@ -231,7 +231,10 @@ def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
     kind = classify(path)
     dtypes: list[str] | None = None
     if kind == EXPORTED_PROGRAM:
-        program = torch.export.load(path)
+        from convert.frontends.pytorch.shared import recall_program
+
+        # the program the conversion loaded, when it is still as torch loaded it; else read again
+        program = recall_program(options, path) or torch.export.load(path)
         users = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
         vals = {n.name: n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"}
         specs = [TensorSpec(n, np.dtype(str(vals[n].dtype).replace("torch.", "")), tuple(vals[n].shape))
