@@ -225,16 +225,19 @@ def run_parity(
     source_runtime: Runtime | None = None,
     tol: float = DEFAULT_TOL,
     locate: bool | None = None,
+    dest_runtime: Runtime | None = None,
 ) -> ParityReport:
     """Run both models on the same inputs and compare every output.
 
+    ``source_runtime`` / ``dest_runtime``: runtimes already open on the two models (``open_runtime``),
+    so that checking several input sets loads each model once; None opens them from the paths.
     ``locate``: find the first source layer whose output the converted model gets wrong
     (``report.location``); None does so only when the check fails.
     """
     options = options or Options()
     src = source_runtime or open_runtime(source_format, source_paths, source_options(source_format, options))
     feeds = resolve_inputs(src, inputs, options, seed=seed)
-    dst = open_runtime(dest_format, dest_paths, options)
+    dst = dest_runtime or open_runtime(dest_format, dest_paths, options)
     src_specs = list(src.inputs())
     ref = _run(src, "the source model", feeds)
     dst_feeds = _rename_feeds(feeds, src_specs, list(dst.inputs()))
