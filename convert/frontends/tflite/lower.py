@@ -1,8 +1,13 @@
-"""Convert the main subgraph of a ``.tflite`` file into the IR (NCHW inside), without TensorFlow.
+"""Convert a ``.tflite`` file into the IR (NCHW inside), without TensorFlow.
 
 Every TFLite tensor becomes a key of the TensorFlow frontend's context (``TFContext``), so layout
 handling (NHWC in TFLite, NCHW in the IR, transposes only at the edges) is the TensorFlow
 frontend's. Constants are NumPy views of the memory-mapped file until a converter reads them.
+
+The main subgraph becomes the IR's graph; a subgraph that a WHILE or IF runs is converted by
+``lower_subgraph`` (``controlflow.py``) with a context of its own, into whichever graph the builder
+is filling (an ONNX ``Loop`` body, an ``If`` branch, or the enclosing graph for a loop's first
+condition). Tensors cross a subgraph's boundary in TFLite's layout.
 
 Quantized models (int8/uint8 activations, ``TensorType`` INT8/UINT8 with scale and zero point)
 become ONNX's QDQ form: a quantized tensor stays int8/uint8 in ONNX; an op reading it reads a
@@ -15,7 +20,7 @@ constants are dequantized in NumPy (``scale * (q - zero_point)`` in float32, as 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +36,7 @@ from convert.ir import (
     RefusedError,
     Shape,
     SymbolicDim,
+    TensorType,
     Unsupported,
     UsageError,
     Value,
@@ -39,10 +45,11 @@ from convert.ir import (
 
 from .model import TFLModel, TFLOp, TFLQuant, TFLTensor, read_model
 
-__all__ = ["check_support", "convert_model", "load", "quantize_op", "read"]
+__all__ = ["check_support", "convert_model", "live_ops", "load", "lower_subgraph", "quantize_op", "reached", "read"]
 
 _QUANT_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 _PASS_THROUGH = {"QUANTIZE", "DEQUANTIZE"}  # converters that handle quantized tensors themselves
+_MAX_STATE = 1 << 24  # elements of a variable (state) tensor made zeros; a larger one is refused
 
 
 def read(paths: Sequence[Path], options: Options) -> TFLModel:
@@ -64,7 +71,7 @@ def live_ops(model: TFLModel, ops: list[TFLOp] | None = None) -> list[TFLOp]:
     ops = model.ops if ops is None else ops
     producer = {t: op for op in ops for t in op.outputs}
     live: set[int] = set()
-    stack = list(model.outputs.values())
+    stack = list(model.graph_outputs)
     while stack:
         op = producer.get(stack.pop())
         if op is None or op.index in live:
@@ -100,7 +107,7 @@ def fold_pointwise_dense(model: TFLModel, ops: list[TFLOp]) -> tuple[list[TFLOp]
     for op in ops:
         for i in op.inputs:
             readers[i] = readers.get(i, 0) + 1
-    outputs = set(model.outputs.values())
+    outputs = set(model.graph_outputs)
     replaced: dict[int, TFLOp] = {}
     dropped: set[int] = set()
     for outer in ops:
@@ -132,18 +139,34 @@ def fold_pointwise_dense(model: TFLModel, ops: list[TFLOp]) -> tuple[list[TFLOp]
     return new_ops, {op.index for op in replaced.values()}
 
 
+def reached(model: TFLModel) -> Iterator[tuple[TFLModel, list[TFLOp]]]:
+    """Yield the main subgraph and each subgraph its live WHILE and IF operators run (once), with its live ops."""
+    seen: set[int] = set()
+    stack = [model]
+    while stack:
+        sg = stack.pop()
+        if sg.index in seen:
+            continue
+        seen.add(sg.index)
+        ops = live_ops(sg)
+        yield sg, ops
+        for op in reversed(ops):
+            stack.extend(reversed(sg.runs(op)))
+
+
 def _gaps(model: TFLModel) -> GapCollector:
     from .ops import OPS
 
     gaps = GapCollector()
-    for op in live_ops(model):
-        if op.name not in OPS:
-            gaps.add(op.name, f"{model.source} operator {op.index} (output '{_out_name(model, op)}')")
-        for i in op.inputs + op.outputs:
-            t = model.tensors[i] if i >= 0 else None
-            if t is not None and t.quant is not None and t.dtype == np.int16 and t.span is None:
-                gaps.add("int16 activations", f"{model.source} tensor '{t.name}'",
-                         reason="16-bit quantized activations (ONNX QuantizeLinear needs opset 21)")
+    for sg, ops in reached(model):
+        for op in ops:
+            if op.name not in OPS:
+                gaps.add(op.name, f"{model.source} {sg.label}operator {op.index} (output '{_out_name(sg, op)}')")
+            for i in op.inputs + op.outputs:
+                t = sg.tensors[i] if i >= 0 else None
+                if t is not None and t.quant is not None and t.dtype == np.int16 and t.span is None:
+                    gaps.add("int16 activations", f"{model.source} {sg.label}tensor '{t.name}'",
+                             reason="16-bit quantized activations (ONNX QuantizeLinear needs opset 21)")
     return gaps
 
 
@@ -213,6 +236,73 @@ class _Lowering:
             self.ctx.values[fkey] = {layout: dq}
             self.ctx.shapes[fkey] = self.ctx.shapes.get(key)
         return fkey
+
+    def convert(self, stage: str) -> None:
+        """Convert the subgraph's live operators (its inputs are keyed already)."""
+        from .ops import OPS, decode_options
+
+        model, ctx = self.model, self.ctx
+        ops, merged = fold_pointwise_dense(model, live_ops(model))
+        ops = live_ops(model, ops)  # the shape arithmetic of a merged reshape is no longer read
+        produced = {i for op in ops for i in op.outputs}
+        read = {i for op in ops for i in op.inputs}
+        for t in model.tensors:
+            if t.index in self.keys:
+                continue
+            if t.span is not None:
+                self.add_const(t)
+            elif t.variable and t.index in read and t.index not in produced and None not in t.shape \
+                    and int(np.prod(t.shape, dtype=np.int64)) <= _MAX_STATE:
+                key = f"{t.name}:state"  # a state tensor no operator writes first: zeros (a fresh interpreter)
+                self.keys[t.index] = key
+                ctx.consts[key] = np.zeros([int(d) for d in t.shape], t.dtype)  # type: ignore[misc]
+        nodes: list[tuple[TFNode, TFLOp]] = []
+        for op in ops:
+            node_name = _out_name(model, op)
+            for k, index in enumerate(op.outputs):
+                self.keys[index] = f"{node_name}:{k}"
+                ctx.shapes[f"{node_name}:{k}"] = model.tensors[index].shape
+            attrs = decode_options(op.name, op.options)
+            if op.index in merged:
+                attrs["keep_num_dims"] = True
+            node = TFNode(node_name, op.name, [], attrs,
+                          [model.tensors[i].shape for i in op.outputs],
+                          [model.tensors[i].dtype for i in op.outputs])
+            nodes.append((node, op))
+        for node, op in nodes:  # who reads each tensor (the dilated-convolution pattern checks it)
+            for i in op.inputs:
+                if i in self.keys:
+                    ctx.consumers.setdefault(self.keys[i], []).append(node)
+        convert_all(nodes, OPS, key=lambda item: item[1].name,
+                    where=lambda item: f"{model.source} {model.label}operator {item[1].index} {item[1].name} "
+                                       f"(output '{item[0].name}')",
+                    call=self._run, options=ctx.options if stage else None, stage=stage)
+
+    def _run(self, converter: object, item: tuple[TFNode, TFLOp]) -> None:
+        node, op = item
+        model, ctx = self.model, self.ctx
+        ctx.item = node
+        self.current = op
+        if op.name in _PASS_THROUGH:
+            converter(node, ctx)  # type: ignore[operator]
+            return
+        inputs = op.inputs[:1] if op.name == "RESHAPE" and any(
+            i not in self.keys for i in op.inputs[1:] if i >= 0) else op.inputs  # a static target: see live_ops
+        if op.name == "TRANSPOSE_CONV" and inputs and inputs[0] not in self.keys:
+            inputs = [-1, *inputs[1:]]  # a static output size: output_shape is not converted (see live_ops)
+        for i in inputs:
+            if i >= 0 and i not in self.keys:
+                raise RefusedError(f"input tensor '{model.tensors[i].name}' is used before it is produced")
+        node.inputs = [self.float_input(i) if i >= 0 else "" for i in inputs]
+        quantized_out = [model.tensors[i] for i in op.outputs if self.is_quant_activation(model.tensors[i])]
+        if quantized_out:
+            node.dtypes = [np.dtype(np.float32) for _ in op.outputs]
+        converter(node, ctx)  # type: ignore[operator]
+        _fused_activation(ctx, f"{node.name}:0", str(node.attrs.get("fused", "NONE")))
+        for k, index in enumerate(op.outputs):
+            t = model.tensors[index]
+            if self.is_quant_activation(t):
+                _quantize_output(ctx, f"{node.name}:{k}", t)
 
 
 def _dequantize(arr: np.ndarray, quant: TFLQuant) -> np.ndarray:
@@ -296,11 +386,12 @@ def quantize_op(node: TFNode, ctx: TFContext) -> None:
 
 def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") -> Model:
     """Convert a read ``TFLModel`` into the IR (see ``load``)."""
-    from .ops import OPS, check_operator, decode_options
+    from .ops import check_operator
 
     _gaps(model).raise_if_any(model.source, hint="Run `convert ops tflite` for the supported list.")
-    for op in live_ops(model):
-        check_operator(model, op)
+    for sg, ops in reached(model):
+        for op in ops:
+            check_operator(sg, op)
     keep_nhwc = bool(options.get("keep_nhwc", False))
     builder = GraphBuilder(name, source=model.source)
     ctx = TFContext(builder, options)
@@ -327,59 +418,7 @@ def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") ->
         ctx.shapes[key] = tuple(int(d) if isinstance(d, int) else None for d in tfl_dims)
         value = builder.input(user_name, DataType.from_numpy(t.dtype), dims)
         ctx.values[key] = {NCHW if nchw else TF: value}
-    for t in model.tensors:
-        if t.span is not None and t.index not in low.keys:
-            low.add_const(t)
-    nodes: list[tuple[TFNode, TFLOp]] = []
-    ops, merged = fold_pointwise_dense(model, live_ops(model))
-    ops = live_ops(model, ops)  # the shape arithmetic of a merged reshape is no longer read
-    for op in ops:
-        node_name = _out_name(model, op)
-        for k, index in enumerate(op.outputs):
-            low.keys[index] = f"{node_name}:{k}"
-            ctx.shapes[f"{node_name}:{k}"] = model.tensors[index].shape
-        attrs = decode_options(op.name, op.options)
-        if op.index in merged:
-            attrs["keep_num_dims"] = True
-        node = TFNode(node_name, op.name, [], attrs,
-                      [model.tensors[i].shape for i in op.outputs],
-                      [model.tensors[i].dtype for i in op.outputs])
-        nodes.append((node, op))
-
-    for node, op in nodes:  # who reads each tensor (the dilated-convolution pattern checks it)
-        for i in op.inputs:
-            if i in low.keys:
-                ctx.consumers.setdefault(low.keys[i], []).append(node)
-
-    def run(converter: object, item: tuple[TFNode, TFLOp]) -> None:
-        node, op = item
-        ctx.item = node
-        low.current = op
-        if op.name in _PASS_THROUGH:
-            converter(node, ctx)  # type: ignore[operator]
-            return
-        inputs = op.inputs[:1] if op.name == "RESHAPE" and any(
-            i not in low.keys for i in op.inputs[1:] if i >= 0) else op.inputs  # a static target: see live_ops
-        if op.name == "TRANSPOSE_CONV" and inputs and inputs[0] not in low.keys:
-            inputs = [-1, *inputs[1:]]  # a static output size: output_shape is not converted (see live_ops)
-        for i in inputs:
-            if i >= 0 and i not in low.keys:
-                raise RefusedError(f"input tensor '{model.tensors[i].name}' is used before it is produced")
-        node.inputs = [low.float_input(i) if i >= 0 else "" for i in inputs]
-        quantized_out = [model.tensors[i] for i in op.outputs if low.is_quant_activation(model.tensors[i])]
-        if quantized_out:
-            node.dtypes = [np.dtype(np.float32) for _ in op.outputs]
-        converter(node, ctx)  # type: ignore[operator]
-        _fused_activation(ctx, f"{node.name}:0", str(node.attrs.get("fused", "NONE")))
-        for k, index in enumerate(op.outputs):
-            t = model.tensors[index]
-            if low.is_quant_activation(t):
-                _quantize_output(ctx, f"{node.name}:{k}", t)
-
-    convert_all(nodes, OPS, key=lambda item: item[1].name,
-                where=lambda item: f"{model.source} operator {item[1].index} {item[1].name} "
-                                   f"(output '{item[0].name}')",
-                call=run, options=options, stage="convert tflite ops")
+    low.convert("convert tflite ops")
     ctx.item = None
     for user_name, index in model.outputs.items():
         key = low.key(index)
@@ -392,6 +431,28 @@ def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") ->
             if layout == NCHW:
                 dims = [dims[p] for p in TO_NCHW]
             out.shape = Shape([d if isinstance(d, int) else SymbolicDim(d) for d in dims])
+            if out.type is None:  # unknown before inference only after a Loop or If
+                out.type = TensorType(DataType.from_numpy(model.tensors[index].dtype))
     layout_note = "NHWC as in TFLite" if keep_nhwc else "NCHW (rank-4 inputs and outputs transposed)"
     options.diagnostics.note(f"tflite: image tensors are {layout_note}")
     return builder.build(doc=f"converted from TFLite {model.source}")
+
+
+def lower_subgraph(parent: TFContext, sg: TFLModel, inputs: Sequence[Value]) -> list[Value]:
+    """Convert subgraph ``sg`` into the graph the builder is filling; return its outputs.
+
+    ``inputs`` (in TFLite's layout) are its inputs, in order; the outputs are in TFLite's layout
+    too. The subgraph gets a context of its own, so no value or cached transpose of it is seen
+    outside (where it would belong to another ONNX graph), nor any of the parent's inside.
+    """
+    ctx = TFContext(parent.builder, parent.options)
+    low = _Lowering(sg, ctx)
+    for index, value in zip(sg.graph_inputs, inputs, strict=True):
+        t = sg.tensors[index]
+        key = f"{t.name}:input"
+        low.keys[index] = key
+        ctx.shapes[key] = t.shape
+        ctx.values[key] = {TF: value}
+    low.convert("")
+    ctx.item = None
+    return [ctx.get(low.key(i), TF) for i in sg.graph_outputs]

@@ -4,6 +4,14 @@ Field indices and enum values are those of TensorFlow Lite's public schema
 (``tensorflow/compiler/mlir/lite/schema/schema.fbs``, file identifier ``TFL3``). Constant tensors
 are not read: each keeps the position of its bytes in the file, and ``TFLModel.array`` returns a
 NumPy view of the memory-mapped file (no copy) when a converter asks for the values.
+
+Besides the main subgraph, every subgraph that a ``WHILE`` (cond, body) or ``IF`` (then, else)
+of it runs is read, transitively, with the same checks. The subgraph references are checked
+before any conversion: an index out of range, a subgraph that runs itself again (a cycle),
+nesting deeper than ``MAX_NESTING``, more operators to convert than ``MAX_EXPANDED_OPS`` once
+each loop's condition is counted twice (it is converted before the loop and inside it), and
+arities or types that differ between an operator and the subgraphs it runs are each refused
+with one ``ModelFormatError``.
 """
 
 from __future__ import annotations
@@ -18,7 +26,8 @@ from convert.ir import ModelFormatError, UsageError
 
 from .flatbuf import Table, identifier, root
 
-__all__ = ["BUILTIN_NAMES", "TFLModel", "TFLOp", "TFLQuant", "TFLTensor", "read_model"]
+__all__ = ["BUILTIN_NAMES", "CONTROL_FLOW", "MAX_EXPANDED_OPS", "MAX_NESTING", "TFLModel", "TFLOp", "TFLQuant",
+           "TFLTensor", "read_model"]
 
 # TensorType -> NumPy dtype (STRING, COMPLEX, RESOURCE, VARIANT, INT4, BFLOAT16 are not converted).
 _DTYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64", 6: "bool", 7: "int16", 9: "int8",
@@ -35,25 +44,34 @@ BUILTIN_NAMES = {
     40: "MEAN", 41: "SUB", 42: "DIV", 43: "SQUEEZE", 44: "UNIDIRECTIONAL_SEQUENCE_LSTM", 45: "STRIDED_SLICE",
     47: "EXP", 48: "TOPK_V2", 49: "SPLIT", 50: "LOG_SOFTMAX", 53: "CAST", 54: "PRELU", 55: "MAXIMUM",
     56: "ARG_MAX", 57: "MINIMUM", 58: "LESS", 59: "NEG", 60: "PADV2", 61: "GREATER", 62: "GREATER_EQUAL",
+    35: "UNIDIRECTIONAL_SEQUENCE_RNN", 46: "BIDIRECTIONAL_SEQUENCE_RNN", 52: "BIDIRECTIONAL_SEQUENCE_LSTM",
     63: "LESS_EQUAL", 64: "SELECT", 65: "SLICE", 66: "SIN", 67: "TRANSPOSE_CONV", 69: "TILE",
     70: "EXPAND_DIMS", 71: "EQUAL", 72: "NOT_EQUAL", 73: "LOG", 74: "SUM", 75: "SQRT", 76: "RSQRT",
-    77: "SHAPE", 78: "POW", 79: "ARG_MIN", 81: "REDUCE_PROD", 82: "REDUCE_MAX", 83: "PACK", 88: "UNPACK",
+    77: "SHAPE", 78: "POW", 79: "ARG_MIN", 81: "REDUCE_PROD", 82: "REDUCE_MAX", 83: "PACK", 84: "LOGICAL_OR",
+    86: "LOGICAL_AND", 87: "LOGICAL_NOT", 88: "UNPACK",
     89: "REDUCE_MIN", 90: "FLOOR_DIV", 92: "SQUARE", 97: "RESIZE_NEAREST_NEIGHBOR", 98: "LEAKY_RELU",
     99: "SQUARED_DIFFERENCE", 100: "MIRROR_PAD", 101: "ABS", 102: "SPLIT_V", 106: "ADD_N", 108: "COS",
-    111: "ELU", 114: "QUANTIZE", 116: "ROUND", 117: "HARD_SWISH", 118: "IF", 119: "WHILE", 123: "SELECT_V2",
-    126: "BATCH_MATMUL", 128: "CUMSUM", 130: "BROADCAST_TO", 150: "GELU",
+    104: "CEIL", 105: "REVERSE_V2", 111: "ELU", 114: "QUANTIZE", 116: "ROUND", 117: "HARD_SWISH", 118: "IF",
+    119: "WHILE", 123: "SELECT_V2",
+    126: "BATCH_MATMUL", 128: "CUMSUM", 129: "CALL_ONCE", 130: "BROADCAST_TO", 150: "GELU",
 }
 
 # Field indices of the schema's tables used here (declaration order, union types take a slot).
 _MODEL_CODES, _MODEL_SUBGRAPHS, _MODEL_BUFFERS, _MODEL_SIGNATURES = 1, 2, 4, 7
 _CODE_DEPRECATED, _CODE_CUSTOM, _CODE_VERSION, _CODE_BUILTIN = 0, 1, 2, 3
 _SG_TENSORS, _SG_INPUTS, _SG_OUTPUTS, _SG_OPERATORS, _SG_NAME = 0, 1, 2, 3, 4
-_T_SHAPE, _T_TYPE, _T_BUFFER, _T_NAME, _T_QUANT, _T_SPARSITY, _T_SIGNATURE = 0, 1, 2, 3, 4, 6, 7
+_T_SHAPE, _T_TYPE, _T_BUFFER, _T_NAME, _T_QUANT, _T_VARIABLE, _T_SPARSITY, _T_SIGNATURE = 0, 1, 2, 3, 4, 5, 6, 7
 _Q_SCALE, _Q_ZERO, _Q_DETAILS_TYPE, _Q_AXIS = 2, 3, 4, 6
 _OP_CODE, _OP_INPUTS, _OP_OUTPUTS, _OP_OPTIONS = 0, 1, 2, 4
 _BUF_DATA, _BUF_OFFSET, _BUF_SIZE = 0, 1, 2
 _SIG_INPUTS, _SIG_OUTPUTS, _SIG_KEY, _SIG_SUBGRAPH = 0, 1, 2, 4
 _MAP_NAME, _MAP_INDEX = 0, 1
+
+# Operators that run other subgraphs: the roles of the two subgraph indices of their options
+# (WhileOptions: cond_subgraph_index, body_subgraph_index; IfOptions: then_, else_subgraph_index).
+CONTROL_FLOW = {"WHILE": ("cond", "body"), "IF": ("then", "else")}
+MAX_NESTING = 16  # subgraphs inside subgraphs (Keras nests two or three)
+MAX_EXPANDED_OPS = 250_000  # operators converted in all, each loop condition counted twice
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +93,7 @@ class TFLTensor:
     dtype: np.dtype
     span: tuple[int, int] | None  # (byte offset in the file, byte length) of a constant
     quant: TFLQuant | None
+    variable: bool = False  # a state tensor (is_variable): zeros until an operator writes it
 
 
 @dataclass(slots=True)
@@ -91,15 +110,27 @@ class TFLOp:
 
 @dataclass(slots=True)
 class TFLModel:
-    """The main subgraph of a ``.tflite`` file."""
+    """One subgraph of a ``.tflite`` file: the main one, or one that a WHILE or IF runs.
+
+    ``subgraphs`` is shared by all of them: every subgraph read, by its index in the file.
+    """
 
     source: str
     path: Path
     tensors: list[TFLTensor]
     ops: list[TFLOp]
-    inputs: dict[str, int] = field(default_factory=dict)  # user-facing name -> tensor index
+    inputs: dict[str, int] = field(default_factory=dict)  # user-facing name -> tensor index (main only)
     outputs: dict[str, int] = field(default_factory=dict)
     _map: mmap.mmap | None = None
+    index: int = 0  # the subgraph's index in the file
+    graph_inputs: list[int] = field(default_factory=list)  # tensor indices, in order
+    graph_outputs: list[int] = field(default_factory=list)
+    subgraphs: dict[int, TFLModel] = field(default_factory=dict)
+    label: str = ""  # "" for the main subgraph, else "subgraph N " (messages)
+
+    def runs(self, op: TFLOp) -> list[TFLModel]:
+        """Return the subgraphs a WHILE (cond, body) or IF (then, else) operator runs."""
+        return [self.subgraphs[i] for i in _subgraph_refs(op)]
 
     def array(self, tensor: TFLTensor) -> np.ndarray:
         """Return a constant tensor's values: a read-only NumPy view of the mapped file (no copy)."""
@@ -147,8 +178,24 @@ def _buffer_span(buf: Table, size: int, source: str, index: int) -> tuple[int, i
     return None
 
 
+@dataclass(slots=True)
+class _File:
+    """What every subgraph of one file shares while it is read."""
+
+    source: str
+    path: Path
+    mapped: mmap.mmap
+    size: int
+    codes: list[tuple[str, int]]
+    buffers: list[Table]
+    tables: list[Table]
+
+
 def read_model(path: Path, signature: str | None = None) -> TFLModel:
-    """Map ``path`` and read its main subgraph (or the subgraph of ``signature`` when given)."""
+    """Map ``path`` and read its main subgraph (or the subgraph of ``signature`` when given).
+
+    The subgraphs its WHILE and IF operators run are read too (``TFLModel.subgraphs``).
+    """
     source = path.name
     try:
         with path.open("rb") as fh:
@@ -187,8 +234,23 @@ def read_model(path: Path, signature: str | None = None) -> TFLModel:
                       for m in sig.tables(_SIG_INPUTS, "TensorMap")}
         sig_outputs = {m.string(_MAP_NAME): int(m.scalar(_MAP_INDEX, "<I"))
                        for m in sig.tables(_SIG_OUTPUTS, "TensorMap")}
-    sg = subgraphs[sg_index]
-    size = len(view)
+    file = _File(source, path, mapped, len(view), codes, buffers, subgraphs)
+    main = _read_subgraph(file, sg_index, "")
+    by_index_in = {v: k for k, v in sig_inputs.items()}
+    by_index_out = {v: k for k, v in sig_outputs.items()}
+    main.inputs = _named(main.graph_inputs, by_index_in, main.tensors, source, "input")
+    main.outputs = _named(main.graph_outputs, by_index_out, main.tensors, source, "output")
+    both = sorted(set(main.inputs) & set(main.outputs))
+    if both:
+        raise ModelFormatError(f"{source}: '{both[0]}' names both an input and an output of the model")
+    _read_reached(file, main)
+    return main
+
+
+def _read_subgraph(file: _File, index: int, label: str) -> TFLModel:
+    """Read subgraph ``index``: its tensors, operators, inputs and outputs, each checked."""
+    source, codes, buffers = file.source, file.codes, file.buffers
+    sg = file.tables[index]
     tensors = []
     names_seen: set[str] = set()
     for i, t in enumerate(sg.tables(_SG_TENSORS, "Tensor")):
@@ -198,9 +260,9 @@ def read_model(path: Path, signature: str | None = None) -> TFLModel:
         names_seen.add(name)
         code = int(t.scalar(_T_TYPE, "<b"))
         if code not in _DTYPES:
-            raise ModelFormatError(f"{source}: tensor '{name}' has TensorType {code}, which is not supported")
+            raise ModelFormatError(f"{source}: {label}tensor '{name}' has TensorType {code}, which is not supported")
         if t.has(_T_SPARSITY):
-            raise ModelFormatError(f"{source}: tensor '{name}' is sparse (densify it before converting)")
+            raise ModelFormatError(f"{source}: {label}tensor '{name}' is sparse (densify it before converting)")
         shape = [int(d) for d in t.vector(_T_SHAPE, "<i4")]
         signature_shape = [int(d) for d in t.vector(_T_SIGNATURE, "<i4")]
         dims = tuple(None if s < 0 else int(d) for d, s in zip(shape, signature_shape, strict=True)) \
@@ -209,47 +271,137 @@ def read_model(path: Path, signature: str | None = None) -> TFLModel:
         span = None
         if buf_index:
             if buf_index >= len(buffers):
-                raise ModelFormatError(f"{source}: tensor '{name}' refers to buffer {buf_index} of {len(buffers)}")
-            span = _buffer_span(buffers[buf_index], size, source, buf_index)
+                raise ModelFormatError(f"{source}: {label}tensor '{name}' refers to buffer {buf_index} "
+                                       f"of {len(buffers)}")
+            span = _buffer_span(buffers[buf_index], file.size, source, buf_index)
         quant = _quant(t.table(_T_QUANT, "QuantizationParameters"), source, name)
         if quant is not None and quant.axis is not None and not (
                 0 <= quant.axis < len(dims) and dims[quant.axis] == len(quant.scale)):
-            raise ModelFormatError(f"{source}: tensor '{name}' of shape {list(dims)} has {len(quant.scale)} "
-                                   f"scales along axis {quant.axis}")
+            raise ModelFormatError(f"{source}: {label}tensor '{name}' of shape {list(dims)} has "
+                                   f"{len(quant.scale)} scales along axis {quant.axis}")
         if any(d is not None and d < 0 for d in dims):
-            raise ModelFormatError(f"{source}: tensor '{name}' has a negative dimension {list(dims)}")
-        tensors.append(TFLTensor(i, name, dims, np.dtype(_DTYPES[code]), span, quant))
+            raise ModelFormatError(f"{source}: {label}tensor '{name}' has a negative dimension {list(dims)}")
+        tensors.append(TFLTensor(i, name, dims, np.dtype(_DTYPES[code]), span, quant,
+                                 bool(t.scalar(_T_VARIABLE, "<?", False))))
     ops = []
     for k, op in enumerate(sg.tables(_SG_OPERATORS, "Operator")):
         code = int(op.scalar(_OP_CODE, "<I"))
         if code >= len(codes):
-            raise ModelFormatError(f"{source}: operator {k} refers to operator code {code} of {len(codes)}")
+            raise ModelFormatError(f"{source}: {label}operator {k} refers to operator code {code} of {len(codes)}")
         ins = [int(x) for x in op.vector(_OP_INPUTS, "<i4")]
         outs = [int(x) for x in op.vector(_OP_OUTPUTS, "<i4")]
         for idx in ins + outs:
             if idx >= len(tensors) or idx < -1:
-                raise ModelFormatError(f"{source}: operator {k} ({codes[code][0]}) refers to tensor {idx} "
+                raise ModelFormatError(f"{source}: {label}operator {k} ({codes[code][0]}) refers to tensor {idx} "
                                        f"of {len(tensors)}")
         if -1 in outs:  # only an input may be left out
-            raise ModelFormatError(f"{source}: operator {k} ({codes[code][0]}) has an output left out (-1)")
+            raise ModelFormatError(f"{source}: {label}operator {k} ({codes[code][0]}) has an output left out (-1)")
         ops.append(TFLOp(k, codes[code][0], codes[code][1], ins, outs, op.table(_OP_OPTIONS, "BuiltinOptions")))
     graph_inputs = [int(x) for x in sg.vector(_SG_INPUTS, "<i4")]
     graph_outputs = [int(x) for x in sg.vector(_SG_OUTPUTS, "<i4")]
     for idx in graph_inputs + graph_outputs:
         if not 0 <= idx < len(tensors):
-            raise ModelFormatError(f"{source}: the subgraph's inputs/outputs refer to tensor {idx} of {len(tensors)}")
+            owner = f"{label.strip()}'s" if label else "the subgraph's"
+            raise ModelFormatError(f"{source}: {owner} inputs/outputs refer to tensor {idx} of {len(tensors)}")
+    if label and len(set(graph_inputs)) != len(graph_inputs):
+        raise ModelFormatError(f"{source}: {label}takes one tensor as two of its inputs")
     computed = {idx for op in ops for idx in op.outputs}
     for idx in graph_outputs:
         if idx not in computed and idx not in graph_inputs and tensors[idx].span is None:
-            raise ModelFormatError(f"{source}: output tensor '{tensors[idx].name}' is computed by no operator")
-    by_index_in = {v: k for k, v in sig_inputs.items()}
-    by_index_out = {v: k for k, v in sig_outputs.items()}
-    inputs = _named(graph_inputs, by_index_in, tensors, source, "input")
-    outputs = _named(graph_outputs, by_index_out, tensors, source, "output")
-    both = sorted(set(inputs) & set(outputs))
-    if both:
-        raise ModelFormatError(f"{source}: '{both[0]}' names both an input and an output of the model")
-    return TFLModel(source, path, tensors, ops, inputs, outputs, mapped)
+            raise ModelFormatError(f"{source}: {label}output tensor '{tensors[idx].name}' is computed by no operator")
+    return TFLModel(source, file.path, tensors, ops, _map=file.mapped, index=index, graph_inputs=graph_inputs,
+                    graph_outputs=graph_outputs, label=label)
+
+
+def _subgraph_refs(op: TFLOp) -> list[int]:
+    """Return the two subgraph indices of a WHILE or IF operator's options ([] for other operators)."""
+    if op.name not in CONTROL_FLOW or op.options is None:
+        return []
+    return [int(op.options.scalar(0, "<i", -1)), int(op.options.scalar(1, "<i", -1))]
+
+
+def _read_reached(file: _File, main: TFLModel) -> None:
+    """Read every subgraph the main one runs, transitively, into the shared ``subgraphs`` table.
+
+    A depth-first walk: a reference to a subgraph on the current path is a cycle. Each subgraph
+    is read once; its nesting height and expanded operator count are kept for later references.
+    """
+    source = file.source
+    found = main.subgraphs
+    found[main.index] = main
+    height: dict[int, int] = {}
+    expanded: dict[int, int] = {}
+    path: list[int] = []
+
+    def visit(sg: TFLModel, depth: int) -> None:
+        path.append(sg.index)
+        own_height, count = 0, len(sg.ops)
+        for op in sg.ops:
+            roles = CONTROL_FLOW.get(op.name)
+            if roles is None:
+                continue
+            where = f"{source}: {sg.label}operator {op.index} {op.name}"
+            if op.options is None:
+                raise ModelFormatError(f"{where} has no options: which subgraphs it runs is not given")
+            for role, ref in zip(roles, _subgraph_refs(op), strict=True):
+                if not 0 <= ref < len(file.tables):
+                    raise ModelFormatError(f"{where}: its {role} subgraph {ref} is not in the file "
+                                           f"({len(file.tables)} subgraphs)")
+                if ref in path:
+                    raise ModelFormatError(f"{where}: its {role} subgraph {ref} runs subgraph {sg.index} again "
+                                           f"(a cycle); control flow cannot recurse")
+                if ref not in found:
+                    if depth + 1 > MAX_NESTING:
+                        raise ModelFormatError(f"{where}: subgraphs are nested more than {MAX_NESTING} deep")
+                    found[ref] = _read_subgraph(file, ref, f"subgraph {ref} ")
+                    visit(found[ref], depth + 1)
+                if depth + 1 + height[ref] > MAX_NESTING:
+                    raise ModelFormatError(f"{where}: subgraphs are nested more than {MAX_NESTING} deep")
+                own_height = max(own_height, 1 + height[ref])
+            first, second = (found[r] for r in _subgraph_refs(op))
+            _check_arity(where, sg, op, first, second)
+            count += (2 * expanded[first.index] if op.name == "WHILE" else expanded[first.index]) \
+                + expanded[second.index]
+            if count > MAX_EXPANDED_OPS:
+                raise ModelFormatError(f"{where}: its subgraphs expand to more than {MAX_EXPANDED_OPS:,} operators")
+        path.pop()
+        height[sg.index] = own_height
+        expanded[sg.index] = count
+
+    visit(main, 0)
+
+
+def _check_arity(where: str, sg: TFLModel, op: TFLOp, first: TFLModel, second: TFLModel) -> None:
+    """Check that a WHILE's or IF's tensors match the inputs and outputs of the subgraphs it runs."""
+    def types(model: TFLModel, indices: list[int]) -> list[str]:
+        return [str(model.tensors[i].dtype) if i >= 0 else "none" for i in indices]
+
+    if op.name == "WHILE":
+        cond, body = first, second
+        carried = types(sg, op.inputs)
+        checks = [("its outputs", types(sg, op.outputs)),
+                  (f"the cond subgraph {cond.index}'s inputs", types(cond, cond.graph_inputs)),
+                  (f"the body subgraph {body.index}'s inputs", types(body, body.graph_inputs)),
+                  (f"the body subgraph {body.index}'s outputs", types(body, body.graph_outputs))]
+        if types(cond, cond.graph_outputs) != ["bool"]:
+            raise ModelFormatError(f"{where}: the cond subgraph {cond.index} returns "
+                                   f"{types(cond, cond.graph_outputs)}; it must return one bool")
+        what = "its inputs"
+    else:
+        if not op.inputs or op.inputs[0] < 0:
+            raise ModelFormatError(f"{where} has no condition input")
+        carried = types(sg, op.inputs[1:])
+        outs = types(sg, op.outputs)
+        checks = [(f"the {role} subgraph {b.index}'s inputs", types(b, b.graph_inputs)) for role, b in
+                  (("then", first), ("else", second))]
+        for role, b in (("then", first), ("else", second)):
+            if types(b, b.graph_outputs) != outs:
+                raise ModelFormatError(f"{where}: its outputs are {outs} but the {role} subgraph {b.index} returns "
+                                       f"{types(b, b.graph_outputs)}")
+        what = "its inputs after the condition"
+    for name, got in checks:
+        if got != carried:
+            raise ModelFormatError(f"{where}: {what} are {carried} but {name} are {got}")
 
 
 def _named(indices: list[int], signature: dict[int, str], tensors: list[TFLTensor], source: str,

@@ -5,6 +5,8 @@ are converted by building that TensorFlow node and calling the TensorFlow fronte
 (same layout handling: NCHW inside). The ops with weights (CONV_2D, DEPTHWISE_CONV_2D,
 TRANSPOSE_CONV, FULLY_CONNECTED) have their own converters so that int8 weights stay int8 in ONNX behind a
 ``DequantizeLinear`` (per channel). Fused activations are applied by the loader after the op.
+Control flow (``WHILE``, ``IF``) is in ``controlflow.py``, the fused sequence ops (LSTM, RNN) in
+``sequence.py``; both register into ``OPS`` when this module is imported.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from convert.frontends.tensorflow.context import NCHW, TF, TFContext
+from convert.frontends.tensorflow.context import NCHW, TF, TFContext, nchw_axis
 from convert.frontends.tensorflow.graph import TFNode
 from convert.frontends.tensorflow.ops import OPS as TF_OPS
 from convert.frontends.tensorflow.ops.nn import conv_pads, conv_transpose_pads, dilated_source
@@ -77,6 +79,17 @@ OPTIONS: dict[str, list[tuple[str, str, object] | None]] = {
     "RESIZE_NEAREST_NEIGHBOR": [("align_corners", "<?", False), ("half_pixel_centers", "<?", False)],
     "DEPTH_TO_SPACE": [("block_size", _I, 0)],
     "SPACE_TO_DEPTH": [("block_size", _I, 0)],
+    "SPLIT": [("num_splits", _I, 0)],
+    "SPLIT_V": [("num_splits", _I, 0)],
+    # the sequence ops' fused activation is the cell's (not applied to the output): "activation"
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": [("activation", _B, 0), ("cell_clip", _F, 0.0), ("proj_clip", _F, 0.0),
+                                     ("time_major", "<?", False), ("asymmetric_quantize_inputs", "<?", False),
+                                     ("diagonal_recurrent_tensors", "<?", False)],
+    "BIDIRECTIONAL_SEQUENCE_LSTM": [("activation", _B, 0), ("cell_clip", _F, 0.0), ("proj_clip", _F, 0.0),
+                                    ("merge_outputs", "<?", False), ("time_major", "<?", True),
+                                    ("asymmetric_quantize_inputs", "<?", False)],
+    "UNIDIRECTIONAL_SEQUENCE_RNN": [("time_major", "<?", False), ("activation", _B, 0),
+                                    ("asymmetric_quantize_inputs", "<?", False)],
 }
 OPTIONS["MAX_POOL_2D"] = OPTIONS["AVERAGE_POOL_2D"]
 for _reduce in ("SUM", "REDUCE_MAX", "REDUCE_MIN", "REDUCE_PROD"):
@@ -99,6 +112,7 @@ class Signature:
     inputs: int  # required inputs: a tensor each (not -1)
     optional: int = 0  # trailing inputs that may be absent or -1 (a bias)
     variadic: bool = False  # any number of inputs from ``inputs`` on (CONCATENATION, PACK, ADD_N)
+    outputs: int | None = 1  # None: any number (SPLIT, WHILE, IF)
     ints: tuple[tuple[int, int], ...] = ()  # (input, most rank): integer tensors (axes, shapes, paddings)
     ranks: tuple[tuple[int, int], ...] = ()  # (input, rank): tensors of a fixed rank (images, filters)
 
@@ -129,6 +143,16 @@ SIGNATURES: dict[str, Signature] = {
     "BATCH_TO_SPACE_ND": Signature(3, ints=((1, 1), (2, 2))),
     "TRANSPOSE_CONV": Signature(3, 1, ints=((0, 1),), ranks=((1, 4), (2, 4), (3, 1))),
     "FULLY_CONNECTED": Signature(2, 1, ranks=((1, 2), (2, 1))),
+    "LOGICAL_AND": _BINARY, "LOGICAL_OR": _BINARY, "LOGICAL_NOT": _UNARY,
+    "SPLIT": Signature(2, ints=((0, 1),), outputs=None),
+    "SPLIT_V": Signature(3, ints=((1, 1), (2, 1)), outputs=None),
+    "SLICE": Signature(3, ints=((1, 1), (2, 1))),
+    "WHILE": Signature(0, variadic=True, outputs=None),  # arities against the subgraphs: model.py
+    "IF": Signature(1, variadic=True, outputs=None),
+    # 20 inputs, 24 with layer norm; which of them may be absent: sequence.py
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": Signature(1, 23),
+    "BIDIRECTIONAL_SEQUENCE_LSTM": Signature(1, 47, outputs=None),  # 48 inputs; 1 output merged, else 2
+    "UNIDIRECTIONAL_SEQUENCE_RNN": Signature(5, ranks=((0, 3), (1, 2), (2, 2), (3, 1), (4, 2))),
 }
 
 
@@ -153,8 +177,8 @@ def check_operator(model: TFLModel, op: TFLOp) -> None:
     missing = [k for k in range(sig.inputs if most is not None else n) if op.inputs[k] < 0]
     if missing:
         raise ModelFormatError(f"{where}: input {missing[0]} is left out (-1); it is required")
-    if len(op.outputs) != 1:
-        raise ModelFormatError(f"{where} has {len(op.outputs)} outputs; it has 1")
+    if sig.outputs is not None and len(op.outputs) != sig.outputs:
+        raise ModelFormatError(f"{where} has {len(op.outputs)} outputs; it has {sig.outputs}")
     for k, most_rank in sig.ints:
         t = model.tensors[op.inputs[k]] if k < n and op.inputs[k] >= 0 else None
         if t is not None and (t.dtype.kind not in "iu" or len(t.shape) > most_rank):
@@ -240,7 +264,8 @@ _SAME_NAME = {
     "PAD": "Pad", "PADV2": "PadV2", "TRANSPOSE": "Transpose", "EXPAND_DIMS": "ExpandDims",
     "SQUEEZE": "Squeeze", "STRIDED_SLICE": "StridedSlice", "LOG_SOFTMAX": "LogSoftmax", "PACK": "Pack",
     "TILE": "Tile", "REVERSE_V2": "ReverseV2", "LESS": "Less", "GREATER": "Greater", "LESS_EQUAL": "LessEqual",
-    "GREATER_EQUAL": "GreaterEqual", "EQUAL": "Equal", "SELECT_V2": "SelectV2",
+    "GREATER_EQUAL": "GreaterEqual", "EQUAL": "Equal", "SELECT_V2": "SelectV2", "LOGICAL_AND": "LogicalAnd",
+    "LOGICAL_OR": "LogicalOr",
 }
 for _name, _tf in _SAME_NAME.items():
     if _tf in TF_OPS:
@@ -542,3 +567,98 @@ def _quantize(node: TFNode, ctx: TFContext) -> None:
 
 register("QUANTIZE", maps_to="QuantizeLinear", notes="float -> int8/uint8, or a requantization")(_quantize)
 register("DEQUANTIZE", maps_to="DequantizeLinear / Cast", notes="int8/uint8 -> float; float16 weights")(_quantize)
+
+
+@register("LOGICAL_NOT", maps_to="Not")
+def logical_not(node: TFNode, ctx: TFContext) -> None:
+    """LOGICAL_NOT -> Not, in the input's layout."""
+    x, layout = ctx.get_any(node.inputs[0])
+    ctx.bind(ctx.emit("Not", [x]), layout)
+
+
+def _split_axis(ctx: TFContext, key: str, x_key: str) -> tuple[int, int | None]:
+    """The split axis (a constant, made non-negative) and the input's static size along it (or None)."""
+    axis_arr = ctx.need_const(key, "the split axis")
+    shape = ctx.shape(x_key)
+    if axis_arr.size != 1 or shape is None:
+        raise RefusedError("the split needs one axis and an input of known rank")
+    axis = int(axis_arr.reshape(-1)[0])
+    if not -len(shape) <= axis < len(shape):
+        raise RefusedError(f"split axis {axis} is out of range for rank {len(shape)}")
+    axis %= len(shape)
+    return axis, shape[axis]
+
+
+def _emit_split(node: TFNode, ctx: TFContext, x_key: str, axis: int, sizes: list[int]) -> None:
+    if len(sizes) != len(node.shapes):
+        raise RefusedError(f"it splits into {len(sizes)} parts but has {len(node.shapes)} outputs")
+    if any(s < 0 for s in sizes):
+        raise RefusedError(f"split sizes {sizes} are negative")
+    x, layout = ctx.get_any(x_key)
+    onnx_axis = nchw_axis(axis) if layout == NCHW else axis
+    outs = ctx.emit_multi("Split", [x, ctx.builder.const(np.asarray(sizes, np.int64))], {"axis": onnx_axis},
+                          outputs=len(sizes))
+    for k, value in enumerate(outs):
+        ctx.bind(value, layout, index=k)
+
+
+@register("SPLIT", maps_to="Split", notes="equal parts; constant axis; static size along it")
+def split(node: TFNode, ctx: TFContext) -> None:
+    """SPLIT(axis, x) into num_splits equal parts -> Split with sizes (in the input's layout)."""
+    axis, dim = _split_axis(ctx, node.inputs[0], node.inputs[1])
+    n = int(node.attrs.get("num_splits", 0))  # type: ignore[call-overload]
+    if n < 1 or dim is None or dim % n:
+        raise RefusedError(f"cannot split a dimension of {dim if dim is not None else 'unknown'} size into "
+                           f"{n} equal parts")
+    _emit_split(node, ctx, node.inputs[1], axis, [dim // n] * n)
+
+
+@register("SPLIT_V", maps_to="Split", notes="constant sizes (one may be -1) and axis")
+def split_v(node: TFNode, ctx: TFContext) -> None:
+    """SPLIT_V(x, size_splits, axis) -> Split with the sizes (a -1 takes the rest of a static dimension)."""
+    axis, dim = _split_axis(ctx, node.inputs[2], node.inputs[0])
+    sizes = [int(v) for v in ctx.need_const(node.inputs[1], "the split sizes").reshape(-1)]
+    if sizes.count(-1) > 1:
+        raise RefusedError(f"split sizes {sizes} have more than one -1")
+    if -1 in sizes:
+        if dim is None:
+            raise RefusedError("a -1 split size needs a static size along the axis")
+        sizes[sizes.index(-1)] = dim - (sum(sizes) + 1)
+    if dim is not None and sum(sizes) != dim:
+        raise RefusedError(f"split sizes {sizes} do not add up to the dimension's {dim}")
+    _emit_split(node, ctx, node.inputs[0], axis, sizes)
+
+
+@register("SLICE", maps_to="Slice", notes="begin and size (-1: to the end), constant or computed")
+def slice_(node: TFNode, ctx: TFContext) -> None:
+    """SLICE(x, begin, size) -> Slice(x, begin, begin + size or the end where size is -1) in TFLite's axes."""
+    x_key, begin_key, size_key = node.inputs[:3]
+    begin, size = ctx.const(begin_key), ctx.const(size_key)
+    end_max = np.iinfo(np.int64).max
+    if begin is not None and size is not None:
+        begin = begin.reshape(-1).astype(np.int64)
+        size = size.reshape(-1).astype(np.int64)
+        if begin.shape != size.shape:
+            raise RefusedError(f"begin has {begin.size} values but size {size.size}")
+        end = np.where(size < 0, end_max, begin + size)
+        data = ctx.const(x_key)
+        if data is not None and data.ndim == begin.size:  # shape arithmetic: in NumPy
+            ctx.bind_const(np.ascontiguousarray(data[tuple(slice(b, None if e == end_max else e)
+                                                           for b, e in zip(begin, end, strict=True))]))
+            return
+        starts, ends = ctx.builder.const(begin), ctx.builder.const(end)
+        axes = ctx.builder.const(np.arange(begin.size, dtype=np.int64))
+    else:
+        starts = ctx.emit("Cast", [ctx.get(begin_key, TF)], {"to": DataType.INT64}, suffix="begin")
+        sizes = ctx.emit("Cast", [ctx.get(size_key, TF)], {"to": DataType.INT64}, suffix="size")
+        to_end = ctx.emit("Less", [sizes, ctx.builder.const(np.array(0, np.int64))])
+        ends = ctx.emit("Where", [to_end, ctx.builder.const(np.array(end_max, np.int64)),
+                                  ctx.emit("Add", [starts, sizes])], suffix="end")
+        rank = ctx.rank(x_key)
+        if rank is None:
+            raise RefusedError("a slice with computed bounds needs an input of known rank")
+        axes = ctx.builder.const(np.arange(rank, dtype=np.int64))
+    ctx.bind(ctx.emit("Slice", [ctx.get(x_key, TF), starts, ends, axes]))
+
+
+from . import controlflow, sequence  # noqa: E402, F401  (they register into OPS)
