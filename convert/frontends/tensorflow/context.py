@@ -103,6 +103,12 @@ class TFContext(FrontendContext):
         # Outputs of zero Pads of only H and W: name -> (input, ONNX pads [top, left, bottom, right]),
         # so that a Conv reading only them takes the padding as its own pads (the Pad is dead then).
         self.zero_pads: dict[str, tuple[str, list[int]]] = {}
+        # Inside a converted loop's body (``ops/controlflow.py``): the tensor lists it reads (list tensor ->
+        # the outer tensor it was made from), those it writes (list tensor -> scan output slot) and
+        # the item written to each slot.
+        self.list_reads: dict[str, str] = {}
+        self.list_writes: dict[str, int] = {}
+        self.scan_items: dict[int, Value] = {}
 
     def weight(self, weight: ConvWeight, name: str) -> Value:
         """Add ``weight`` as an initializer computed when the exporter writes it."""

@@ -77,8 +77,10 @@ class TFGraph:
     outputs: dict[str, str] = field(default_factory=dict)  # user name -> tensor name
     # How the weights were read: "mapped" (views of the variables files) or why TensorFlow froze them.
     weights: str = "frozen by TensorFlow"
-    # Lowered while loops not recognised as Keras recurrent layers: LoopCond node -> why (``recurrent.py``).
+    # Lowered while loops left as they are: LoopCond node -> why (``recurrent.py``, ``controlflow.py``).
     loops: dict[str, str] = field(default_factory=dict)
+    # Lowered conditionals not gathered into an If: first Switch node -> why (``controlflow.py``).
+    conds: dict[str, str] = field(default_factory=dict)
 
 
 @contextlib.contextmanager

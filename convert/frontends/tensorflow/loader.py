@@ -86,6 +86,20 @@ def _is_const(by_name: dict[str, TFNode], tensor: str) -> bool:
     return node is not None and node.op == "Const"
 
 
+def _inner(node: TFNode) -> list[TFNode]:
+    """The nodes of a gathered loop's body and condition, or of a conditional's branches, nested ones included."""
+    from .controlflow import CondPlan, LoopPlan
+
+    plan = node.attrs.get("plan")
+    if isinstance(plan, LoopPlan):
+        nodes = [*plan.body, *plan.cond_nodes]
+    elif isinstance(plan, CondPlan):
+        nodes = [n for _, branch, _ in plan.branches for n in branch]
+    else:
+        return []
+    return [m for n in nodes for m in (n, *_inner(n))]
+
+
 def _gaps(graph: TFGraph) -> GapCollector:
     from .ops import OPS
     from .recurrent import CONTROL_FLOW
@@ -94,24 +108,26 @@ def _gaps(graph: TFGraph) -> GapCollector:
     loop_ops: list[TFNode] = []
     # the ops inside a loop that is refused as a whole are not listed one by one
     frames = tuple(name[:name.index("/while/") + len("/while/")] for name in graph.loops if "/while/" in name)
-    for node in live_nodes(graph):
+    for node in (m for n in live_nodes(graph) for m in (n, *_inner(n))):
         if frames and node.name.startswith(frames) and node.op not in CONTROL_FLOW:
             continue
         if node.op in CONTROL_FLOW and node.op not in OPS:
             loop_ops.append(node)
         elif node.op not in OPS:
             gaps.add(node.op, f"{graph.source} node '{node.name}'")
-    # TF control flow is one gap per loop (or conditional), with the reason its body was not recognised.
+    # TF control flow is one gap per loop (or conditional), with the reason it cannot be converted.
     conds = [n for n in loop_ops if n.op == "LoopCond"]
     for cond in conds:
         why = graph.loops.get(cond.name, "")
         gaps.add("while loop", f"{graph.source} node '{cond.name}'",
-                 f"TF control flow is converted only where it is a Keras LSTM/GRU/SimpleRNN; {why}" if why else
-                 "TF control flow is converted only where it is a Keras LSTM/GRU/SimpleRNN")
-    if loop_ops and not conds:
+                 f"this loop cannot become an ONNX Loop: {why}" if why else "this loop cannot become an ONNX Loop")
+    refused_conds = [(s, why) for s, why in graph.conds.items() if any(n.name == s for n in loop_ops)]
+    for switch, why in refused_conds:
+        gaps.add("conditional", f"{graph.source} node '{switch}'", f"this tf.cond cannot become an ONNX If: {why}")
+    if loop_ops and not conds and not refused_conds:
         first = loop_ops[0]
         gaps.add(first.op, f"{graph.source} node '{first.name}'",
-                 "TF control flow (a conditional or tensor list) is not converted")
+                 "TF control flow outside a loop or conditional that can be converted")
     return gaps
 
 

@@ -26,7 +26,8 @@ Each piece is checked, nothing is assumed from names:
   Sigmoid, Tanh, Relu.
 
 A loop that is anything else (masking's ``Select``s, a custom cell, a GRU without ``reset_after``)
-is left as it is and refused in one line naming it, with the reason its body did not match.
+is left as it is, with the reason its body did not match (``TFGraph.loops``), for ``controlflow.py``
+to make a general ONNX ``Loop`` of.
 """
 
 from __future__ import annotations

@@ -119,6 +119,7 @@ def tensordot_to_conv(graph: TFGraph) -> int:
 
 def rewrite(graph: TFGraph) -> TFGraph:
     """Run every rewriter on ``graph`` in place and return it."""
+    from .controlflow import lower_control_flow
     from .recurrent import recognise_recurrent
 
     count = tensordot_to_conv(graph)
@@ -127,4 +128,7 @@ def rewrite(graph: TFGraph) -> TFGraph:
     count = recognise_recurrent(graph)
     if count:
         logger.debug("tensorflow: %d while loop(s) became Keras recurrent layers", count)
+    count = lower_control_flow(graph)
+    if count:
+        logger.debug("tensorflow: %d loop(s) and conditional(s) gathered for ONNX Loop / If", count)
     return graph

@@ -49,8 +49,6 @@ def build(name: str, seed: int = 0) -> object:
         y = layers.GRU(6, go_backwards=True, return_sequences=True, activation="relu")(x)
     elif name == "bidir_gru_last":
         y = layers.Bidirectional(layers.GRU(4), merge_mode="sum")(x)
-    elif name == "masked_lstm":  # masking: Select ops in the loop body (refused)
-        y = layers.LSTM(4)(layers.Masking(0.0)(x))
     else:
         raise KeyError(name)
     return _randomise(keras.Model(x, y), seed)

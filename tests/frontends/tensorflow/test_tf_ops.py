@@ -219,7 +219,27 @@ def test_tensordot_over_other_axes_is_left_alone(tmp_path: Path) -> None:
 # Shape/GatherV2/Pack appear only with a free dimension (Keras' Tensordot in the transformer block).
 BY_MODEL_TESTS = {"Placeholder", "Const", "SpaceToBatchND", "BatchToSpaceND", "Shape", "GatherV2", "Pack",
                   # test_tf_recurrent.py (the recognised loops; go_backwards; Keras' Embedding), test_tf_decoder_ops.py
-                  "KerasRecurrent", "ReverseV2", "Less", "SelectV2", "Tile"}
+                  "KerasRecurrent", "ReverseV2", "Less", "SelectV2", "Tile",
+                  # test_tf_control_flow.py (loops, conditionals, the lists in a loop body); below, with a free batch
+                  "LoweredWhile", "LoweredCond", "TensorListGetItem", "TensorListSetItem",
+                  "ZerosLike", "OnesLike", "Fill", "Split", "SplitV", "FloorMod", "NotEqual", "Any", "All"}
+
+
+def _mask_and_split(x: tf.Tensor) -> tf.Tensor:
+    """Ops Keras' masked layers and tf.while_loops use; a free batch keeps TF from folding the *Like ones."""
+    a, b = tf.split(tf.math.floormod(x, 0.7), [1, -1], axis=1)  # SplitV, float FloorMod
+    c, d = tf.split(x, 2, axis=2)  # Split
+    keep = tf.cast(tf.reduce_any(tf.not_equal(tf.round(x), 0.0), axis=2, keepdims=True), tf.float32)
+    every = tf.cast(tf.reduce_all(x > -1.5, axis=2, keepdims=True), tf.float32)
+    filled = tf.zeros_like(x) + tf.ones_like(x) * 0.5 + tf.fill(tf.shape(x), 0.25)
+    return tf.concat([a, b], 1) * keep + every + filled + tf.concat([d, c], 2)
+
+
+def test_mask_and_split_ops_with_a_free_batch(tmp_path: Path) -> None:
+    err = _run_case(_mask_and_split, [(4, 3, 4)], tmp_path, free_batch=True)
+    assert err <= RTOL, err
+    ops = _onnx_ops(tmp_path)
+    assert {"Split", "Floor", "Not", "ReduceMax", "ReduceMin", "Expand"} <= set(ops), ops
 
 
 def test_the_same_op_on_the_same_input_is_computed_once(tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ replaces a loop whose body is exactly one Keras cell by one ONNX recurrent op (K
 i, f, c, o as ONNX's i, o, f, c; GRU ``reset_after`` as ``linear_before_reset=1`` with both bias
 vectors). Each model (``sequence_models.py``, random non-zero weights) is exported as a SavedModel,
 converted, run in ONNX Runtime and compared with TensorFlow's own run on two seeded inputs; no
-``Loop`` and no TF control flow is left. A masked LSTM (``Select``s in the body) is refused in one
-line naming the loop.
+``Loop`` and no TF control flow is left. Masked layers (``Select``s in the body) become general
+ONNX ``Loop``s instead: ``test_tf_control_flow.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import sequence_models  # beside this file
 
-from convert.ir import Options, UnsupportedOpsError, passes
+from convert.ir import Options, passes
 
 pytestmark = pytest.mark.tensorflow
 pytest.importorskip("tensorflow")
@@ -82,14 +82,3 @@ def test_keras_file_bidirectional(tmp_path: Path) -> None:
     print(f"PARITY-TF-RNN bidir_rnn.keras {err:.1e}")
     assert err <= RTOL and ops.count("LSTM") == 2 and ops.count("RNN") == 1, (err, ops)
 
-
-def test_masked_loop_is_refused_in_one_line(tmp_path: Path) -> None:
-    from convert.frontends.tensorflow import FRONTEND
-
-    path = tmp_path / "masked"
-    sequence_models.build("masked_lstm").export(str(path), verbose=False)  # type: ignore[attr-defined]
-    with pytest.raises(UnsupportedOpsError) as err:
-        FRONTEND.load([path], Options())
-    text = str(err.value)
-    assert "while loop" in text and "Keras LSTM/GRU/SimpleRNN" in text and "lstm" in text, text
-    assert "\n" not in text and "Merge" not in text and "Switch" not in text, text

@@ -30,4 +30,4 @@ def register(*names: str, maps_to: str, notes: str = "") -> Callable[[Converter]
     return OPS.register(*names, maps_to=maps_to, notes=notes)
 
 
-from . import math, nn, recurrent, tensor  # noqa: E402,F401  (fill the registry)
+from . import controlflow, math, nn, recurrent, tensor  # noqa: E402,F401  (fill the registry)

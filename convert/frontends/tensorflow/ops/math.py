@@ -12,7 +12,7 @@ import numpy as np
 from convert.frontends.tensorflow.context import NCHW, NCL, TF, TO_NCHW, TFContext, nchw_axis
 from convert.frontends.tensorflow.graph import TFNode
 from convert.frontends.tensorflow.ops import Converter, register
-from convert.ir import RefusedError, Value
+from convert.ir import DataType, RefusedError, Value
 
 __all__: list[str] = []
 
@@ -289,3 +289,41 @@ def logical(node: TFNode, ctx: TFContext) -> None:
     """LogicalAnd / LogicalOr -> And / Or, in the inputs' common layout."""
     values, layout = _binary_inputs(node, ctx, node.inputs[:2])
     ctx.bind(ctx.emit("And" if node.op == "LogicalAnd" else "Or", values), layout)
+
+
+@register("NotEqual", maps_to="Not(Equal)", notes="numpy broadcasting (Keras' Embedding(mask_zero=True) mask)")
+def not_equal(node: TFNode, ctx: TFContext) -> None:
+    """NotEqual -> Not(Equal(a, b)), in the inputs' common layout."""
+    values, layout = _binary_inputs(node, ctx, node.inputs[:2])
+    ctx.bind(ctx.emit("Not", [ctx.emit("Equal", values)]), layout)
+
+
+@register("FloorMod", maps_to="Mod / x - Floor(x / y) y", notes="integers: Mod (sign of the divisor); floats: "
+          "x - floor(x / y) * y")
+def floor_mod(node: TFNode, ctx: TFContext) -> None:
+    """FloorMod -> Mod(fmod=0) on integers, ``x - Floor(x / y) * y`` on floats (TF's floored remainder)."""
+    (x, y), layout = _binary_inputs(node, ctx, node.inputs[:2])
+    dtype = node.dtypes[0] if node.dtypes else None
+    if dtype is not None and np.issubdtype(dtype, np.integer):
+        ctx.bind(ctx.emit("Mod", [x, y], {"fmod": 0}), layout)
+        return
+    ctx.bind(ctx.emit("Sub", [x, ctx.emit("Mul", [ctx.emit("Floor", [ctx.emit("Div", [x, y])]), y])]), layout)
+
+
+@register("ZerosLike", "OnesLike", maps_to="Expand(0 or 1, Shape)", notes="in the input's layout")
+def zeros_like(node: TFNode, ctx: TFContext) -> None:
+    """ZerosLike / OnesLike -> a zero (one) of the input's type expanded to the input's shape."""
+    x, layout = ctx.get_any(node.inputs[0])
+    dtype = node.dtypes[0] if node.dtypes else np.dtype(np.float32)
+    fill = ctx.builder.const(np.array(0 if node.op == "ZerosLike" else 1, dtype))
+    ctx.bind(ctx.emit("Expand", [fill, ctx.emit("Shape", [x])]), layout)
+
+
+@register("Any", "All", maps_to="ReduceMax / ReduceMin on int32", notes="constant axes; bool in, bool out")
+def any_all(node: TFNode, ctx: TFContext) -> None:
+    """Any / All -> ReduceMax / ReduceMin of the booleans as int32, cast back (opset 17 reduces no bool)."""
+    axes = [int(a) for a in np.atleast_1d(ctx.need_const(node.inputs[1], "the reduction axes"))]
+    x = ctx.emit("Cast", [ctx.get(node.inputs[0], TF)], {"to": DataType.INT32})
+    op = "ReduceMax" if node.op == "Any" else "ReduceMin"
+    y = ctx.emit(op, [x], {"axes": axes, "keepdims": int(bool(node.attrs.get("keep_dims", False)))})
+    ctx.bind(ctx.emit("Cast", [y], {"to": DataType.BOOL}))

@@ -330,3 +330,38 @@ def tile(node: TFNode, ctx: TFContext) -> None:
     if layout == NCHW:
         reps = reps[[0, 3, 1, 2]]
     ctx.bind(ctx.emit("Tile", [x, ctx.builder.const(np.ascontiguousarray(reps))]), layout)
+
+
+@register("Fill", maps_to="Expand", notes="the value broadcast to the computed dims")
+def fill(node: TFNode, ctx: TFContext) -> None:
+    """Fill(dims, value) -> Expand(value, dims as int64)."""
+    dims = ctx.emit("Cast", [ctx.get(node.inputs[0], TF)], {"to": DataType.INT64})
+    ctx.bind(ctx.emit("Expand", [ctx.get(node.inputs[1], TF), dims]))
+
+
+@register("Split", "SplitV", maps_to="Split", notes="constant axis; Split needs the axis' static size")
+def split(node: TFNode, ctx: TFContext) -> None:
+    """Split(axis, x) into ``num_split`` equal parts / SplitV(x, sizes, axis) -> Split with sizes, TF's axes."""
+    if node.op == "Split":
+        axis_name, x_name = node.inputs[0], node.inputs[1]
+    else:
+        x_name, axis_name = node.inputs[0], node.inputs[2]
+    axis = int(ctx.need_const(axis_name, "the axis"))
+    shape = ctx.shape(x_name)
+    if node.op == "Split":
+        parts = int(node.attrs.get("num_split", 1))  # type: ignore[call-overload]
+        size = None if shape is None else shape[axis]
+        if size is None:
+            raise RefusedError("the split axis has no static size")
+        sizes = [size // parts] * parts
+    else:
+        sizes = [int(s) for s in ctx.need_const(node.inputs[1], "the sizes").reshape(-1)]
+        if -1 in sizes:
+            size = None if shape is None else shape[axis]
+            if size is None:
+                raise RefusedError("a size of -1 along an axis without a static size")
+            sizes[sizes.index(-1)] = size - (sum(sizes) + 1)
+    outs = ctx.emit_multi("Split", [ctx.get(x_name, TF), ctx.builder.const(np.array(sizes, np.int64))],
+                          {"axis": axis}, outputs=len(sizes))
+    for i, value in enumerate(outs):
+        ctx.bind(value, TF, i)
