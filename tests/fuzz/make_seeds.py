@@ -285,13 +285,32 @@ def tflite_seed() -> None:
                                                   "campaign_only": True}, indent=1) + "\n")
 
 
+def tflite_loop_seed() -> None:
+    """A ``.tflite`` with control flow: Keras LSTM and GRU, which TFLiteConverter writes as WHILE ops
+    whose cond and body are further subgraphs (the reader's subgraph walk and the Loop lowering)."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((6, 4), batch_size=1)
+    x = keras.layers.LSTM(5, return_sequences=True)(inp)
+    x = keras.layers.GRU(3)(x)
+    model = keras.Model(inp, keras.layers.Dense(2)(x))
+    folder = SEEDS / "tflite_loop"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "m.tflite").write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    (folder / "case.json").write_text(json.dumps({"route": "tflite:onnx", "files": ["m.tflite"],
+                                                  "campaign_only": True}, indent=1) + "\n")
+
+
 def main() -> None:
     """Write every seed (skipping those whose framework is missing)."""
     onnx_seeds()
     caffe_seed()
     darknet_seed()
     paddle_pdmodel_seed()
-    for build in (paddle_json_seed, pytorch_seed, pytorch_file_seeds, tensorflow_seed, tflite_seed):
+    for build in (paddle_json_seed, pytorch_seed, pytorch_file_seeds, tensorflow_seed, tflite_seed,
+                  tflite_loop_seed):
         try:
             build()
         except ImportError as exc:

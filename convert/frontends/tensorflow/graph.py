@@ -210,7 +210,11 @@ def _signature(path: Path, signature: str, *, skip_checkpoint: bool) -> tuple[ob
     if not hasattr(loaded, "signatures"):  # the root object of a damaged object graph, not a SavedModel's
         raise ModelFormatError(f"{path.name}: the SavedModel's root object has no signature map "
                                "(its object graph is damaged)")
-    sigs = dict(loaded.signatures)
+    try:
+        sigs = dict(loaded.signatures)
+    except (TypeError, ValueError) as exc:  # another kind of object where the signature map belongs
+        raise ModelFormatError(f"{path.name}: the SavedModel's signature map is damaged "
+                               f"({type(loaded.signatures).__name__} in its place)") from exc
     if signature not in sigs:
         have = ", ".join(repr(s) for s in sigs) or "none"
         raise UsageError(f"{path.name}: no signature '{signature}' (it has {have}); choose one with --signature")
@@ -471,12 +475,19 @@ def _bound_inputs(path: Path, signature: str) -> tuple[list[int], object] | None
     objects = proto.meta_graphs[0].object_graph_def
     if not objects.nodes:
         raise _NotMappableError("a TF1 SavedModel (no object graph)")
+    count = len(objects.nodes)
     signatures = {c.local_name: c.node_id for c in objects.nodes[0].children}.get("signatures")
     if signatures is None:
         raise _NotMappableError("no signature map in the object graph")
+    if not 0 <= signatures < count:
+        raise ModelFormatError(f"saved_model.pb: the signature map is object {signatures} of {count} "
+                               "(the object graph is damaged)")
     node_id = {c.local_name: c.node_id for c in objects.nodes[signatures].children}.get(signature)
     if node_id is None:
         return None
+    if not 0 <= node_id < count:
+        raise ModelFormatError(f"saved_model.pb: signature '{signature}' is object {node_id} of {count} "
+                               "(the object graph is damaged)")
     obj = objects.nodes[node_id]
     if obj.WhichOneof("kind") == "bare_concrete_function":
         name = obj.bare_concrete_function.concrete_function_name
@@ -486,7 +497,11 @@ def _bound_inputs(path: Path, signature: str) -> tuple[list[int], object] | None
         raise _NotMappableError(f"signature '{signature}' is a {obj.WhichOneof('kind')}")
     if name not in objects.concrete_functions:
         raise _NotMappableError(f"no record of function {name}")
-    return list(objects.concrete_functions[name].bound_inputs), objects
+    bound = list(objects.concrete_functions[name].bound_inputs)
+    if any(not 0 <= b < count for b in bound):
+        raise ModelFormatError(f"saved_model.pb: function {name} captures an object beyond the {count} of the "
+                               "object graph (it is damaged)")
+    return bound, objects
 
 
 def _captured_values(path: Path, fn: object, bound: list[int],
@@ -660,6 +675,9 @@ def _with_values(fn: object, in_names: Sequence[str], out_names: Sequence[str], 
     if len(placeholders) != len(in_names):
         raise ModelFormatError(f"{source}: {what} has {len(in_names)} inputs but its graph "
                                f"takes {len(placeholders)} tensors")
+    if len(outputs) != len(out_names):
+        raise ModelFormatError(f"{source}: {what} has {len(out_names)} outputs but its graph "
+                               f"computes {len(outputs)} tensors")
     return _Read(graph, dict(zip(input_order, placeholders, strict=True)), dict(zip(out_names, outputs, strict=True)),
                  consts)
 
@@ -747,6 +765,9 @@ def frozen_graph(fn: object, in_names: Sequence[str] = (), out_names: Sequence[s
     if len(placeholders) != len(in_names):
         raise ModelFormatError(f"{source}: {what} has {len(in_names)} inputs but its graph "
                                f"takes {len(placeholders)} tensors")
+    if len(outs) != len(out_names):
+        raise ModelFormatError(f"{source}: {what} has {len(out_names)} outputs but its graph "
+                               f"computes {len(outs)} tensors")
     # A signature's inputs are its Placeholders in the order of its structured input signature.
     return graph, dict(zip(input_order, placeholders, strict=True)), dict(zip(out_names, outs, strict=True))
 
