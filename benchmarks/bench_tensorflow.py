@@ -88,6 +88,9 @@ REAL_WORLD = {
     "bilstm_text": ("sequence_models", "text_bilstm"),
     "gru": ("sequence_models", "lstm_gru"),
 }
+# The recurrent nets with a fixed batch of 1: TFLiteConverter writes their layers as WHILE loops
+# (with a free batch it refuses them without TF ops), so they have a .tflite row.
+FIXED_BATCH = {"bilstm_text_b1": ("sequence_models", "text_bilstm"), "gru_b1": ("sequence_models", "lstm_gru")}
 TOOLS = ("ours", "tf2onnx")
 QUANT_IN: tuple[float, int] | None = None  # the int8 model's input (scale, zero point), while its rows run
 # keras: ours only (tf2onnx reads tf.keras .h5 files only); int8: full-integer post-training
@@ -108,6 +111,9 @@ def build(name: str, folder: Path, size: int) -> None:
     if name in REAL_WORLD:
         module, builder = REAL_WORLD[name]
         model = __import__(module).build(builder)
+    elif name in FIXED_BATCH:
+        module, builder = FIXED_BATCH[name]
+        model = __import__(module).build(builder, batch=1)
     else:
         model = getattr(keras.applications, MODELS[name])(input_shape=(size, size, 3), weights=None,
                                                           classifier_activation=None)
@@ -123,7 +129,10 @@ def build(name: str, folder: Path, size: int) -> None:
     (arg,) = fn.structured_input_signature[1]
     (ref,) = fn(**{arg: tf.constant(x)}).values()
     try:
-        tflite = tf.lite.TFLiteConverter.from_saved_model(str(folder / "savedmodel")).convert()
+        if name in FIXED_BATCH:  # from the SavedModel TFLite still wants TF ops; from Keras it writes WHILE
+            tflite = tf.lite.TFLiteConverter.from_keras_model(model).convert()
+        else:
+            tflite = tf.lite.TFLiteConverter.from_saved_model(str(folder / "savedmodel")).convert()
     except Exception as exc:  # TFLite cannot write this net without TF ops: no .tflite row
         (folder / "tflite_error.txt").write_text(str(exc).strip().splitlines()[0][:160])
         np.savez(folder / "io.npz", x_nhwc=x, ref=ref.numpy())
@@ -246,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     """Build the models, convert each with both tools, print the table (and JSON with --json)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS),
-                        help="comma-separated, from: " + ", ".join([*MODELS, *REAL_WORLD]) + "; 'real' = the last six")
+                        help="comma-separated, from: " + ", ".join([*MODELS, *REAL_WORLD, *FIXED_BATCH])
+                        + "; 'real' = the U-Net ... GRU six")
     parser.add_argument("--sources", default=",".join(SOURCES),
                         help="comma-separated, from: savedmodel, tflite (the same net as a float .tflite)")
     parser.add_argument("--size", type=int, default=224, help="input height and width (default 224)")
@@ -260,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         build(args.build[0], Path(args.build[1]), args.size)
         return 0
     names = list(REAL_WORLD) if args.models == "real" else args.models.split(",")
-    unknown = [n for n in names if n not in MODELS and n not in REAL_WORLD]
+    unknown = [n for n in names if n not in MODELS and n not in REAL_WORLD and n not in FIXED_BATCH]
     if unknown:
         parser.error(f"unknown model(s) {', '.join(unknown)}; choose from {', '.join(MODELS)}")
     sources = args.sources.split(",")

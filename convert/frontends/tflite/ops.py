@@ -135,7 +135,7 @@ SIGNATURES: dict[str, Signature] = {
     **dict.fromkeys(("CONV_2D", "DEPTHWISE_CONV_2D"), _CONV),
     "PAD": Signature(2, 1, ints=((1, 2),)), "PADV2": Signature(2, 1, ints=((1, 2),)),
     "MIRROR_PAD": Signature(2, ints=((1, 2),)),
-    "SELECT_V2": Signature(3),
+    "SELECT_V2": Signature(3), "SELECT": Signature(3),
     "GATHER": Signature(2, ints=((1, 8),)),
     "STRIDED_SLICE": Signature(4, ints=((1, 1), (2, 1), (3, 1))),
     "RESHAPE": Signature(1, 1, ints=((1, 1),)),
@@ -289,6 +289,19 @@ register("BATCH_TO_SPACE_ND", maps_to="(crop of the dilated Conv)",
          notes="only after a convolution made dilated from SPACE_TO_BATCH_ND")(_as_tf("BatchToSpaceND"))
 register("CONCATENATION", maps_to="Concat")(_as_tf("ConcatV2", extra=_const_input("axis", "axis")))
 register("GATHER", maps_to="Gather", notes="batch_dims 0")(_as_tf("GatherV2", extra=_const_input("axis", "axis")))
+
+
+@register("SELECT", maps_to="Where", notes="condition of the inputs' shape or broadcastable to it (Keras' "
+          "Embedding writes it); a rank-1 condition choosing rows of higher-rank inputs is refused")
+def select(node: TFNode, ctx: TFContext) -> None:
+    """SELECT (TFLite's first select) -> SelectV2's converter where the two agree: the condition has
+    the inputs' shape, or broadcasts to it as NumPy does. SELECT also lets a rank-1 condition pick
+    whole rows of a higher-rank input (which NumPy would align with the last axis instead)."""
+    rank_c, rank_x = ctx.rank(node.inputs[0]), ctx.rank(node.inputs[1])
+    if rank_c is None or rank_x is None or (rank_c == 1 and rank_x > 1 and ctx.shape(node.inputs[0]) != (1,)):
+        raise RefusedError("SELECT with a rank-1 condition choosing rows of a higher-rank input (or of unknown "
+                           "rank) is not converted")
+    _tf_converter("SelectV2")(TFNode(node.name, "SelectV2", list(node.inputs[:3]), {}, node.shapes, node.dtypes), ctx)
 
 
 @register("RESHAPE", maps_to="Reshape", notes="shape input or new_shape option")

@@ -20,18 +20,19 @@ def _randomise(model: object, seed: int) -> object:
     return model
 
 
-def build(name: str, seed: int = 0) -> object:
-    """Return the Keras model ``name`` (one of ``CASES``)."""
+def build(name: str, seed: int = 0, batch: int | None = None) -> object:
+    """Return the Keras model ``name`` (one of ``CASES``); ``batch`` fixes the batch (TFLiteConverter
+    then writes the recurrent layers as WHILE loops instead of refusing a free batch)."""
     import keras
     from keras import layers
 
     keras.utils.set_random_seed(seed)
     if name == "text_bilstm":  # a BiLSTM text classifier: token ids -> embedding -> BiLSTM -> logits
-        x = keras.Input((12,), dtype="int32", name="tokens")
+        x = keras.Input((12,), dtype="int32", name="tokens", batch_size=batch)
         h = layers.Embedding(50, 8)(x)
         h = layers.Bidirectional(layers.LSTM(8))(h)
         return _randomise(keras.Model(x, layers.Dense(3)(h)), seed)
-    x = keras.Input((9, 5), name="x")
+    x = keras.Input((9, 5), name="x", batch_size=batch)
     if name == "mixed":  # every recogniser in one model (one load): each branch is one output
         outs = [layers.GRU(6)(layers.LSTM(8, return_sequences=True)(x)),  # stacked
                 layers.SimpleRNN(5, activation="relu", return_sequences=True)(

@@ -352,3 +352,24 @@ def test_a_clipped_lstm_cell_is_refused_naming_the_op(built: dict[str, Path]) ->
     with pytest.raises(ConversionError, match=r"UNIDIRECTIONAL_SEQUENCE_LSTM.*clipping is not supported") as info:
         FRONTEND.load([built["lstm_cell_clip"]], Options())
     assert "\n" not in str(info.value)
+
+
+def test_embedding_bilstm_text_classifier_with_select(tmp_path: Path) -> None:
+    """Keras' Embedding clamps token ids with a select that TFLiteConverter writes as SELECT (the first
+    select op, same shapes): a BiLSTM text classifier of token ids, as tf2onnx converts it too."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(7)
+    tokens = keras.Input((12,), dtype="int32", batch_size=1)
+    h = keras.layers.Bidirectional(keras.layers.LSTM(8))(keras.layers.Embedding(50, 8)(tokens))
+    path = tmp_path / "text.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(keras.Model(tokens, keras.layers.Dense(3)(h))).convert())
+    from convert.frontends.tflite.model import read_model
+
+    assert "SELECT" in {op.name for op in read_model(path).ops}
+    out = _convert(path)
+    x = np.random.default_rng(0).integers(0, 50, (1, 12)).astype(np.int32)
+    (ref,), (got,) = _run_both(path, out, x)
+    print(f"TFLITE embedding_bilstm {_rel(got, ref):.1e}")
+    assert _rel(got, ref) <= BOUND
