@@ -168,7 +168,7 @@ def _capture_file(paths: Sequence[Path], options: Options) -> tuple[object, list
         if options.dynamic_batch:
             options.diagnostics.warn(f"--dynamic-batch: not supported for TorchScript files ({source}); "
                                      "the batch stays static. Save the model with torch.export instead")
-        names = script_input_names(script)
+        names = script_input_names(script, source)
         traced = traced_input_shapes(path)
         if not options.input_shapes and traced is not None and len(traced) == len(names):
             options.input_shapes = dict(zip(names, traced, strict=True))
@@ -180,7 +180,7 @@ def _capture_file(paths: Sequence[Path], options: Options) -> tuple[object, list
     if kind == CHECKPOINT:
         module = load_checkpoint(path, options)
         if isinstance(module, torch.jit.ScriptModule):
-            names = script_input_names(module)
+            names = script_input_names(module, source)
             example = make_example_inputs(resolve_shapes(names, options, source))
             return script_to_program(module, example, source), names, source
         names = forward_input_names(module)

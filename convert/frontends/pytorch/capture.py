@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from convert.ir import EXAMPLE_FEEDS, ConversionError, Options, UsageError
+from convert.ir import EXAMPLE_FEEDS, ConversionError, ModelFormatError, Options, UsageError
 
 from .tvpost import decode_heatmaps, offset_batched_nms, paste_expanded_masks
 
@@ -80,9 +80,17 @@ def forward_input_names(module: torch.nn.Module) -> list[str]:
     return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
-def script_input_names(script: torch.jit.ScriptModule) -> list[str]:
-    """Return the input names of a TorchScript module's ``forward`` (without ``self``)."""
-    return [a.name for a in script.forward.schema.arguments[1:]]  # type: ignore[attr-defined]
+def script_input_names(script: torch.jit.ScriptModule, source: str = "the TorchScript file") -> list[str]:
+    """Return the input names of a TorchScript module's ``forward`` (without ``self``).
+
+    Raises:
+        ModelFormatError: the module has no ``forward`` (a damaged or hand-edited archive).
+    """
+    forward = getattr(script, "forward", None)
+    schema = getattr(forward, "schema", None)
+    if schema is None:
+        raise ModelFormatError(f"{source}: the TorchScript module has no forward method to convert")
+    return [a.name for a in schema.arguments[1:]]
 
 
 def resolve_shapes(names: Sequence[str], options: Options, source: str) -> list[tuple[int, ...]]:

@@ -110,7 +110,15 @@ def check_archive(path: Path) -> None:
             infos = zf.infolist()
     except (OSError, zipfile.BadZipFile) as exc:
         raise ModelFormatError(f"{path.name}: not a readable zip archive ({exc})") from exc
+    size = path.stat().st_size
     for info in infos:
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise ModelFormatError(f"{path.name}: member '{info.filename}' uses compression method "
+                                   f"{info.compress_type}; PyTorch archives store or deflate their members")
+        if info.header_offset + info.compress_size > size or (
+                info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size):
+            raise ModelFormatError(f"{path.name}: member '{info.filename}' claims {info.file_size:,} bytes "
+                                   f"({info.compress_size:,} stored) in a {size:,}-byte archive; it is damaged")
         if info.file_size > _MAX_SMALL_MEMBER and info.file_size > _MAX_INFLATION * max(info.compress_size, 1):
             raise ModelFormatError(
                 f"{path.name}: member '{info.filename}' inflates from {info.compress_size:,} to "
@@ -219,7 +227,12 @@ def traced_input_shapes(path: Path) -> list[tuple[int, ...]] | None:
                 return None
             data = zf.read(name)
         import io
+        import pickletools
 
+        # Walk the opcodes first (pure Python, bounded by the bytes there are): the C unpickler
+        # allocates what a counted opcode claims before reading it, gigabytes for a damaged length.
+        for _ in pickletools.genops(data):
+            pass
         table = _ShapesOnly(io.BytesIO(data)).load()
     except (OSError, zipfile.BadZipFile, pickle.UnpicklingError, EOFError, TypeError, ValueError):
         return None

@@ -309,8 +309,12 @@ def _fetch(meta: object, outputs: list[str]) -> None:
     meta.collection_def["train_op"].CopyFrom(fetch)  # type: ignore[attr-defined]
 
 
-def _optimize(meta: object) -> object:
-    """Inline the remaining function calls and fold constants (grappler); return the GraphDef."""
+def _optimize(meta: object, source: str = "the model") -> object:
+    """Inline the remaining function calls and fold constants (grappler); return the GraphDef.
+
+    Raises:
+        ModelFormatError: grappler cannot import the graph (a damaged graph TensorFlow loaded).
+    """
     from tensorflow.core.protobuf import config_pb2
     from tensorflow.python.grappler import tf_optimizer
 
@@ -321,8 +325,13 @@ def _optimize(meta: object) -> object:
     # Grappler skips graphs under 4 nodes by default: a SavedModel without variables (Placeholder ->
     # PartitionedCall -> Identity) would keep its body in a call that nothing converts.
     rewrite.min_graph_nodes = -1
-    with quiet_stderr():
-        return tf_optimizer.OptimizeGraph(config, meta)
+    try:
+        with quiet_stderr():
+            return tf_optimizer.OptimizeGraph(config, meta)
+    except ValueError as exc:  # "Failed to import metagraph": a node its own graph cannot hold
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ModelFormatError(f"{source}: TensorFlow's graph optimizer cannot read the graph ({first}); "
+                               "the SavedModel's graph is damaged") from exc
 
 
 def _attr(value: object) -> object:
@@ -627,7 +636,7 @@ def _with_values(fn: object, in_names: Sequence[str], out_names: Sequence[str], 
     placeholders = [t.name for t in flat[:len(flat) - len(values)]]  # the captures come last
     input_order = _ordered_inputs(fn, in_names)
     del graph_def
-    optimized = _optimize(meta)
+    optimized = _optimize(meta, source)
     del meta
     consts: dict[str, np.ndarray] = {}
     kept = []
@@ -755,7 +764,7 @@ def frozen_graph(fn: object, in_names: Sequence[str] = (), out_names: Sequence[s
     placeholders = [t.name for t in frozen_inputs if t.dtype != tf.resource]  # type: ignore[attr-defined]
     del fn, owner, frozen_inputs
     _release_memory()
-    graph_def = _optimize(meta)
+    graph_def = _optimize(meta, source)
     del meta
     graph = tf.Graph()  # type: ignore[attr-defined]
     with graph.as_default():
