@@ -219,6 +219,9 @@ def _signature(path: Path, signature: str, *, skip_checkpoint: bool) -> tuple[ob
         have = ", ".join(repr(s) for s in sigs) or "none"
         raise UsageError(f"{path.name}: no signature '{signature}' (it has {have}); choose one with --signature")
     fn = sigs[signature]
+    if not hasattr(fn, "structured_input_signature") or not hasattr(fn, "structured_outputs"):
+        raise ModelFormatError(f"{path.name}: signature '{signature}' is a {type(fn).__name__}, not a function "
+                               "(the SavedModel's object graph is damaged)")
     in_names = list(fn.structured_input_signature[1])
     out_names = sorted(fn.structured_outputs)  # flat outputs follow sorted keys (tf.nest)
     return fn, in_names, out_names, loaded
