@@ -128,6 +128,7 @@ def _capture_file(paths: Sequence[Path], options: Options) -> tuple[object, list
         archive_mentions,
         check_archive,
         check_pt2_payloads,
+        check_torchscript_storages,
         classify,
         load_checkpoint,
         load_torchscript,
@@ -158,6 +159,7 @@ def _capture_file(paths: Sequence[Path], options: Options) -> tuple[object, list
         return program, None, source
     if kind == TORCHSCRIPT:
         check_archive(path)
+        check_torchscript_storages(path)
         try:
             script = _load_needing_torchvision(
                 lambda: load_torchscript(path), source)

@@ -112,6 +112,9 @@ def check_archive(path: Path) -> None:
         raise ModelFormatError(f"{path.name}: not a readable zip archive ({exc})") from exc
     size = path.stat().st_size
     for info in infos:
+        if info.flag_bits & 0x1:
+            raise ModelFormatError(f"{path.name}: member '{info.filename}' is flagged encrypted; PyTorch archives "
+                                   "are never encrypted (it is damaged)")
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
             raise ModelFormatError(f"{path.name}: member '{info.filename}' uses compression method "
                                    f"{info.compress_type}; PyTorch archives store or deflate their members")
@@ -375,6 +378,88 @@ def _damaged(path: Path, exc: BaseException) -> NoReturn:
     """Raise the one-line error for a file torch's loader could not read (never returns)."""
     first = (str(exc).strip().splitlines() or [""])[0] or "the file ends early or is damaged"
     raise ModelFormatError(f"{path.name}: cannot read ({type(exc).__name__}: {first})") from exc
+
+
+class _Anything:
+    """Whatever a TorchScript ``data.pkl`` builds (modules, tensors): nothing is imported or run."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def __setstate__(self, state: object) -> None:
+        pass
+
+
+class _StorageRecords(pickle.Unpickler):
+    """Walk a TorchScript ``data.pkl`` and record each tensor storage it names: (type, key, numel)."""
+
+    def __init__(self, data: bytes) -> None:
+        import io
+
+        super().__init__(io.BytesIO(data))
+        self.storages: list[tuple[str, str, int]] = []
+
+    def find_class(self, module: str, name: str) -> object:
+        if module == "torch" and name.endswith("Storage"):
+            return name
+        if module == "collections" and name == "OrderedDict":
+            return dict
+        return _Anything
+
+    def persistent_load(self, pid: object) -> object:
+        # ('storage', <torch.XStorage, here its name>, key, location, numel)
+        if isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage":
+            self.storages.append((str(pid[1]), str(pid[2]), int(pid[4]) if isinstance(pid[4], int) else -1))
+        return _Anything()
+
+
+_STORAGE_ITEMSIZE = {"FloatStorage": 4, "DoubleStorage": 8, "HalfStorage": 2, "BFloat16Storage": 2, "LongStorage": 8,
+                     "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1, "ByteStorage": 1, "BoolStorage": 1}
+
+
+def check_torchscript_storages(path: Path) -> None:
+    """Refuse a TorchScript archive whose tensor data members are missing or shorter than the
+    storages ``data.pkl`` declares, or whose ``.debug_pkl`` members are cut short: torch maps the
+    former as they are and reads source ranges from the latter, and either crashes the process
+    (SIGSEGV in torch's C++, found by the #29 campaign: 183 of 96,400 cases).
+
+    Raises:
+        ModelFormatError: naming the member and the sizes.
+    """
+    try:
+        with zipfile.ZipFile(path) as zf:
+            infos = {i.filename: i for i in zf.infolist()}
+            pickled = [n for n in infos if n.endswith("/data.pkl") and n.count("/") == 1]
+            if not pickled:
+                return  # not the layout torch.jit.save writes: torch's own loader decides
+            prefix = pickled[0][: -len("data.pkl")]
+            data = zf.read(pickled[0])
+            debug = {n: zf.read(n) for n in infos if n.endswith(".debug_pkl")
+                     and infos[n].file_size <= _MAX_SMALL_MEMBER}
+        import pickletools
+
+        for _ in pickletools.genops(data):  # bounded by the bytes there are (see traced_input_shapes)
+            pass
+        for name, blob in debug.items():  # source ranges: a cut one crashes torch's converter later
+            try:
+                for _ in pickletools.genops(blob):
+                    pass
+            except ValueError as exc:
+                raise ModelFormatError(f"{path.name}: debug member '{name}' is damaged ({exc})") from exc
+        records = _StorageRecords(data)
+        records.load()
+    except (OSError, zipfile.BadZipFile, zlib.error, pickle.UnpicklingError, EOFError, TypeError, ValueError,
+            AttributeError, IndexError, KeyError) as exc:
+        raise ModelFormatError(f"{path.name}: the TorchScript archive's data.pkl or debug members are damaged "
+                               f"({type(exc).__name__}: {exc})") from exc
+    for kind, key, numel in records.storages:
+        member = f"{prefix}data/{key}"
+        need = numel * _STORAGE_ITEMSIZE.get(kind, 1)
+        info = infos.get(member)
+        if info is None or numel < 0 or info.file_size < need:
+            have = "missing" if info is None else f"{info.file_size:,} bytes"
+            raise ModelFormatError(f"{path.name}: tensor data '{member}' is {have}; data.pkl declares a {kind} of "
+                                   f"{numel:,} elements ({need:,} bytes); the archive is damaged")
 
 
 def load_torchscript(path: Path) -> object:
