@@ -116,7 +116,7 @@ def _damaged_member(tmp_path: Path, good: bytes, suffix: str, how: str) -> Path:
     ("/model_weights_config.json", "crc", "a member of the archive is damaged (BadZipFile: "),
     ("/data/sample_inputs/model.pt", "header", "a member of the archive is damaged (BadZipFile: "),
     ("/model_weights_config.json", "method", "uses compression method 99; PyTorch archives store or deflate"),
-    ("/model_weights_config.json", "encrypted", "a member of the archive is damaged (RuntimeError: "),
+    ("/model_weights_config.json", "encrypted", "is flagged encrypted; PyTorch archives are never encrypted"),
     ("/model_weights_config.json", "version", "a damaged zip archive (NotImplementedError: zip file version 6.4"),
 ], ids=["pickled-member-bad-crc", "payload-config-bad-crc", "bad-local-header", "unknown-compression",
         "encrypted-member", "zip-version-6.4"])
