@@ -230,14 +230,11 @@ def traced_input_shapes(path: Path) -> list[tuple[int, ...]] | None:
                 return None
             data = zf.read(name)
         import io
-        import pickletools
 
-        # Walk the opcodes first (pure Python, bounded by the bytes there are): the C unpickler
-        # allocates what a counted opcode claims before reading it, gigabytes for a damaged length.
-        for _ in pickletools.genops(data):
-            pass
+        _walk_pickle(data)  # a damaged count or memo index: not gigabytes allocated by the unpickler
         table = _ShapesOnly(io.BytesIO(data)).load()
-    except (OSError, zipfile.BadZipFile, pickle.UnpicklingError, EOFError, TypeError, ValueError):
+    except (OSError, zipfile.BadZipFile, zlib.error, NotImplementedError, RuntimeError, pickle.UnpicklingError,
+            EOFError, TypeError, ValueError):
         return None
     shapes = table.get("forward") if isinstance(table, dict) else None
     if not isinstance(shapes, (list, tuple)) or not all(isinstance(s, tuple) for s in shapes):
@@ -380,6 +377,20 @@ def _damaged(path: Path, exc: BaseException) -> NoReturn:
     raise ModelFormatError(f"{path.name}: cannot read ({type(exc).__name__}: {first})") from exc
 
 
+def _walk_pickle(data: bytes) -> None:
+    """Walk a small pickle's opcodes without building anything (pure Python, bounded by its bytes).
+
+    The C unpickler allocates what an opcode claims before checking it: the bytes of a counted
+    string, a memo table as long as a ``LONG_BINPUT`` index. A damaged length or index (gigabytes)
+    is a ValueError here instead.
+    """
+    import pickletools
+
+    for op, arg, _ in pickletools.genops(data):
+        if op.name in ("PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET") and int(arg) > len(data):
+            raise ValueError(f"memo index {arg} in a pickle of {len(data)} bytes")
+
+
 class _Anything:
     """Whatever a TorchScript ``data.pkl`` builds (modules, tensors): nothing is imported or run."""
 
@@ -436,17 +447,14 @@ def check_torchscript_storages(path: Path) -> None:
             data = zf.read(pickled[0])
             debug = {n: zf.read(n) for n in infos if n.endswith(".debug_pkl")
                      and infos[n].file_size <= _MAX_SMALL_MEMBER}
-        import pickletools
-
-        for _ in pickletools.genops(data):  # bounded by the bytes there are (see traced_input_shapes)
-            pass
+        _walk_pickle(data)
         for name, blob in debug.items():  # source ranges: a cut one crashes torch's converter later
             try:
-                for _ in pickletools.genops(blob):
-                    pass
+                _walk_pickle(blob)
             except ValueError as exc:
                 raise ModelFormatError(f"{path.name}: debug member '{name}' is damaged ({exc})") from exc
-    except (OSError, zipfile.BadZipFile, zlib.error, ValueError) as exc:  # unreadable, or a pickle cut short
+    except (OSError, zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError,
+            ValueError) as exc:  # unreadable (cut, encrypted, unknown method), or a pickle cut short
         raise ModelFormatError(f"{path.name}: the TorchScript archive's data.pkl or debug members are damaged "
                                f"({type(exc).__name__}: {exc})") from exc
     records = _StorageRecords(data)
