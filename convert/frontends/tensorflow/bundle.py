@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from convert._wire import read_varint as _varint
 from convert.ir import ModelFormatError
 
 __all__ = ["Bundle", "BundleEntry", "read_table"]
@@ -42,20 +43,6 @@ _MAGIC = 0xDB4775248B80FB57
 _FOOTER = 48
 _TRAILER = 5
 _NO_COMPRESSION = 0
-
-
-def _varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """Decode the varint at ``pos``; return it and the position after it."""
-    value = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ValueError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
 
 
 def _block(data: bytes, offset: int, size: int) -> list[tuple[bytes, bytes]]:

@@ -13,26 +13,12 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from convert._wire import read_varint as _varint
 from convert.ir import ModelFormatError, UsageError
 
 __all__ = ["precheck"]
 
 _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data):
-            raise ValueError(pos)
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError(pos)
 
 
 def _top_level_fields(data: bytes, name: str, what: str) -> set[int]:

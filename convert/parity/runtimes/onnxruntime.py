@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from convert._wire import read_varint as _varint
 from convert.ir import Options, UsageError
 
 from ..runtime import TensorSpec
@@ -73,19 +74,6 @@ def _op_names_in(path: Path, words: Sequence[str]) -> set[str]:
 _MODEL, _GRAPH, _FUNCTION, _NODE, _ATTRIBUTE, _OP_TYPE = range(6)
 _LEADS = {_MODEL: {7: _GRAPH, 25: _FUNCTION}, _GRAPH: {1: _NODE}, _FUNCTION: {7: _NODE},
           _NODE: {4: _OP_TYPE, 5: _ATTRIBUTE}, _ATTRIBUTE: {6: _GRAPH, 11: _GRAPH}}
-
-
-def _varint(buf: object, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = buf[pos]  # type: ignore[index]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
 
 
 def _walk(buf: object, pos: int, end: int, kind: int, found: set[str], depth: int) -> None:
