@@ -10,19 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+from sequence_models import randomise  # beside this file
 
 __all__ = ["export", "masked_inputs"]
 
 T, C = 7, 3  # time steps, features of the sequence models
-
-
-def _randomise(model: object, seed: int) -> object:
-    rng = np.random.default_rng(seed)
-    for layer in model.layers:  # type: ignore[attr-defined]
-        weights = layer.get_weights()
-        if weights:
-            layer.set_weights([(rng.standard_normal(w.shape) * 0.5).astype(w.dtype) for w in weights])
-    return model
 
 
 def _loops() -> object:
@@ -101,7 +93,7 @@ def _masked() -> object:
             layers.Bidirectional(layers.LSTM(3))(m),
             layers.Bidirectional(layers.GRU(3, return_sequences=True))(m),
             layers.SimpleRNN(3, return_sequences=True)(m)]
-    return _randomise(keras.Model(x, outs), 0)
+    return randomise(keras.Model(x, outs), 0, scale=0.5)
 
 
 def _masked_text() -> object:
@@ -114,7 +106,7 @@ def _masked_text() -> object:
     h = layers.Embedding(20, 4, mask_zero=True)(x)
     h = layers.Bidirectional(layers.LSTM(3, return_sequences=True))(h)
     h = layers.GRU(4)(h)
-    return _randomise(keras.Model(x, layers.Dense(2)(h)), 1)
+    return randomise(keras.Model(x, layers.Dense(2)(h)), 1, scale=0.5)
 
 
 _BUILDERS = {"loops": _loops, "cond": _cond, "reversed_write": _reversed_write, "masked": _masked,

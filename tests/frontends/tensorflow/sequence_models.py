@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["CASES", "build"]
+__all__ = ["CASES", "build", "randomise"]
 
 
-def _randomise(model: object, seed: int) -> object:
+def randomise(model: object, seed: int, scale: float = 0.4) -> object:
+    """Give every weight of ``model`` a seeded N(0, scale^2) value (biases too); return the model."""
     rng = np.random.default_rng(seed)
     for layer in model.layers:  # type: ignore[attr-defined]
         weights = layer.get_weights()
         if weights:
-            layer.set_weights([(rng.standard_normal(w.shape) * 0.4).astype(w.dtype) for w in weights])
+            layer.set_weights([(rng.standard_normal(w.shape) * scale).astype(w.dtype) for w in weights])
     return model
 
 
@@ -31,7 +32,7 @@ def build(name: str, seed: int = 0, batch: int | None = None) -> object:
         x = keras.Input((12,), dtype="int32", name="tokens", batch_size=batch)
         h = layers.Embedding(50, 8)(x)
         h = layers.Bidirectional(layers.LSTM(8))(h)
-        return _randomise(keras.Model(x, layers.Dense(3)(h)), seed)
+        return randomise(keras.Model(x, layers.Dense(3)(h)), seed)
     x = keras.Input((9, 5), name="x", batch_size=batch)
     if name == "mixed":  # every recogniser in one model (one load): each branch is one output
         outs = [layers.GRU(6)(layers.LSTM(8, return_sequences=True)(x)),  # stacked
@@ -39,7 +40,7 @@ def build(name: str, seed: int = 0, batch: int | None = None) -> object:
                     layers.Bidirectional(layers.LSTM(6, return_sequences=True))(x)),
                 layers.GRU(6, go_backwards=True, return_sequences=True, activation="relu")(x),
                 layers.Bidirectional(layers.GRU(4), merge_mode="sum")(x)]
-        return _randomise(keras.Model(x, outs), seed)
+        return randomise(keras.Model(x, outs), seed)
     if name == "lstm_gru":  # stacked: every step of an LSTM into a GRU's last step
         h = layers.LSTM(8, return_sequences=True)(x)
         y = layers.GRU(6)(h)
@@ -52,7 +53,7 @@ def build(name: str, seed: int = 0, batch: int | None = None) -> object:
         y = layers.Bidirectional(layers.GRU(4), merge_mode="sum")(x)
     else:
         raise KeyError(name)
-    return _randomise(keras.Model(x, y), seed)
+    return randomise(keras.Model(x, y), seed)
 
 
 CASES = ("lstm_gru", "bidir_rnn", "gru_backwards", "bidir_gru_last", "text_bilstm", "mixed")
