@@ -110,8 +110,12 @@ def _data_extents(fd: int, start: int, end: int) -> Iterator[tuple[int, int]]:
         pos = hole
 
 
-def _copy_extent(src: int, dst: int, offset: int, length: int, dst_offset: int) -> None:
-    """Copy ``length`` bytes of ``src`` at ``offset`` to ``dst`` at ``dst_offset`` (in the kernel when it can)."""
+def _copy_extent(src: int, dst: int, offset: int, length: int, dst_offset: int, *, shared_dst: bool = False) -> None:
+    """Copy ``length`` bytes of ``src`` at ``offset`` to ``dst`` at ``dst_offset`` (in the kernel when it can).
+
+    ``shared_dst``: other threads write through the same descriptor, so nothing may use its file
+    position (``sendfile`` writes at it); only calls given explicit offsets are used.
+    """
     copy_file_range = getattr(os, "copy_file_range", None)
     if length < _RESERVE_MIN and copy_file_range is not None:  # a sparse file's extent: one call, mostly
         try:
@@ -133,7 +137,7 @@ def _copy_extent(src: int, dst: int, offset: int, length: int, dst_offset: int) 
         except OSError as exc:
             if exc.errno not in _NO_KERNEL_COPY:
                 raise
-    if done < length and hasattr(os, "sendfile"):
+    if done < length and hasattr(os, "sendfile") and not shared_dst:
         try:
             os.lseek(dst, dst_offset + done, os.SEEK_SET)
             while done < length:
@@ -160,7 +164,7 @@ def _copy_part(path: str, dst: int, begin: int, end: int, shift: int) -> None:
     with open(path, "rb") as src_file:
         src = src_file.fileno()
         for a, b in _data_extents(src, begin, end):
-            _copy_extent(src, dst, a, b - a, a + shift)
+            _copy_extent(src, dst, a, b - a, a + shift, shared_dst=True)
 
 
 def _copy_sparse_parallel(path: str, dst: int, offset: int, length: int, shift: int, threads: int) -> None:

@@ -190,3 +190,31 @@ def test_save_model_leaves_no_file_open(tmp_path: Path) -> None:
     assert len(os.listdir("/proc/self/fd")) == before
     loaded = onnx.load(str(tmp_path / "m.onnx"))
     assert onnx.numpy_helper.to_array(loaded.graph.initializer[3]).tolist() == list(range(30, 40))
+
+
+@pytest.mark.parametrize("fallback", ["sendfile", "pread"])
+def test_parallel_sparse_copy_without_copy_file_range(tmp_path: Path, rng: np.random.Generator, fallback: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the kernel refuses copy_file_range (across filesystems on older kernels), the threads of
+    a sparse copy share the destination descriptor, so none may write at its file position
+    (sendfile does): the bytes still land where they belong."""
+    def refuse(*_: object) -> int:
+        raise OSError(errno.EXDEV, "refused")
+
+    monkeypatch.setattr(os, "copy_file_range", refuse, raising=False)
+    if fallback == "pread":
+        monkeypatch.setattr(os, "sendfile", refuse, raising=False)
+    src = tmp_path / "sparse.bin"
+    size = 32 << 20
+    _sparse_source(src, size, [(i * 65536 + 7, rng.bytes(3000)) for i in range(0, 512, 3)])
+    b = ir.GraphBuilder("refused")
+    x = b.input("x", ir.DataType.FLOAT, (1, 1024))
+    b.output(b.op("MatMul", [x, b.initializer(ir.file_slice(src, 0, "float32", (1024, 8192), name="w"))]), "y")
+    model = b.build()
+    ir.passes.InferShapes()(model)
+    ir.save_model(model, tmp_path / "m.onnx", external_data="m.onnx.data")
+    loaded = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    at = int(next(e.value for e in loaded.graph.initializer[0].external_data if e.key == "offset"))
+    with open(tmp_path / "m.onnx.data", "rb") as f:
+        f.seek(at)
+        assert f.read(size) == src.read_bytes()
