@@ -216,12 +216,11 @@ class _SliceCopy(_ir.ExternalTensor):
                               f"tensor '{self.name}' needs ({offset + length:,} bytes)")
             extents = _data_extents(src, offset, offset + length)
             first = next(extents, None)  # (SEEK_HOLE costs milliseconds on a large dense file)
-            threads = _copy_threads()
             if first is None:  # all hole
                 pass
             elif first == (offset, offset + length):  # dense
                 _copy_extent(src, dst, offset, length, start)
-            elif length >= _PARALLEL_MIN and threads > 1:
+            elif length >= _PARALLEL_MIN and (threads := _copy_threads()) > 1:
                 _copy_sparse_parallel(self.path, dst, offset, length, start - offset, threads)
             else:
                 for begin, end in itertools.chain([first], extents):
@@ -284,6 +283,19 @@ _PAGE = 4096
 _ALIGN_MIN = 16 << 20
 
 
+def _fastest_start(tensor: _ir.TensorProtocol, size: int) -> int | None:
+    """Where, modulo 64 KiB, a tensor of ``size`` bytes copies fastest in the file being written (see
+    above): a file slice at its source's offset within its page, anything else at 0; None under 16 MiB."""
+    if size < _ALIGN_MIN:
+        return None
+    return (tensor.offset or 0) % _PAGE if isinstance(tensor, _SliceCopy) else 0
+
+
+def _body_len(header: bytes, size: int, tensor: _ir.TensorProtocol | None, pad: int) -> int:
+    """Length of an initializer framed by ``save_inline_streamed``: header, padding, raw_data."""
+    return len(header) + pad + (1 + len(_varint(size)) + size if tensor is not None else 0)
+
+
 def _pad_field(size: int) -> bytes:
     """A padding field ``size`` bytes long in all (``len(_PAD_TAG) + 3 + _PAD_MIN`` at least)."""
     n = size - len(_PAD_TAG) - 3
@@ -298,12 +310,11 @@ def _inline_paddings(prefix_len: int, graph_body_len: int,
     (it takes two or three rounds); the file is valid whatever they are, only the speed depends on it.
     """
     smallest = len(_PAD_TAG) + 3 + _PAD_MIN
-    wanted = [(tensor.offset or 0) % _PAGE if isinstance(tensor, _SliceCopy) and size >= _ALIGN_MIN else None
-              for _, size, tensor in entries]
+    # only slices are padded: other tensors are written by Python, where the offset was not measured
+    wanted = [_fastest_start(tensor, size) if isinstance(tensor, _SliceCopy) else None for _, size, tensor in entries]
     pads = [0 if w is None else smallest for w in wanted]
     for _ in range(8):
-        bodies = [len(h) + pad + (1 + len(_varint(size)) + size if t is not None else 0)
-                  for (h, size, t), pad in zip(entries, pads, strict=True)]
+        bodies = [_body_len(h, size, t, pad) for (h, size, t), pad in zip(entries, pads, strict=True)]
         graph_len = graph_body_len + sum(1 + len(_varint(b)) + b for b in bodies)
         pos = prefix_len + 1 + len(_varint(graph_len)) + graph_body_len
         fresh = []
@@ -370,8 +381,7 @@ def save_inline_streamed(
     proto.ClearField("graph")
     prefix = proto.SerializeToString()
     pads = _inline_paddings(len(prefix), len(graph_body), entries)
-    bodies = [len(header) + pad + (1 + len(_varint(size)) + size if tensor is not None else 0)
-              for (header, size, tensor), pad in zip(entries, pads, strict=True)]
+    bodies = [_body_len(header, size, tensor, pad) for (header, size, tensor), pad in zip(entries, pads, strict=True)]
     graph_len = len(graph_body) + sum(1 + len(_varint(b)) + b for b in bodies)
     total = sum(size for _, size, _ in entries)
     done = 0
@@ -518,8 +528,8 @@ def _write_at(f: object, tensor: _ir.TensorProtocol, pos: int, location: str, ba
     """Write ``tensor`` into the open data file at ``pos`` or a little after; return the reference to it."""
     copy = _slice_copy(tensor)
     size = int(tensor.nbytes)
-    if size >= _ALIGN_MIN:  # the offset the kernel copies fastest (a hole pads up to it)
-        want = (copy.offset or 0) % _PAGE if isinstance(copy, _SliceCopy) else 0
+    want = _fastest_start(copy, size)
+    if want is not None:  # a hole pads up to it
         pos += (want - pos) % _ALIGN
     f.seek(pos)  # type: ignore[attr-defined]
     if hasattr(copy, "tofile"):
