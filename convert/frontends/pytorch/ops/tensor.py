@@ -57,6 +57,15 @@ def reshape(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.emit("Reshape", [call.tensor("self"), _target(call, ctx)])
 
 
+@lowers("aten.reshape_as", "aten.view_as", to="Reshape")
+def reshape_as(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower reshape_as/view_as to Reshape to the other tensor's shape (its run-time shape when not static)."""
+    other = call.args.get("other")
+    if isinstance(other, Value) and not call.out_meta.is_static:
+        return ctx.emit("Reshape", [call.tensor("self"), ctx.emit("Shape", [other])])
+    return ctx.emit("Reshape", [call.tensor("self"), _target(call, ctx)])
+
+
 @lowers("aten.unflatten", to="Reshape")
 def unflatten(call: OpCall, ctx: LowerContext) -> Value:
     """Lower unflatten(dim, sizes) to Reshape with the output shape."""
