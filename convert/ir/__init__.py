@@ -27,6 +27,7 @@ from .errors import (
     UnsupportedOpsError,
     UsageError,
 )
+from .gcwindow import existing_objects_spared, sparing_existing_objects
 from .io import from_proto, load_file, save_inline_streamed, save_model, serialize_inline
 from .plugins import (
     EXAMPLE_FEEDS,
@@ -122,6 +123,7 @@ __all__ = [
     "convenience",
     "convert_all",
     "describe",
+    "existing_objects_spared",
     "file_slice",
     "from_array",
     "from_proto",
@@ -140,6 +142,7 @@ __all__ = [
     "set_output_of",
     "set_provenance",
     "source_files",
+    "sparing_existing_objects",
     "to_numpy",
     "transposed",
 ]

@@ -1,0 +1,65 @@
+"""existing_objects_spared: the collector leaves the caller's objects alone during a conversion and
+gets them back afterwards; nothing the conversion makes escapes collection, and the caller's own
+freeze is not undone."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from convert.ir import existing_objects_spared, sparing_existing_objects
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.other: object = self  # a reference cycle: only the cyclic collector frees it
+
+
+def test_objects_from_before_are_spared_and_returned():
+    assert gc.get_freeze_count() == 0
+    old = _Node()
+    old_ref = weakref.ref(old)
+    del old
+    with existing_objects_spared():
+        assert gc.get_freeze_count() > 0
+        gc.collect()
+        assert old_ref() is not None  # made before the window: left alone
+        new = _Node()
+        new_ref = weakref.ref(new)
+        del new
+        gc.collect()
+        assert new_ref() is None  # made inside the window: collected as usual
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert old_ref() is None  # back within the collector's reach
+
+
+def test_a_caller_s_freeze_and_a_disabled_collector_are_left_as_they_are():
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with existing_objects_spared():
+            pass
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+    gc.disable()
+    try:
+        with existing_objects_spared():
+            assert gc.get_freeze_count() == 0
+    finally:
+        gc.enable()
+
+
+def test_nested_windows_and_an_exception_end_with_nothing_frozen():
+    @sparing_existing_objects
+    def inner() -> None:
+        raise ValueError("inside")
+
+    with existing_objects_spared():
+        with pytest.raises(ValueError):
+            inner()
+        assert gc.get_freeze_count() > 0  # the inner window did not end the outer one
+    assert gc.get_freeze_count() == 0
