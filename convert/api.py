@@ -247,6 +247,7 @@ def write_error(exc: OSError, target: Path) -> ir.ExportError:
     return ir.ExportError(f"cannot write '{target}': {exc.strerror or exc}. Nothing was written.")
 
 
+@ir.sparing_existing_objects  # the caller's objects are not re-walked by each full collection
 def convert(
     src: Sources | object,
     example_inputs: object = None,

@@ -2,9 +2,12 @@
 
 Importing this package does not import torch; ``load`` and ``load_module`` do.
 
-Paths: a module goes through ``torch.export`` (ATen ops), with a fallback to ``torch.jit.trace``
-on data-dependent guards; a TorchScript file is converted to an ExportedProgram by torch's own
-converter; an ExportedProgram is lowered as it is. One op table (``ops``) serves all of them.
+Paths: a module is traced (``torch.jit.trace``) and its graph lowered directly where that is as
+sound as ``torch.export`` (``traced.py``: no tracer warning, static shapes, every op converted);
+otherwise it goes through ``torch.export`` (ATen ops), with a fallback to the trace on
+data-dependent guards. A TorchScript file's graph is read the same way when it is a plain trace,
+and converted to an ExportedProgram by torch's own converter otherwise; an ExportedProgram is
+lowered as it is. One op table (``ops``) serves all of them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from convert.ir import (
     OptionSpec,
     Unsupported,
     UsageError,
+    sparing_existing_objects,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -119,7 +123,6 @@ def _capture_file(paths: Sequence[Path], options: Options) -> tuple[object, list
         make_example_inputs,
         resolve_shapes,
         script_input_names,
-        script_to_program,
     )
     from .files import (
         CHECKPOINT,
@@ -178,17 +181,29 @@ def _capture_file(paths: Sequence[Path], options: Options) -> tuple[object, list
             options.diagnostics.note(f"{source}: input shapes taken from the example it was traced with: {shown}")
         dtypes = traced_input_dtypes(path)
         example = make_example_inputs(resolve_shapes(names, options, source), dtypes=dtypes)
-        return script_to_program(script, example, source), names, source
+        return _script_program(script, example, options, source), names, source
     if kind == CHECKPOINT:
         module = load_checkpoint(path, options)
         if isinstance(module, torch.jit.ScriptModule):
             names = script_input_names(module, source)
             example = make_example_inputs(resolve_shapes(names, options, source))
-            return script_to_program(module, example, source), names, source
+            return _script_program(module, example, options, source), names, source
         names = forward_input_names(module)
         example = make_example_inputs(resolve_shapes(names, options, source))
         return export_module(module, example, options, source), names, source
     raise UsageError(f"{path}: not a PyTorch file (expected TorchScript, an ExportedProgram .pt2 or torch.save output)")
+
+
+def _script_program(script: object, example: Sequence[torch.Tensor], options: Options, source: str) -> object:
+    """A TorchScript module's graph: read directly where it is a plain trace (``traced.py``), otherwise
+    through torch's TorchScript converter."""
+    from .capture import script_to_program
+    from .traced import program_from_script
+
+    def converted() -> object:
+        return script_to_program(script, example, source)  # type: ignore[arg-type]
+
+    return program_from_script(script, example, options, source, fallback=converted) or converted()
 
 
 def _said(exc: BaseException) -> str:
@@ -197,6 +212,7 @@ def _said(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else f"{type(exc).__name__}: the file ends early or is damaged"
 
 
+@sparing_existing_objects
 def load(paths: Sequence[Path], options: Options) -> Model:
     """Read a PyTorch model file into the IR (see the module docstring for the formats)."""
     from .lower import lower_program
@@ -207,6 +223,7 @@ def load(paths: Sequence[Path], options: Options) -> Model:
                          name=os.path.splitext(source)[0])
 
 
+@sparing_existing_objects  # see convert/ir/gcwindow.py: a quarter of a ResNet's conversion otherwise
 def load_module(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] | torch.Tensor,
                 options: Options | None = None, *, name: str | None = None) -> Model:
     """Convert an in-memory ``nn.Module`` (the Python API) with its example inputs.

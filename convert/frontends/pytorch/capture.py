@@ -529,13 +529,22 @@ def _draft_export(module: torch.nn.Module, example: Sequence[torch.Tensor], opti
 
 
 def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options,
-                  source: str) -> object:
-    """Capture ``module`` with torch.export, falling back to tracing on data-dependent guards.
+                  source: str, *, fast: bool = True) -> object:
+    """Capture ``module``: its traced graph where that is as sound as torch.export (``traced.py``,
+    unless ``fast`` is False), otherwise torch.export, falling back to tracing on data-dependent
+    guards.
 
     The module is left in eval mode with its attributes as they were (``attributes_kept``).
     """
+    from .traced import trace_module
+
     module.eval()
     with attributes_kept(module), _torchvision_replaced_for_capture():
+        if fast and not options.dynamic_batch:
+            program = trace_module(module, example, options, source,
+                                   fallback=lambda: export_module(module, example, options, source, fast=False))
+            if program is not None:
+                return program
         return _export_module(module, example, options, source)
 
 

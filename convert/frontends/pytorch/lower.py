@@ -627,6 +627,15 @@ def lower_program(program: object, *, source: str, options: Options,
     """
     from .decompose import decomposable, decompose
 
+    fallback = getattr(program, "fallback", None)  # a traced graph (traced.py): torch.export on refusal
+    if fallback is not None:
+        said = len(options.diagnostics.notes), len(options.diagnostics.warnings)
+        try:
+            return _lower_once(program, source=source, options=options, input_names=input_names, name=name)
+        except ConvertError as exc:
+            logger.debug("%s: the traced graph did not lower (%s); captured by torch.export", source, exc)
+            del options.diagnostics.notes[said[0]:], options.diagnostics.warnings[said[1]:]  # that attempt's
+            program = fallback()
     original = program
     program = prepare_program(program, source, options)
     retried: list[str] = []

@@ -89,20 +89,20 @@ def test_changed_program_gives_a_fresh_reference_and_a_true_verdict(pt2, tmp_pat
 
 
 def test_torchscript_is_captured_once(tmp_path, monkeypatch):
-    """check_support and load share the TorchScript -> ExportedProgram conversion."""
-    from convert.frontends.pytorch import capture
+    """check_support and load share the TorchScript graph's capture (read directly or converted by torch)."""
+    import convert.frontends.pytorch as frontend
 
     torch.manual_seed(1)
     path = tmp_path / "net.pt"
     torch.jit.save(torch.jit.trace(_Net().eval(), torch.randn(1, 3, 8, 8)), path)
     calls: list[object] = []
-    real = capture.script_to_program
+    real = frontend._script_program
 
     def counting(*args: object, **kwargs: object) -> object:
         calls.append(args[0])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(capture, "script_to_program", counting)
+    monkeypatch.setattr(frontend, "_script_program", counting)
     result = convert.convert(path, to="onnx", out=tmp_path / "net.onnx")
     assert len(calls) == 1
     assert result.report is not None and result.report.passed

@@ -30,10 +30,11 @@ def _zoo() -> object:
     return sys.modules[name]
 
 
-# The op each model is here for: it must be in the converted graph.
+# The op each model is here for: it must be in the converted graph (alternatives: torch.export's form
+# or a trace's, frontends/pytorch/traced.py, whichever captured the model).
 SIGNATURE_OPS = {
     "bert": "aten.index", "distilbert": "aten.masked_fill", "gpt2": "aten.addmm", "t5_encoder": "aten.rsqrt",
-    "whisper_encoder": "aten.conv1d",
+    "whisper_encoder": ("aten.conv1d", "aten._convolution"),
     "mobilenetv3": "aten.hardswish_", "raft": "aten.grid_sampler", "yolov8_head": "aten.softmax",
 }
 
@@ -45,7 +46,8 @@ def test_zoo_model_matches_eager(name: str, tmp_path: Path) -> None:
     zoo = _zoo()
     model, inputs = zoo.build(name)  # type: ignore[attr-defined]
     ir_model = load_module(model, inputs(1))
-    assert SIGNATURE_OPS[name] in ir_model.meta["convert:aten_ops"]
+    wanted = SIGNATURE_OPS[name]
+    assert any(op in ir_model.meta["convert:aten_ops"] for op in ((wanted,) if isinstance(wanted, str) else wanted))
     path = to_onnx(ir_model, tmp_path / f"{name}.onnx")
     for seed in (1, 2):
         xs = inputs(seed)

@@ -1,0 +1,627 @@
+"""A traced TorchScript graph lowered without ``torch.export``: the fast capture of plain modules.
+
+``torch.export`` costs a plain module 0.5-1.5 s before our lowering starts: importing dynamo and
+functorch (1.3 s in a process that has not, which torchvision and transformers do on import) and
+tracing every op through Python dispatch modes on fake tensors. ``torch.jit.trace`` records the
+same ATen ops in C++ in a tenth of the time, so TorchScript-based exporters start sooner
+(ResNet-18: 0.3 s against 0.9 s). Here a traced graph becomes an FX graph the op table lowers as
+it lowers an ExportedProgram: the same ATen ops, the same converters, no second table.
+
+The graph is only used when it is as trustworthy as torch.export's:
+
+- tracing said nothing (a ``TracerWarning`` means a tensor became a Python number or a branch
+  was taken on data, which a trace freezes silently and torch.export refuses);
+- no op's result size depends on data (torch's ``dynamic_output_shape`` tag, nonzero, nms, a
+  boolean mask), so every shape is a function of the input shapes and the sizes read from them
+  are exact; shapes and dtypes are those the trace recorded (a file records none: torch's meta
+  kernels compute them, and a meta kernel refuses a data-dependent size too);
+- the trace wrote to none of the module's parameters and buffers (it runs ``forward`` on real
+  tensors; buffers it wrote are put back), every op has a converter, and no in-place write goes
+  through a view (``prepare_program`` would need torch's functionalization);
+- only the ops, list and tuple constructs, attribute reads and size arithmetic of a trace appear
+  (no scripted control flow, no Python ops), and the outputs are tensors or tuples of them;
+- a number the trace turned into a 0-d tensor never decides a result's dtype (eager torch used it
+  as a number, which does not);
+- the module holds at most ``TRACE_MAX_BYTES`` of weights, all on the CPU.
+
+Anything else returns None and the caller captures with torch.export as before; nothing is lost
+but the time of the attempt. The parity check's reference is the module itself (or the
+TorchScript file), never this graph.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import re
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from convert.ir import GraphBuilder, Options
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+__all__ = ["TRACE_MAX_BYTES", "TracedProgram", "program_from_script", "trace_module"]
+
+logger = logging.getLogger(__name__)
+
+#: Modules with more parameter and buffer bytes than this go straight to torch.export: the trace
+#: runs ``forward`` on real tensors, which on a multi-GB model costs more than it saves, and a
+#: failed attempt (a dict output, say) would waste that forward.
+TRACE_MAX_BYTES = 1 << 30
+
+#: Buffers are copied before the trace (to be put back if ``forward`` writes them) up to this size.
+_BUFFER_COPY_MAX_BYTES = 64 << 20
+
+# c10::ScalarType, MemoryFormat and Layout as TorchScript constants carry them (ints); the codes
+# of ScalarType were read from traced graphs (x.to(dtype) for each dtype).
+_SCALAR_TYPES = ("uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64", None,
+                 "complex64", "complex128", "bool", None, None, None, "bfloat16")
+_MEMORY_FORMATS = ("contiguous_format", "preserve_format", "channels_last", "channels_last_3d")
+_LAYOUTS = ("strided", "sparse_coo")
+
+# Ops whose result length depends on the values of their inputs (also refused by meta kernels).
+_DATA_DEPENDENT = frozenset({"nonzero", "nonzero_numpy", "argwhere", "masked_select", "_unique2", "unique_dim",
+                             "unique_consecutive", "nms", "repeat_interleave", "bincount", "_unique",
+                             "unique_dim_consecutive"})
+
+
+# dropout(input, p, train) and its variants: with train False they return the input itself.
+_DROPOUTS = frozenset({"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"})
+
+
+_NUMBER_DTYPES = ("float64", "int64", "bool")  # the dtypes the tracer gives Python numbers
+
+
+class NotTraceableError(Exception):
+    """The trace cannot stand in for torch.export here (the message says why); capture with export."""
+
+
+class TracedProgram:
+    """What the lowering reads of an ExportedProgram, made from a traced graph.
+
+    ``fallback`` captures the same module with torch.export: ``lower_program`` calls it when a
+    converter refuses a call of this graph, so that torch's decompositions get their retry.
+    """
+
+    def __init__(self, graph: object, signature: object, state_dict: dict[str, object],
+                 constants: dict[str, object], fallback: Callable[[], object] | None) -> None:
+        import torch.fx
+
+        self.graph = graph
+        # runnable (the parity check's --locate runs it layer by layer); Python code generation: 5-25 ms
+        self.graph_module = torch.fx.GraphModule(torch.nn.Module(), graph)
+        self.graph_signature = signature
+        self.state_dict = state_dict
+        self.constants = constants
+        self.fallback = fallback
+
+
+class _Module:
+    """A module reached by ``prim::GetAttr`` from ``self``, with its dotted path."""
+
+    def __init__(self, obj: object, path: str) -> None:
+        self.obj = obj
+        self.path = path
+
+
+def _enum(table: Sequence[str | None], code: object, kind: str) -> object:
+    import torch
+
+    if not isinstance(code, int) or not 0 <= code < len(table) or table[code] is None:
+        raise NotTraceableError(f"unknown {kind} code {code!r}")
+    return getattr(torch, table[code])  # type: ignore[arg-type]
+
+
+def _typed(value: object, real_type: str) -> object:
+    """A TorchScript constant as the op's Python binding takes it (ScalarType codes -> dtypes...)."""
+    base = real_type.removeprefix("Optional[").removesuffix("]")
+    if value is None or isinstance(value, bool) or not isinstance(value, int):
+        return value
+    if base == "ScalarType":
+        return _enum(_SCALAR_TYPES, value, "dtype")
+    if base == "MemoryFormat":
+        return _enum(_MEMORY_FORMATS, value, "memory format")
+    if base == "Layout":
+        return _enum(_LAYOUTS, value, "layout")
+    return value
+
+
+def _has_node(value: object) -> bool:
+    import torch.fx
+
+    if isinstance(value, torch.fx.Node):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_has_node(v) for v in value)
+    return False
+
+
+def _flat(value: object) -> Iterator[object]:
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _flat(v)
+    else:
+        yield value
+
+
+def _meta(value: object) -> object:
+    """The meta-device stand-in of a real value (tensors), kept as it is otherwise."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to("meta")
+    if isinstance(value, (list, tuple)):
+        return type(value)(_meta(v) for v in value)
+    return value
+
+
+def _nbytes(value: object) -> int:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return 0
+
+
+_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
+
+
+def _stack_trace(source_range: str) -> str:
+    """The Python stack a trace recorded for a node ('file(line): function' lines, innermost first)
+    as torch.export writes it (outermost first), so errors and provenance name the model's line."""
+    frames = [m.groups() for m in map(_FRAME.match, source_range.splitlines()) if m]
+    return "\n".join(f'  File "{file}", line {line}, in {func}' for file, line, func in reversed(frames))
+
+
+def _identity(tensor: torch.Tensor) -> tuple[object, ...]:
+    """Which memory a tensor shows, as what: a TorchScript module hands out a new Python object for
+    the same parameter on each attribute read, so object ids would split one weight in two."""
+    return (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape), tuple(tensor.stride()))
+
+
+def _module_path(scope: str) -> str:
+    """'__module.layer1/__module.layer1.0/__module.layer1.0.conv1' -> 'layer1.0.conv1'."""
+    last = scope.rsplit("/", 1)[-1]
+    return last.removeprefix("__module").lstrip(".")
+
+
+class _Builder:
+    """One traced graph -> one FX graph, with every value's meta (shape and dtype) on the meta device."""
+
+    def __init__(self, script: object, example: Sequence[torch.Tensor], *, live: bool) -> None:
+        import torch.fx
+        from torch.export.graph_signature import InputKind
+
+        self.script = script
+        self.live = live  # traced in this process (not read from a file)
+        self.example = example
+        self.fx = torch.fx.Graph()
+        self.env: dict[object, object] = {}  # TorchScript Value -> fx.Node or a known Python value
+        self.specs: list[tuple[object, object, str | None]] = []  # (kind, node, target)
+        self.tensors: dict[tuple[object, ...], object] = {}  # _identity(real tensor) -> its placeholder
+        self.state: dict[str, object] = {}
+        self.constants: dict[str, object] = {}
+        self.last_placeholder: object = None
+        # 0-d tensors the trace made from Python numbers (prim::NumToTensor, a Double or Long constant):
+        # eager torch computed with them as numbers, which take no part in choosing a result's dtype
+        self.scalar_born: set[int] = set()
+        self.kinds = InputKind
+        names = {n for n, _ in script.named_parameters()}  # type: ignore[attr-defined]
+        self.parameter_names = names
+
+    # -- values ----------------------------------------------------------------------------
+    def _placeholder(self, name: str, val: object) -> object:
+        if self.last_placeholder is None:
+            node = self.fx.placeholder(name)
+        else:
+            with self.fx.inserting_after(self.last_placeholder):
+                node = self.fx.placeholder(name)
+        node.meta["val"] = val  # type: ignore[attr-defined]
+        self.last_placeholder = node
+        return node
+
+    def _state_tensor(self, tensor: torch.Tensor, path: str) -> object:
+        node = self.tensors.get(_identity(tensor))
+        if node is None:
+            kind = self.kinds.PARAMETER if path in self.parameter_names else self.kinds.BUFFER
+            node = self._placeholder(path.replace(".", "_"), _meta(tensor))
+            self.tensors[_identity(tensor)] = node
+            self.specs.append((kind, node, path))
+            self.state[path] = tensor
+        return node
+
+    def _lift(self, value: object) -> object:
+        """A real tensor (a constant of the trace, or a folded result) as a constant placeholder."""
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            node = self.tensors.get(_identity(value))
+            if node is None:
+                target = f"_tensor_constant{len(self.constants)}"
+                node = self._placeholder(target, _meta(value))
+                self.tensors[_identity(value)] = node
+                self.specs.append((self.kinds.CONSTANT_TENSOR, node, target))
+                self.constants[target] = value
+            return node
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._lift(v) for v in value)
+        return value
+
+    def _get(self, v: object) -> object:
+        if v not in self.env:
+            raise NotTraceableError(f"value %{v.debugName()} used before it is defined")  # type: ignore[attr-defined]
+        return self.env[v]
+
+    # -- the graph -------------------------------------------------------------------------
+    def build(self) -> tuple[object, list[object]]:
+        import torch
+
+        graph = self.script.inlined_graph  # type: ignore[attr-defined]
+        inputs = list(graph.inputs())
+        if len(inputs) != len(self.example) + 1:
+            raise NotTraceableError(f"the graph takes {len(inputs) - 1} inputs, the example has {len(self.example)}")
+        self.env[inputs[0]] = _Module(self.script, "")
+        for i, (v, x) in enumerate(zip(inputs[1:], self.example, strict=True)):
+            if not isinstance(v.type(), torch._C.TensorType):
+                raise NotTraceableError(f"input {i} is a {v.type()}, not a tensor")
+            self.env[v] = self._placeholder(f"input_{i}", _meta(x))
+            self.specs.append((self.kinds.USER_INPUT, self.env[v], None))
+        for node in graph.nodes():
+            self._node(node)
+        returned = self._get(graph.return_node().input())
+        outputs = list(_flat(returned))
+        if not outputs or any(not isinstance(o, torch.fx.Node) for o in outputs):
+            raise NotTraceableError("an output is not a tensor computed by the graph")
+        self.fx.output(tuple(outputs))
+        return self.fx, outputs
+
+    def _node(self, node: object) -> None:  # one branch per kind of TorchScript node
+        import torch
+
+        kind = node.kind()  # type: ignore[attr-defined]
+        ins = list(node.inputs())  # type: ignore[attr-defined]
+        outs = list(node.outputs())  # type: ignore[attr-defined]
+        if kind == "prim::Constant":
+            value = outs[0].toIValue()
+            if isinstance(value, torch.Tensor) and value.dim() == 0 \
+                    and str(value.dtype).removeprefix("torch.") in _NUMBER_DTYPES:
+                self.scalar_born.add(id(value))
+            self.env[outs[0]] = value
+        elif kind == "prim::GetAttr":
+            owner = self._get(ins[0])
+            if not isinstance(owner, _Module):
+                raise NotTraceableError("an attribute read from something other than a module")
+            name = node.s("name")  # type: ignore[attr-defined]
+            path = f"{owner.path}.{name}" if owner.path else name
+            attr = getattr(owner.obj, name)
+            if isinstance(attr, torch.Tensor):
+                self.env[outs[0]] = self._state_tensor(attr, path)
+            elif isinstance(attr, torch.nn.Module):
+                self.env[outs[0]] = _Module(attr, path)
+            elif isinstance(attr, (int, float, bool, str)) or attr is None:
+                self.env[outs[0]] = attr
+            else:
+                raise NotTraceableError(f"attribute '{path}' is a {type(attr).__name__}")
+        elif kind == "prim::ListConstruct":
+            self.env[outs[0]] = [self._get(v) for v in ins]
+        elif kind == "prim::TupleConstruct":
+            self.env[outs[0]] = tuple(self._get(v) for v in ins)
+        elif kind in ("prim::ListUnpack", "prim::TupleUnpack"):
+            self._unpack(self._get(ins[0]), outs)
+        elif kind == "prim::NumToTensor":
+            value = self._get(ins[0])
+            if _has_node(value) or not isinstance(value, (int, float, bool)):
+                raise NotTraceableError("prim::NumToTensor of a value computed from data")
+            dtype = torch.bool if isinstance(value, bool) else torch.int64 if isinstance(value, int) else torch.float64
+            number = torch.scalar_tensor(value, dtype=dtype)
+            self.scalar_born.add(id(number))
+            self.env[outs[0]] = number
+        elif kind.startswith("aten::"):
+            self._aten(node, kind[len("aten::"):], ins, outs)
+        else:
+            raise NotTraceableError(f"{kind} (not an op of a trace)")
+
+    def _unpack(self, value: object, outs: list[object]) -> None:
+        import torch.fx
+
+        if isinstance(value, (list, tuple)):
+            if len(value) != len(outs):
+                raise NotTraceableError("an unpack of the wrong length")
+            for o, v in zip(outs, value, strict=True):
+                self.env[o] = v
+            return
+        if not isinstance(value, torch.fx.Node):
+            raise NotTraceableError("an unpack of a non-sequence")
+        vals = value.meta["val"]
+        for i, o in enumerate(outs):
+            item = self.fx.call_function(operator.getitem, (value, i))
+            item.meta["val"] = vals[i]
+            item.meta["nn_module_stack"] = value.meta.get("nn_module_stack", {})
+            self.env[o] = item
+
+    def _size_query(self, name: str, args: list[object]) -> tuple[bool, object]:
+        """aten::size/dim/numel/_shape_as_tensor of a graph tensor: read from its static shape."""
+        import torch
+        import torch.fx
+
+        if not args or not isinstance(args[0], torch.fx.Node):
+            return False, None
+        val = args[0].meta["val"]
+        if not isinstance(val, torch.Tensor):
+            return False, None
+        if name == "size":
+            return True, (int(val.shape[args[1]]) if len(args) > 1 else [int(d) for d in val.shape])  # type: ignore[index]
+        if name == "dim":
+            return True, val.dim()
+        if name == "numel":
+            return True, val.numel()
+        if name == "_shape_as_tensor":
+            return True, torch.tensor(list(val.shape), dtype=torch.int64)
+        return False, None
+
+    def _aten(self, node: object, name: str, ins: list[object], outs: list[object]) -> None:
+        import torch
+        import torch.fx
+
+        schema_text = node.schema()  # type: ignore[attr-defined]
+        if schema_text == "(no schema)":
+            raise NotTraceableError(f"aten::{name} has no schema")
+        head = schema_text.split("(", 1)[0]
+        overload = head.split(".", 1)[1] if "." in head else "default"
+        base = name
+        if base in _DATA_DEPENDENT:
+            raise NotTraceableError(f"aten::{name}: its result's size depends on data")
+        packet = getattr(torch.ops.aten, base, None)
+        op = getattr(packet, overload, None) if packet is not None else None
+        if op is None:
+            raise NotTraceableError(f"aten::{name}.{overload} is not a registered overload")
+        arguments = op._schema.arguments
+        if len(arguments) != len(ins):
+            raise NotTraceableError(f"aten::{name}: {len(ins)} inputs for {len(arguments)} arguments")
+        values = [_typed(self._get(v), str(a.real_type)) for v, a in zip(ins, arguments, strict=True)]
+        if name in ("size", "dim", "numel", "_shape_as_tensor") or name == "sym_size":
+            answered, result = self._size_query(name, values)
+            if answered:
+                self._bind_result(outs, result)
+                return
+        if name.rstrip("_") in _DROPOUTS and values[2] is False:  # eval mode: the input itself
+            self.env[outs[0]] = values[0]
+            return
+        written = any(a.alias_info is not None and a.alias_info.is_write for a in arguments)
+        random = torch.Tag.nondeterministic_seeded in op.tags
+        if not any(_has_node(v) for v in values) and not random:
+            if written:
+                raise NotTraceableError(f"aten::{name} writes to a constant")
+            result = self._call(op, arguments, values)
+            if name in ("Int", "Float", "Bool", "ScalarImplicit") or _nbytes(result) <= (1 << 20):
+                if isinstance(result, torch.Tensor) and result.dim() == 0 and any(
+                        id(v) in self.scalar_born for v in _flat(values)):
+                    self.scalar_born.add(id(result))  # size arithmetic: still a number to eager torch
+                self._bind_result(outs, result)
+                return
+        if name in ("Int", "Float", "Bool", "ScalarImplicit", "item", "_local_scalar_dense"):
+            raise NotTraceableError(f"aten::{name} turns a tensor computed from data into a number")
+        if name in ("index", "index_put", "index_put_") and any(
+                isinstance(i, torch.fx.Node) and i.meta["val"].dtype in (torch.bool, torch.uint8)  # uint8: a mask too
+                for i in _flat(values[1] if len(values) > 1 else [])):
+            raise NotTraceableError(f"aten::{name} with a boolean mask: its result's size depends on data")
+        self._numbers_promote_alike(name, values)
+        lifted = [self._lift(v) for v in values]
+        if written and any(isinstance(v, torch.fx.Node) and v.target in self.constants
+                           for v, a in zip(lifted, arguments, strict=True)
+                           if a.alias_info is not None and a.alias_info.is_write):
+            # a constant the trace computed (views of which were computed here too) written by the graph
+            raise NotTraceableError(f"aten::{name} writes to a tensor the trace computed from constants")
+        args = tuple(v for v, a in zip(lifted, arguments, strict=True) if not a.kwarg_only)
+        kwargs = {a.name: v for v, a in zip(lifted, arguments, strict=True) if a.kwarg_only}
+        if torch.Tag.dynamic_output_shape in op.tags and name != "index":  # index: its masks refused above
+            raise NotTraceableError(f"aten::{name}: torch tags its result's size as depending on data")
+        val = _recorded(outs) if self.live else None
+        if val is None:  # a file records no types; a live trace none for lists
+            try:
+                val = op(*_metas(args), **_metas(kwargs))
+            except Exception as exc:
+                raise NotTraceableError(f"aten::{name}: no meta kernel ({type(exc).__name__})") from exc
+            for o, v in zip(outs, val if len(outs) > 1 else (val,), strict=True):
+                _agrees(name, o, v)
+        fx_node = self.fx.call_function(op, args, kwargs)
+        fx_node.meta["val"] = val
+        path = _module_path(node.scopeName())  # type: ignore[attr-defined]
+        fx_node.meta["nn_module_stack"] = {path: (path, "")} if path else {}
+        if self.live:  # a file's recorded stack names sources the user may not have: the file is named
+            fx_node.meta["stack_trace"] = _stack_trace(node.sourceRange())  # type: ignore[attr-defined]
+        if len(outs) == 1:
+            self.env[outs[0]] = fx_node
+            return
+        for i, o in enumerate(outs):
+            item = self.fx.call_function(operator.getitem, (fx_node, i))
+            item.meta["val"] = val[i]
+            item.meta["nn_module_stack"] = fx_node.meta["nn_module_stack"]
+            self.env[o] = item
+
+    def _numbers_promote_alike(self, name: str, values: list[object]) -> None:
+        """Refuse a number-born 0-d tensor beside graph tensors where its dtype would choose the result's.
+
+        As a number (eager torch) it only counts by kind; as a 0-d tensor (this graph) it also
+        counts when no tensor of one or more dimensions has its kind or a higher one (an int32
+        tensor times a float64 0-d tensor is float64; times the number, float32). A live trace
+        records every result's dtype and ``_agrees`` checks it; a TorchScript file records none.
+        """
+        import torch
+        import torch.fx
+
+        born = [v for v in _flat(values) if isinstance(v, torch.Tensor) and id(v) in self.scalar_born]
+        if not born:
+            return
+        dims = [n.meta["val"] for n in _flat(values) if isinstance(n, torch.fx.Node)
+                and isinstance(n.meta["val"], torch.Tensor) and n.meta["val"].dim() > 0]
+        for b in born:
+            if b.dtype.is_floating_point:
+                alike = any(d.dtype.is_floating_point or d.dtype.is_complex for d in dims)
+            elif b.dtype == torch.bool:
+                alike = bool(dims)
+            else:
+                alike = any(d.dtype != torch.bool for d in dims)
+            if not alike:
+                raise NotTraceableError(f"aten::{name}: a number of the trace could set the result's dtype")
+
+    def _call(self, op: object, arguments: Sequence[object], values: list[object]) -> object:
+        args = [v for v, a in zip(values, arguments, strict=True) if not a.kwarg_only]  # type: ignore[attr-defined]
+        kwargs = {a.name: v for v, a in zip(values, arguments, strict=True) if a.kwarg_only}  # type: ignore[attr-defined]
+        return op(*args, **kwargs)  # type: ignore[operator]
+
+    def _bind_result(self, outs: list[object], result: object) -> None:
+        if len(outs) == 1:
+            self.env[outs[0]] = result
+            return
+        for o, r in zip(outs, result, strict=True):  # type: ignore[call-overload]
+            self.env[o] = r
+
+
+def _recorded(outs: Sequence[object]) -> object:
+    """The results' shapes and dtypes as a live trace recorded them from the real run (meta tensors),
+    or None where one is not a tensor of known size and dtype.
+
+    Used instead of running each op's meta kernel: some of those are Python decompositions whose
+    first call imports dynamo (batch_norm's: 1 s), which is the cost this capture exists to avoid.
+    The recorded sizes are the example's; that they depend on input sizes only is what the refusals
+    of ``_aten`` (torch's ``dynamic_output_shape`` tag, boolean masks, numbers read from data) and of
+    ``trace_module`` (any tracer warning) establish.
+    """
+    import torch
+
+    vals = []
+    for o in outs:
+        kind = o.type()  # type: ignore[attr-defined]
+        if not isinstance(kind, torch._C.TensorType) or kind.dtype() is None or kind.sizes() is None:
+            return None
+        vals.append(torch.empty(kind.sizes(), dtype=kind.dtype(), device="meta"))
+    return vals[0] if len(vals) == 1 else tuple(vals)
+
+
+def _agrees(name: str, recorded: object, val: object) -> None:
+    """The dtype and shape a live trace recorded for a result (a TorchScript file records none) must
+    be those computed here; otherwise this graph would compute something else."""
+    import torch
+
+    kind = recorded.type()  # type: ignore[attr-defined]
+    if not isinstance(kind, torch._C.TensorType):
+        return
+    dtype, sizes = kind.dtype(), kind.sizes()
+    if not isinstance(val, torch.Tensor):
+        if dtype is not None or sizes is not None:
+            raise NotTraceableError(f"aten::{name}: the trace recorded a tensor, here it is a {type(val).__name__}")
+        return
+    if (dtype is not None and dtype != val.dtype) or (sizes is not None and list(sizes) != list(val.shape)):
+        raise NotTraceableError(f"aten::{name}: the trace recorded {dtype} {sizes}, here {val.dtype} {list(val.shape)}")
+
+
+def _metas(value: object) -> object:
+    import torch.fx
+
+    if isinstance(value, torch.fx.Node):
+        return value.meta["val"]
+    if isinstance(value, dict):
+        return {k: _metas(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_metas(v) for v in value)
+    return value
+
+
+def _signature(builder: _Builder, outputs: list[object]) -> object:
+    from torch.export.graph_signature import (
+        ExportGraphSignature,
+        InputSpec,
+        OutputKind,
+        OutputSpec,
+        TensorArgument,
+    )
+
+    inputs = [InputSpec(kind=kind, arg=TensorArgument(name=node.name), target=target,  # type: ignore[arg-type, attr-defined]
+                        persistent=True if kind == builder.kinds.BUFFER else None)
+              for kind, node, target in builder.specs]
+    outs = [OutputSpec(kind=OutputKind.USER_OUTPUT, arg=TensorArgument(name=n.name), target=None)  # type: ignore[attr-defined]
+            for n in outputs]
+    return ExportGraphSignature(input_specs=inputs, output_specs=outs)
+
+
+def program_from_script(script: object, example: Sequence[torch.Tensor], options: Options, source: str,
+                        fallback: Callable[[], object] | None = None, *, live: bool = False) -> TracedProgram | None:
+    """The traced graph of ``script`` as a TracedProgram, or None where torch.export (or torch's
+    TorchScript converter) must capture it instead (the module docstring lists when).
+
+    ``live``: traced in this process (``trace_module``), not read from a file.
+    """
+    from .lower import _Lowering
+
+    try:
+        builder = _Builder(script, example, live=live)
+        graph, outputs = builder.build()
+        program = TracedProgram(graph, _signature(builder, outputs), builder.state, builder.constants, fallback)
+        probe = _Lowering(program, GraphBuilder("check"), options, source)
+        if probe.missing() or probe.alias_hazards():
+            raise NotTraceableError("an op without a converter, or an in-place write through a view")
+    except Exception as exc:  # any surprise (a damaged file's graph too): the usual capture decides
+        logger.debug("%s: traced graph not used: %s: %s", source, type(exc).__name__, exc)
+        return None
+    return program
+
+
+def _state_bytes(module: torch.nn.Module) -> int:
+    total = 0
+    for t in (*module.parameters(), *module.buffers()):
+        total += t.numel() * t.element_size()
+    return total
+
+
+def trace_module(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options, source: str,
+                 fallback: Callable[[], object] | None = None) -> TracedProgram | None:
+    """Trace ``module`` on ``example`` and return its graph as a TracedProgram, or None (see above).
+
+    The trace runs ``forward`` once on real tensors. Buffers it wrote (a counter, running
+    statistics) are put back from a copy taken before, and the module is then captured by
+    torch.export, which starts from their values as they were. A parameter it wrote stays
+    written, as after any eager call of that module (parameters are not copied: that would double
+    the memory of every conversion for a case no inference code has).
+    """
+    import torch
+
+    if any(t.device.type != "cpu" for t in example) or any(t.device.type != "cpu" for t in module.parameters()):
+        return None
+    if _state_bytes(module) > TRACE_MAX_BYTES:
+        return None
+    buffers = list(module.buffers())
+    if sum(b.numel() * b.element_size() for b in buffers) > _BUFFER_COPY_MAX_BYTES:
+        return None
+    saved = [(b, b._version, b.detach().clone()) for b in buffers]
+    params = [(p, p._version) for p in module.parameters()]
+    try:
+        with torch.no_grad(), warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            script = torch.jit.trace(module, tuple(example), check_trace=False)  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        logger.debug("%s: torch.jit.trace failed: %s", source, exc)
+        script = None
+        said = []
+    finally:
+        wrote = [b for b, version, copy in saved if b._version != version]
+        with torch.no_grad():
+            for b, version, copy in saved:
+                if b._version != version:
+                    b.copy_(copy)
+    if script is None:
+        return None
+    if wrote or any(p._version != version for p, version in params):
+        logger.debug("%s: forward writes to the module's parameters or buffers; captured by torch.export", source)
+        return None
+    tracer_warning = getattr(torch.jit, "TracerWarning", ())
+    noted = [w for w in said if issubclass(w.category, tracer_warning)]
+    if noted:
+        logger.debug("%s: tracing warned (%s); captured by torch.export", source, str(noted[0].message)[:200])
+        return None
+    return program_from_script(script, example, options, source, fallback, live=True)

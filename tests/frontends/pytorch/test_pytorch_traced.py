@@ -1,0 +1,231 @@
+"""The fast capture (frontends/pytorch/traced.py): a module's traced graph lowered without torch.export.
+
+Every conversion here is checked against the module run by torch itself (eager, fp32) on inputs other
+than the example. The trace is taken only where it is as sound as torch.export; the other modules must
+land on torch.export and still convert correctly, with the user's module left as it was.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from _torch_helpers import rel_to_scale, run_onnx
+
+from convert.exporters.onnx import EXPORTER
+from convert.frontends.pytorch import load, load_module
+from convert.frontends.pytorch.capture import export_module
+from convert.frontends.pytorch.traced import TracedProgram, trace_module
+from convert.ir import Options, passes
+
+
+def _calibrated(net: torch.nn.Module, x: torch.Tensor) -> torch.nn.Module:
+    """Batch-norm statistics from real batches (random ones give a degenerate output)."""
+    net.train()
+    with torch.no_grad():
+        for _ in range(4):
+            net(x + 0.1 * torch.randn_like(x))
+    return net.eval()
+
+
+def _converted(net: torch.nn.Module, example: tuple[torch.Tensor, ...], tmp_path, name: str = "m.onnx"):
+    options = Options()
+    model = load_module(net, example, options)
+    passes.standard_pipeline()(model)
+    out = tmp_path / name
+    EXPORTER.save(model, out, options)
+    return out, options
+
+
+def _flat(value: object) -> list[torch.Tensor]:
+    return [t for v in value for t in _flat(v)] if isinstance(value, (tuple, list)) else [value]
+
+
+def _check(net: torch.nn.Module, path, inputs: tuple[torch.Tensor, ...], names: tuple[str, ...] = ("x",),
+           tol: float = 1e-5) -> None:
+    with torch.no_grad():
+        refs = _flat(net(*inputs))
+    outs = run_onnx(path, {n: t.numpy() for n, t in zip(names, inputs, strict=True)})
+    assert len(outs) == len(refs)
+    for got, ref in zip(outs, refs, strict=True):
+        assert got.shape == tuple(ref.shape)
+        assert rel_to_scale(got, ref.numpy()) < tol
+
+
+class _ConvNet(torch.nn.Module):
+    """Size arithmetic (view(x.size(0), -1)), an in-place ReLU, eval dropout through a view, a residual."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.relu = torch.nn.ReLU(inplace=True)
+        self.conv2 = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.drop = torch.nn.Dropout(0.3, inplace=True)
+        self.fc = torch.nn.Linear(8 * 4 * 4, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.relu(self.bn(self.conv(x)))
+        y = y + self.conv2(y)
+        y = torch.nn.functional.adaptive_avg_pool2d(y, 4)
+        flat = self.drop(y.view(y.size(0), -1))
+        return self.fc(flat)
+
+
+def test_a_plain_module_is_traced_and_matches_eager(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 16, 16)
+    net = _calibrated(_ConvNet(), x)
+    program = export_module(net, (x,), Options(), "ConvNet")
+    assert isinstance(program, TracedProgram)
+    path, _ = _converted(net, (x,), tmp_path)
+    _check(net, path, (torch.randn(2, 3, 16, 16),))
+
+
+class _Shapes(torch.nn.Module):
+    """reshape_as / view_as (kept whole by a trace), tied weights, two outputs in a nested tuple."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = torch.nn.Linear(12, 12)
+        self.b = torch.nn.Linear(12, 12)
+        self.b.weight = self.a.weight  # tied
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor]]:
+        h = self.a(x).reshape_as(y) * y
+        z = self.b(h.view_as(x)).sigmoid()
+        return h, (z * x.size(-1),)  # a size as a number: prim::NumToTensor in the trace
+
+
+def test_tied_weights_and_nested_outputs_match_eager(tmp_path):
+    torch.manual_seed(1)
+    net = _Shapes().eval()
+    example = (torch.randn(3, 12), torch.randn(3, 3, 4))
+    program = export_module(net, example, Options(), "Shapes")
+    assert isinstance(program, TracedProgram)
+    assert len(program.state_dict) == 3  # a.weight once, a.bias, b.bias
+    path, _ = _converted(net, example, tmp_path)
+    _check(net, path, (torch.randn(3, 12), torch.randn(3, 3, 4)), names=("x", "y"))
+
+
+class _DataBranch(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if float(x.sum()) > 0 else x - 1
+
+
+def test_a_branch_on_data_is_not_traced():
+    """A trace freezes the branch it took (torch warns); torch.export must capture it instead."""
+    assert trace_module(_DataBranch().eval(), (torch.ones(4),), Options(), "DataBranch") is None
+
+
+class _Counter(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.add_(1)
+        return self.lin(x) + self.calls
+
+
+def test_a_forward_that_writes_a_buffer_goes_to_export_with_the_buffer_put_back(tmp_path):
+    torch.manual_seed(2)
+    net = _Counter().eval()
+    version = net.calls._version
+    x = torch.randn(2, 4)
+    assert trace_module(net, (x,), Options(), "Counter") is None
+    assert float(net.calls) == 0.0 and net.calls._version > version  # written, then restored
+    path, _ = _converted(net, (x,), tmp_path)
+    assert float(net.calls) == 0.0  # torch.export ran it on fake tensors
+    ours = run_onnx(path, {"x": x.numpy()})[0]
+    with torch.no_grad():  # the graph starts from the buffer as it was: the first call's result
+        first = net(x).numpy()
+    np.testing.assert_allclose(ours, first, rtol=1e-5, atol=1e-6)
+
+
+class _Glu(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.glu(x, dim=-1) * 3
+
+
+def test_an_op_without_a_converter_goes_to_export_and_its_decompositions(tmp_path):
+    net = _Glu().eval()
+    x = torch.randn(2, 8)
+    assert trace_module(net, (x,), Options(), "Glu") is None
+    path, _ = _converted(net, (x,), tmp_path)
+    _check(net, path, (torch.randn(2, 8),))
+
+
+class _DictOut(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"double": x * 2}
+
+
+def test_a_dict_output_goes_to_export():
+    assert trace_module(_DictOut().eval(), (torch.randn(2),), Options(), "DictOut") is None
+
+
+def test_a_traced_torchscript_file_is_read_without_torch_s_converter(tmp_path, monkeypatch):
+    torch.manual_seed(3)
+    x = torch.randn(1, 3, 16, 16)
+    net = _calibrated(_ConvNet(), x)
+    path = tmp_path / "net.pt"
+    with torch.no_grad():
+        torch.jit.save(torch.jit.trace(net, (x,), check_trace=False), str(path))
+
+    from convert.frontends.pytorch import capture
+
+    def refused(*args: object, **kwargs: object) -> object:
+        raise AssertionError("torch's TorchScript converter was used for a plain trace")
+
+    monkeypatch.setattr(capture, "script_to_program", refused)
+    options = Options()
+    model = load([path], options)
+    passes.standard_pipeline()(model)
+    EXPORTER.save(model, tmp_path / "net.onnx", options)
+    _check(torch.jit.load(str(path)), tmp_path / "net.onnx", (torch.randn(1, 3, 16, 16),))
+
+
+class _NumberTimesInts(torch.nn.Module):
+    """x.int() * (size / 2): eager torch multiplies by a number (float32); the trace records a float64
+    0-d tensor, which would make a float64 result."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.int() * (x.size(-1) / 2.0)
+
+
+def test_a_number_that_would_change_the_result_dtype_is_not_traced(tmp_path):
+    net = _NumberTimesInts().eval()
+    x = torch.randn(2, 3) * 10
+    assert trace_module(net, (x,), Options(), "NumberTimesInts") is None
+    path = tmp_path / "n.pt"
+    with torch.no_grad():
+        torch.jit.save(torch.jit.trace(net, (x,), check_trace=False), str(path))
+    script = torch.jit.load(str(path))  # a file records no dtypes: the rule alone must refuse it
+    from convert.frontends.pytorch.traced import program_from_script
+
+    assert program_from_script(script, (x,), Options(), "n.pt") is None
+    out, _ = _converted(net, (x,), tmp_path)
+    got = run_onnx(out, {"x": x.numpy()})[0]
+    ref = net(x).numpy()
+    assert got.dtype == ref.dtype == np.float32
+    np.testing.assert_allclose(got, ref)
+
+
+class _WritesAComputedConstant(torch.nn.Module):
+    """A view taken of a constant before the graph writes it must see the write (eager does)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c = torch.zeros(4)
+        v = c[:2]
+        c.add_(x)
+        return torch.cat([v * 1, c])
+
+
+def test_a_constant_written_by_the_graph_goes_to_export(tmp_path):
+    net = _WritesAComputedConstant().eval()
+    x = torch.randn(4)
+    assert trace_module(net, (x,), Options(), "WritesAComputedConstant") is None
+    path, _ = _converted(net, (x,), tmp_path)
+    y = torch.randn(4)
+    np.testing.assert_allclose(run_onnx(path, {"x": y.numpy()})[0], net(y).numpy(), rtol=1e-6)
