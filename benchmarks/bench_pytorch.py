@@ -149,7 +149,19 @@ def child(tool: str, name: str, out: str) -> None:
     t0 = time.perf_counter()
     error = ""
     try:
-        if tool == "ours":
+        if tool == "ours (torch.export)":  # ours with the fast capture (traced.py) turned off
+            from convert.exporters.onnx import EXPORTER
+            from convert.frontends.pytorch.capture import export_module, script_to_program
+            from convert.frontends.pytorch.lower import lower_program
+            from convert.ir import Options, passes
+
+            options = Options()
+            program = (script_to_program(torch.jit.load(traced), example, name) if traced is not None  # type: ignore[no-untyped-call, arg-type]
+                       else export_module(model, example, options, name, fast=False))  # type: ignore[arg-type]
+            ir_model = lower_program(program, source=name, options=options, input_names=names)
+            passes.standard_pipeline()(ir_model)
+            EXPORTER.save(ir_model, Path(out), options)
+        elif tool == "ours":
             from convert.exporters.onnx import EXPORTER
             from convert.frontends.pytorch import load, load_module
             from convert.ir import Options, passes
@@ -331,7 +343,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--zoo", action="store_true", help="the models/pytorch/zoo.py look-alikes, with matching")
     parser.add_argument("--tools", default=None, help=f"comma-separated subset of: {', '.join(TOOLS)} "
-                        "(e.g. 'ours,torch.onnx (TorchScript)')")
+                        "(e.g. 'ours,torch.onnx (TorchScript)'), or 'ours (torch.export)': ours without "
+                        "the fast capture (frontends/pytorch/traced.py), for a before/after in one run")
     parser.add_argument("--child", nargs=3, metavar=("TOOL", "MODEL", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
