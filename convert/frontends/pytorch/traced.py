@@ -22,7 +22,8 @@ The graph is only used when it is as trustworthy as torch.export's:
   (no scripted control flow, no Python ops), and the outputs are tensors or tuples of them;
 - a number the trace turned into a 0-d tensor never decides a result's dtype (eager torch used it
   as a number, which does not);
-- the module holds at most ``TRACE_MAX_BYTES`` of weights, all on the CPU.
+- the module holds at most ``TRACE_MAX_BYTES`` of weights, all on the CPU, and is no torchvision
+  detection model (their nms is refused anyway, after a whole forward).
 
 Anything else returns None and the caller captures with torch.export as before; nothing is lost
 but the time of the attempt. The parity check's reference is the module itself (or the
@@ -619,6 +620,8 @@ def trace_module(module: torch.nn.Module, example: Sequence[torch.Tensor], optio
         return None
     if _state_bytes(module) > TRACE_MAX_BYTES:
         return None
+    if any(type(m).__module__.startswith("torchvision.models.detection.") for m in module.modules()):
+        return None  # nms makes the detection count data: refused after a whole forward (0.3 s) otherwise
     buffers = list(module.buffers())
     if sum(b.numel() * b.element_size() for b in buffers) > _BUFFER_COPY_MAX_BYTES:
         return None
