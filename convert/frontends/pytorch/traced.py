@@ -467,8 +467,9 @@ class _Builder:
 
         As a number (eager torch) it only counts by kind; as a 0-d tensor (this graph) it also
         counts when no tensor of one or more dimensions has its kind or a higher one (an int32
-        tensor times a float64 0-d tensor is float64; times the number, float32). A live trace
-        records every result's dtype and ``_agrees`` checks it; a TorchScript file records none.
+        tensor times a float64 0-d tensor is float64; times the number, float32). A TorchScript
+        file records no result dtypes, so the meta kernel's would be taken; a live trace records
+        eager's, so there this refusal is only caution.
         """
         import torch
         import torch.fx
