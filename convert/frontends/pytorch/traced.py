@@ -2,10 +2,11 @@
 
 ``torch.export`` costs a plain module 0.5-1.5 s before our lowering starts: importing dynamo and
 functorch (1.3 s in a process that has not, which torchvision and transformers do on import) and
-tracing every op through Python dispatch modes on fake tensors. ``torch.jit.trace`` records the
-same ATen ops in C++ in a tenth of the time, so TorchScript-based exporters start sooner
-(ResNet-18: 0.3 s against 0.9 s). Here a traced graph becomes an FX graph the op table lowers as
-it lowers an ExportedProgram: the same ATen ops, the same converters, no second table.
+tracing every op through Python dispatch modes on fake tensors. Torch's tracer records the same
+ATen ops in C++ in a tenth of the time, so the TorchScript exporter starts sooner (ResNet-18:
+0.23 s against 0.72 s for our capture through torch.export, docs/performance.md). Here a traced
+graph becomes an FX graph the op table lowers as it lowers an ExportedProgram: the same ATen ops,
+the same converters, no second table.
 
 The graph is only used when it is as trustworthy as torch.export's:
 
