@@ -160,16 +160,6 @@ def _meta(value: object) -> object:
     return value
 
 
-def _nbytes(value: object) -> int:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, (list, tuple)):
-        return sum(_nbytes(v) for v in value)
-    return 0
-
-
 _FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
 
 
@@ -387,6 +377,8 @@ class _Builder:
         import torch
         import torch.fx
 
+        from .lower import FOLD_MAX_BYTES, _nbytes  # the lowering's own folding bound and measure
+
         schema_text = node.schema()  # type: ignore[attr-defined]
         if schema_text == "(no schema)":
             raise NotTraceableError(f"aten::{name} has no schema")
@@ -417,7 +409,7 @@ class _Builder:
             if written:
                 raise NotTraceableError(f"aten::{name} writes to a constant")
             result = self._call(op, arguments, values)
-            if name in ("Int", "Float", "Bool", "ScalarImplicit") or _nbytes(result) <= (1 << 20):
+            if name in ("Int", "Float", "Bool", "ScalarImplicit") or _nbytes(result) <= FOLD_MAX_BYTES:
                 if isinstance(result, torch.Tensor) and result.dim() == 0 and any(
                         id(v) in self.scalar_born for v in _flat(values)):
                     self.scalar_born.add(id(result))  # size arithmetic: still a number to eager torch
