@@ -10,8 +10,11 @@ the same converters, no second table.
 
 The graph is only used when it is as trustworthy as torch.export's:
 
-- tracing said nothing (a ``TracerWarning`` means a tensor became a Python number or a branch
-  was taken on data, which a trace freezes silently and torch.export refuses);
+- tracing warned of nothing but tensors made Python numbers (a branch, ``math.sqrt``, a split
+  size), and each of those numbers was computed from input sizes and constants alone, which a
+  trace at fixed input shapes freezes correctly (torch.export specialises them the same way); a
+  number read from data, from weights or from a random op, and any other ``TracerWarning``,
+  refuse the trace (``_watched_numbers``);
 - no op's result size depends on data (torch's ``dynamic_output_shape`` tag, nonzero, nms, a
   boolean mask), so every shape is a function of the input shapes and the sizes read from them
   are exact; shapes and dtypes are those the trace recorded (a file records none: torch's meta
@@ -33,6 +36,8 @@ TorchScript file), never this graph.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import operator
 import re
@@ -64,8 +69,10 @@ _SCALAR_TYPES = ("uint8", "int8", "int16", "int32", "int64", "float16", "float32
 _MEMORY_FORMATS = ("contiguous_format", "preserve_format", "channels_last", "channels_last_3d")
 _LAYOUTS = ("strided", "sparse_coo")
 
-# Ops whose result length depends on the values of their inputs (also refused by meta kernels).
-_DATA_DEPENDENT = frozenset({"nonzero", "nonzero_numpy", "argwhere", "masked_select", "_unique2", "unique_dim",
+#: Ops whose result length depends on the values of their inputs (also refused by meta kernels), by
+#: their name in any namespace (aten, torchvision): what the trace refuses, and what ``tsfold.concretize``
+#: leaves symbolic.
+DATA_DEPENDENT_OPS = frozenset({"nonzero", "nonzero_numpy", "argwhere", "masked_select", "_unique2", "unique_dim",
                              "unique_consecutive", "nms", "repeat_interleave", "bincount", "_unique",
                              "unique_dim_consecutive"})
 
@@ -75,6 +82,20 @@ _DROPOUTS = frozenset({"dropout", "feature_dropout", "alpha_dropout", "feature_a
 
 
 _NUMBER_DTYPES = ("float64", "int64", "bool")  # the dtypes the tracer gives Python numbers
+
+# The Tensor methods that make a Python number of a tensor. Under tracing they warn (TracerWarning), except
+# for a slice bound, whose data flow the tracer records.
+_TO_NUMBER = ("__bool__", "__float__", "__int__", "__index__", "item")
+# The traced ops a number made from sizes passes through: scalar wrapping and arithmetic. Any other
+# op between a size and the number (a graph input, a weight, rand, empty) makes it data.
+_SIZE_LEAVES = frozenset({"aten::dim", "prim::Constant"})  # and aten::size, aten::numel: see _from_sizes
+_SIZE_ARITHMETIC = frozenset({"prim::NumToTensor", "prim::ListConstruct", "prim::TupleConstruct"}) | frozenset(
+    f"aten::{name}" for name in (
+        "Int", "Float", "Bool", "ScalarImplicit", "detach", "to", "add", "sub", "mul", "div", "floor_divide",
+        "floordiv", "remainder", "neg", "abs", "sqrt", "pow", "floor", "ceil", "round", "eq", "ne", "lt", "le",
+        "gt", "ge", "__and__", "__or__", "__not__", "logical_and", "logical_or", "logical_not", "min", "max",
+        "mul_", "add_", "sub_", "div_", "floor_divide_",
+    ))
 
 
 class NotTraceableError(Exception):
@@ -385,7 +406,7 @@ class _Builder:
         head = schema_text.split("(", 1)[0]
         overload = head.split(".", 1)[1] if "." in head else "default"
         base = name
-        if base in _DATA_DEPENDENT:
+        if base in DATA_DEPENDENT_OPS:
             raise NotTraceableError(f"aten::{name}: its result's size depends on data")
         packet = getattr(torch.ops.aten, base, None)
         op = getattr(packet, overload, None) if packet is not None else None
@@ -622,8 +643,9 @@ def trace_module(module: torch.nn.Module, example: Sequence[torch.Tensor], optio
     saved = [(b, b._version, b.detach().clone()) for b in buffers]
     params = [(p, p._version) for p in module.parameters()]
     traced = None
+    numbers = _Numbers()
     try:
-        with torch.no_grad(), warnings.catch_warnings(record=True) as said:
+        with torch.no_grad(), warnings.catch_warnings(record=True) as said, _watched_numbers(said) as numbers:
             warnings.simplefilter("always")
             traced = _trace(module, example)
     except Exception as exc:
@@ -641,12 +663,147 @@ def trace_module(module: torch.nn.Module, example: Sequence[torch.Tensor], optio
         return None
     tracer_warning = getattr(torch.jit, "TracerWarning", ())
     noted = [w for w in said if issubclass(w.category, tracer_warning)]
-    if noted:
-        logger.debug("%s: tracing warned (%s); captured by torch.export", source, str(noted[0].message)[:200])
+    if numbers.from_data:
+        logger.debug("%s: %d tensors read as Python numbers depend on data; captured by torch.export",
+                     source, numbers.from_data)
+        return None
+    unexplained = [w for w in noted if id(w) not in numbers.explained]
+    if unexplained:
+        logger.debug("%s: tracing warned (%s); captured by torch.export", source, str(unexplained[0].message)[:200])
         return None
     graph, state = traced
     builder = _Builder(graph, example, state=state, parameter_names=[n for n, _ in module.named_parameters()])
     return _program(builder, options, source, fallback)
+
+
+class _Numbers:
+    """What ``_watched_numbers`` saw: conversions not made from sizes, and the warnings of those that were."""
+
+    def __init__(self) -> None:
+        self.from_data = 0
+        self.explained: set[int] = set()  # id() of the recorded warnings a size-only conversion raised
+
+
+@contextlib.contextmanager
+def _watched_numbers(said: list[object]) -> Iterator[_Numbers]:
+    """While tracing, note for each tensor made a Python number whether it was computed from sizes alone.
+
+    Torch's tracer only warns that such a number becomes a constant of the graph; whether that is
+    sound depends on where the tensor came from, which the finished graph no longer shows (its dead
+    code is removed). So ``torch.Tensor``'s number methods are wrapped for the trace: on this
+    thread, while it traces, each conversion looks up the graph value of its tensor and walks back
+    to see whether only sizes, constants and scalar arithmetic lead to it. The warnings the
+    conversion adds to ``said`` (the recording of ``warnings.catch_warnings``) are tied to that
+    verdict, so a warning raised anywhere else stays unexplained. Other threads (their tracing
+    state is their own) pay one check. The methods are put back afterwards, always.
+    """
+    import torch
+
+    seen = _Numbers()
+    fixed: set[int] = set()  # traced values whose sizes are fixed by the input shapes (_size_fixed)
+    own = {name: torch.Tensor.__dict__.get(name) for name in _TO_NUMBER}
+
+    def watch(name: str) -> Callable[..., object]:
+        method = getattr(torch.Tensor, name)
+
+        def to_number(self: torch.Tensor, *args: object, **kwargs: object) -> object:
+            if torch._C._get_tracing_state() is None:
+                return method(self, *args, **kwargs)
+            sizes = _from_sizes(self, fixed)
+            before = len(said)
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                if sizes:
+                    seen.explained.update(id(w) for w in said[before:])
+                else:
+                    seen.from_data += 1
+
+        return to_number
+
+    try:
+        for name in _TO_NUMBER:
+            setattr(torch.Tensor, name, watch(name))
+        yield seen
+    finally:
+        for name, method in own.items():
+            if method is None:
+                with contextlib.suppress(AttributeError):
+                    delattr(torch.Tensor, name)
+            else:
+                setattr(torch.Tensor, name, method)
+
+
+def _from_sizes(tensor: torch.Tensor, fixed: set[int]) -> bool:
+    """Whether the traced value of ``tensor`` is computed from fixed sizes and constants only.
+
+    Only scalar arithmetic (``_SIZE_ARITHMETIC``) may lead from sizes to it, and every tensor whose
+    size is read must have a size fixed by the input shapes: no op upstream of it whose result's
+    size depends on data (``nonzero(x).size(0)`` is a count, and its nonzero leaves the finished
+    graph with the number). ``fixed``: the values already seen to have fixed sizes, this trace.
+    """
+    import torch
+
+    try:
+        value = torch._C._get_value_trace(tensor)
+    except RuntimeError:
+        return False
+    todo, seen = [value.node()], set()
+    while todo:
+        node = todo.pop()
+        kind = node.kind()
+        if kind in ("aten::size", "aten::numel"):
+            if not _size_fixed(next(iter(node.inputs())), fixed):
+                return False
+            continue
+        if kind in _SIZE_LEAVES:
+            continue
+        if kind not in _SIZE_ARITHMETIC:
+            return False
+        for value in node.inputs():
+            if value.unique() not in seen:
+                seen.add(value.unique())
+                todo.append(value.node())
+    return True
+
+
+def _size_fixed(value: object, fixed: set[int]) -> bool:
+    """Whether no op upstream of traced ``value`` makes a size from data (see DATA_DEPENDENT_OPS)."""
+    todo, walked = [value], {value.unique()}  # type: ignore[attr-defined]
+    while todo:
+        node = todo.pop().node()  # type: ignore[attr-defined]
+        if _sizes_data(node):
+            return False
+        for v in node.inputs():
+            if v.unique() not in fixed and v.unique() not in walked:
+                walked.add(v.unique())
+                todo.append(v)
+    fixed.update(walked)
+    return True
+
+
+def _sizes_data(node: object) -> bool:
+    """Whether traced ``node``'s result size depends on data: a DATA_DEPENDENT_OPS op, one torch tags
+    so, ``where(condition)``, or an index by a boolean or uint8 mask."""
+    namespace, _, name = node.kind().partition("::")  # type: ignore[attr-defined]
+    if name in DATA_DEPENDENT_OPS or (name == "where" and node.inputsSize() == 1):  # type: ignore[attr-defined]
+        return True
+    if namespace != "aten":
+        return False
+    if name in ("index", "index_put", "index_put_"):
+        masks = list(node.inputs())[1].node().inputs()  # type: ignore[attr-defined]  # the index list
+        return any(getattr(m.type(), "scalarType", lambda: None)() in ("Bool", "Byte") for m in masks)
+    return _tagged_dynamic(name)
+
+
+@functools.cache
+def _tagged_dynamic(name: str) -> bool:
+    """Whether torch tags an overload of ``aten::name`` ``dynamic_output_shape``."""
+    import torch
+
+    packet = getattr(torch.ops.aten, name, None)
+    return packet is not None and any(
+        torch.Tag.dynamic_output_shape in getattr(packet, o).tags for o in packet.overloads())
 
 
 def _trace(module: torch.nn.Module, example: Sequence[torch.Tensor]) -> tuple[object, list[tuple[str, object]]] | None:

@@ -207,20 +207,16 @@ def _is_static(val: object) -> bool:
     return not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
-# Ops whose result's length depends on the values of their inputs.
-_DATA_DEPENDENT_OPS = frozenset({"aten.nonzero", "aten.nonzero_numpy", "aten.argwhere", "aten.masked_select",
-                                 "aten._unique2", "aten.unique_dim",
-                                 "aten.unique_consecutive", "torchvision.nms"})
-
-
 def _produces_data_dependent_size(node: object, interp: object) -> bool:
     """Return True for a node whose output length depends on data: nonzero, nms, x[bool_mask]..."""
     import torch
 
     from .lower import op_key
+    from .traced import DATA_DEPENDENT_OPS
 
     key = op_key(node.target)  # type: ignore[attr-defined]
-    if key in _DATA_DEPENDENT_OPS:
+    namespace, _, name = key.partition(".")
+    if namespace in ("aten", "torchvision") and name in DATA_DEPENDENT_OPS:
         return True
     if key == "aten.where" and len(node.args) + len(node.kwargs) == 1:  # type: ignore[attr-defined]
         return True  # torch.where(condition): nonzero as a tuple of index tensors

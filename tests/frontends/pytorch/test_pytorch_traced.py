@@ -7,7 +7,10 @@ land on torch.export and still convert correctly, with the user's module left as
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+import pytest
 import torch
 from _torch_helpers import rel_to_scale, run_onnx
 
@@ -115,6 +118,90 @@ class _DataBranch(torch.nn.Module):
 def test_a_branch_on_data_is_not_traced():
     """A trace freezes the branch it took (torch warns); torch.export must capture it instead."""
     assert trace_module(_DataBranch().eval(), (torch.ones(4),), Options(), "DataBranch") is None
+
+
+class _SizeNumbers(torch.nn.Module):
+    """Sizes made Python numbers, as DistilBERT, GPT-2 and RAFT do: math.sqrt of a size, a split by a
+    size (Tensor.split calls int() on it), a branch on a size, and InstanceNorm's own size checks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 24)
+        self.norm = torch.nn.InstanceNorm2d(2, affine=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.lin(x).split(d, dim=2)
+        att = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(d // 2), dim=-1) @ v
+        if x.size(1) > 1:
+            att = att + att[:, :1]
+        return self.norm(att.reshape(b, 2, s, d // 2))
+
+
+def test_sizes_made_numbers_are_traced_and_match_eager(tmp_path):
+    torch.manual_seed(5)
+    net = _SizeNumbers().eval()
+    with torch.no_grad():
+        net.norm.weight.uniform_(0.5, 1.5)
+    example = (torch.randn(2, 6, 8),)
+    program = export_module(net, example, Options(), "SizeNumbers")
+    assert isinstance(program, TracedProgram)
+    path, _ = _converted(net, example, tmp_path)
+    _check(net, path, (torch.randn(2, 6, 8),))
+
+
+class _WeightNumber(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(3.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * math.sqrt(float(self.scale))
+
+
+class _RandomNumber(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if bool(torch.rand(()) < 2.0) else x  # always true, yet made by a random op
+
+
+class _SizeAndDataNumbers(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x / math.sqrt(x.size(-1))  # from a size: sound alone
+        return y.view(int(x.shape[0] * (x[0, 0] > 0)), -1) if x.size(0) > 0 else y  # this one is data
+
+
+class _ListNumbers(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tensor(x.sum(0).tolist())  # tolist is not watched: its warning stays unexplained
+
+
+class _CountNumber(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * float(torch.nonzero(x > 0.5).size(0))  # a size, but of a count: nonzero leaves the graph
+
+
+class _MaskedNumber(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / math.sqrt(x[x > 0.5].numel() + 1)  # a boolean mask's result size is data
+
+
+class _RaisesAfterANumber(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if float(x.size(0)) > 0:
+            raise ValueError("boom")
+        return x
+
+
+@pytest.mark.parametrize("net", [_DataBranch(), _WeightNumber(), _RandomNumber(), _SizeAndDataNumbers(),
+                                 _ListNumbers(), _CountNumber(), _MaskedNumber(),
+                                 _RaisesAfterANumber()], ids=lambda n: type(n).__name__)
+def test_a_number_not_made_from_sizes_is_not_traced_and_tensor_methods_are_put_back(net):
+    """A Python number read from data, a weight or a random op freezes a value the next input may
+    change; only sizes (fixed by the example's shapes) may become constants of the graph."""
+    before = dict(torch.Tensor.__dict__)
+    assert trace_module(net.eval(), (torch.ones(3, 4),), Options(), type(net).__name__) is None
+    assert dict(torch.Tensor.__dict__) == before
+    assert type(torch.ones(2)).__bool__ is torch._C.TensorBase.__bool__
 
 
 class _Counter(torch.nn.Module):
@@ -229,3 +316,27 @@ def test_a_constant_written_by_the_graph_goes_to_export(tmp_path):
     path, _ = _converted(net, (x,), tmp_path)
     y = torch.randn(4)
     np.testing.assert_allclose(run_onnx(path, {"x": y.numpy()})[0], net(y).numpy(), rtol=1e-6)
+
+
+class _Repeats(torch.nn.Module):
+    def forward(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        return torch.repeat_interleave(x, r, dim=0) * 2 + 1
+
+
+class _NonZero(torch.nn.Module):
+    def forward(self, x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        return torch.nonzero(r).float() * 2
+
+
+@pytest.mark.parametrize("net", [_Repeats(), _NonZero()], ids=lambda n: type(n).__name__)
+def test_one_list_of_data_dependent_ops_for_the_trace_and_for_torchscript_files(net):
+    """The trace refuses these ops, and a TorchScript graph keeps their sizes symbolic when its
+    metadata is made concrete from the example (frozen, a count of 6 would hold for every input)."""
+    from convert.frontends.pytorch.tsfold import concretize
+
+    example = (torch.randn(3, 2), torch.tensor([1, 2, 3]))
+    assert trace_module(net.eval(), example, Options(), type(net).__name__) is None
+    program = torch.export.export(net, example)
+    concretize(program, example)
+    ops = [n for n in program.graph.nodes if n.op == "call_function" and "val" in n.meta]
+    assert ops and all(not isinstance(n.meta["val"].shape[0], int) for n in ops if hasattr(n.meta["val"], "shape"))
