@@ -304,8 +304,11 @@ class _Lowering(ControlFlowLowering):
                     hazards.append(node)
                 writes.setdefault(r, []).append(node)
                 root[node] = r
+        groups: dict[object, list[object]] = {}  # each root's members, in graph order (one pass: W x N before)
+        for n in nodes:
+            groups.setdefault(find(n), []).append(n)
         for r, muts in writes.items():
-            members = [n for n in nodes if find(n) is r]
+            members = groups.get(r, [])
             views: list[object] = []
             frontier = list(members)
             while frontier:
