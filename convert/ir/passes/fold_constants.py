@@ -2,8 +2,8 @@
 
 A node is folded when every input is a small constant (at most ``max_bytes``) or, for ``Shape``
 and ``Size``, when its input's shape is fully static. Results larger than ``max_bytes`` are not
-folded, so weight-sized arithmetic is never materialised here. Evaluation uses onnx's reference
-implementation one node at a time.
+folded, so weight-sized arithmetic is never materialised here. The common ops are evaluated with
+numpy (``fold_numpy``), the others with onnx's reference implementation, one node at a time.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import onnx_ir as _ir
 
 from ..tensors import from_array
 from .base import Pass, PassResult
+from .fold_numpy import fold_fast
 
 __all__ = ["GROWING", "NEVER_FOLD", "FoldConstants", "FoldShapeChains", "replace_by_constants", "run_reference"]
 
@@ -97,6 +98,9 @@ class FoldConstants(Pass):
             arrays.append(arr)
         if not arrays:
             return None  # a source op (random, ...) that is not a Constant
+        fast = fold_fast(node, arrays, self.max_bytes)  # the common ops, without onnx's reference (fold_numpy)
+        if fast is not None:
+            return fast if all(r.nbytes <= self.max_bytes for r in fast) else None
         size = _output_bytes(_ir.serde.serialize_node(node), len(node.outputs), arrays, opset)
         if (size is None and node.op_type in GROWING) or (size is not None and size > self.max_bytes):
             logger.debug("not folding %s: its output would take %s bytes", node.name, size)
