@@ -41,6 +41,7 @@ import functools
 import logging
 import operator
 import re
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
@@ -113,9 +114,13 @@ class TracedProgram:
                  constants: dict[str, object], fallback: Callable[[], object] | None) -> None:
         import torch.fx
 
+        try:  # generates the Python code when it is run or read: 5-25 ms a conversion does not spend
+            from torch.fx._lazy_graph_module import _LazyGraphModule as module_class
+        except ImportError:  # pragma: no cover - torch before 2.3
+            module_class = torch.fx.GraphModule
         self.graph = graph
-        # runnable (the parity check's --locate runs it layer by layer); Python code generation: 5-25 ms
-        self.graph_module = torch.fx.GraphModule(torch.nn.Module(), graph)
+        # runnable (the parity check's --locate runs it layer by layer)
+        self.graph_module = module_class(torch.nn.Module(), graph)
         self.graph_signature = signature
         self.state_dict = state_dict
         self.constants = constants
@@ -684,6 +689,18 @@ class _Numbers:
         self.explained: set[int] = set()  # id() of the recorded warnings a size-only conversion raised
 
 
+class _Watch(threading.local):
+    """This thread's trace in progress: (what it saw, the recorded warnings, values of fixed size)."""
+
+    current: tuple[_Numbers, list[object], set[int]] | None = None
+
+
+_watch = _Watch()
+_watch_lock = threading.Lock()
+_watchers = 0  # traces in progress, all threads: the wrappers stay installed while there is one
+_unwatched: dict[str, object] = {}  # torch.Tensor's own entries, put back by the last one out
+
+
 @contextlib.contextmanager
 def _watched_numbers(said: list[object]) -> Iterator[_Numbers]:
     """While tracing, note for each tensor made a Python number whether it was computed from sizes alone.
@@ -694,44 +711,62 @@ def _watched_numbers(said: list[object]) -> Iterator[_Numbers]:
     thread, while it traces, each conversion looks up the graph value of its tensor and walks back
     to see whether only sizes, constants and scalar arithmetic lead to it. The warnings the
     conversion adds to ``said`` (the recording of ``warnings.catch_warnings``) are tied to that
-    verdict, so a warning raised anywhere else stays unexplained. Other threads (their tracing
-    state is their own) pay one check. The methods are put back afterwards, always.
+    verdict, so a warning raised anywhere else stays unexplained. Other threads pay one check; the
+    wrappers are installed by the first trace in progress and removed by the last, always.
+
+    Why wrappers on a third-party class, which this project otherwise never touches: no hook of
+    torch's sees the tensor a number is made of. A ``TorchFunctionMode`` is switched off inside the
+    functions it intercepts (InstanceNorm's size checks run inside ``F.instance_norm``), and the
+    warning itself carries no tensor. The wrappers live only while a trace runs, keep their state
+    per thread, and call torch's own method in every case.
     """
+    global _watchers
     import torch
 
     seen = _Numbers()
-    fixed: set[int] = set()  # traced values whose sizes are fixed by the input shapes (_size_fixed)
-    own = {name: torch.Tensor.__dict__.get(name) for name in _TO_NUMBER}
-
-    def watch(name: str) -> Callable[..., object]:
-        method = getattr(torch.Tensor, name)
-
-        def to_number(self: torch.Tensor, *args: object, **kwargs: object) -> object:
-            if torch._C._get_tracing_state() is None:
-                return method(self, *args, **kwargs)
-            sizes = _from_sizes(self, fixed)
-            before = len(said)
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                if sizes:
-                    seen.explained.update(id(w) for w in said[before:])
-                else:
-                    seen.from_data += 1
-
-        return to_number
-
+    with _watch_lock:
+        if _watchers == 0:
+            _unwatched.clear()
+            _unwatched.update({name: torch.Tensor.__dict__.get(name) for name in _TO_NUMBER})
+            for name in _TO_NUMBER:
+                setattr(torch.Tensor, name, _watcher(getattr(torch.Tensor, name)))
+        _watchers += 1
+    _watch.current = (seen, said, set())
     try:
-        for name in _TO_NUMBER:
-            setattr(torch.Tensor, name, watch(name))
         yield seen
     finally:
-        for name, method in own.items():
-            if method is None:
-                with contextlib.suppress(AttributeError):
-                    delattr(torch.Tensor, name)
+        _watch.current = None
+        with _watch_lock:
+            _watchers -= 1
+            if _watchers == 0:
+                for name, method in _unwatched.items():
+                    if method is None:
+                        with contextlib.suppress(AttributeError):
+                            delattr(torch.Tensor, name)
+                    else:
+                        setattr(torch.Tensor, name, method)
+
+
+def _watcher(method: Callable[..., object]) -> Callable[..., object]:
+    """``method`` (a number method of torch.Tensor), noting its conversions in this thread's trace."""
+    import torch
+
+    def to_number(self: torch.Tensor, *args: object, **kwargs: object) -> object:
+        current = _watch.current
+        if current is None or torch._C._get_tracing_state() is None:
+            return method(self, *args, **kwargs)
+        seen, said, fixed = current
+        sizes = _from_sizes(self, fixed)
+        before = len(said)
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            if sizes:
+                seen.explained.update(id(w) for w in said[before:])
             else:
-                setattr(torch.Tensor, name, method)
+                seen.from_data += 1
+
+    return to_number
 
 
 def _from_sizes(tensor: torch.Tensor, fixed: set[int]) -> bool:

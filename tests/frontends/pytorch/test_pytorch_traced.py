@@ -82,6 +82,16 @@ def test_a_plain_module_is_traced_and_matches_eager(tmp_path):
     assert isinstance(program, TracedProgram)
     path, _ = _converted(net, (x,), tmp_path)
     _check(net, path, (torch.randn(2, 3, 16, 16),))
+    # the graph runs as torch.fx runs it (what --locate does, layer by layer) and as a module
+    other = torch.randn(2, 3, 16, 16)
+    spec_args = [other if spec.kind.name == "USER_INPUT" else program.state_dict[spec.target]
+                 for spec in program.graph_signature.input_specs]
+    with torch.no_grad():
+        ref = net(other)
+        stepped = torch.fx.Interpreter(program.graph_module).run(*spec_args)
+        called = program.graph_module(*spec_args)
+    for got in (stepped, called):
+        assert rel_to_scale(_flat(got)[0].numpy(), ref.numpy()) < 1e-5
 
 
 class _Shapes(torch.nn.Module):
@@ -202,6 +212,29 @@ def test_a_number_not_made_from_sizes_is_not_traced_and_tensor_methods_are_put_b
     assert trace_module(net.eval(), (torch.ones(3, 4),), Options(), type(net).__name__) is None
     assert dict(torch.Tensor.__dict__) == before
     assert type(torch.ones(2)).__bool__ is torch._C.TensorBase.__bool__
+
+
+def test_traces_in_two_threads_keep_their_own_verdicts():
+    """The number watch is per thread (its wrappers stay installed while any trace runs)."""
+    import threading
+
+    before = dict(torch.Tensor.__dict__)
+    nets = {"sizes": (_SizeNumbers().eval(), (torch.randn(2, 6, 8),)), "data": (_DataBranch().eval(), (torch.ones(4),))}
+    got: dict[str, list[object]] = {name: [] for name in nets}
+
+    def run(name: str) -> None:
+        net, example = nets[name]
+        for _ in range(5):
+            got[name].append(trace_module(net, example, Options(), name))
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in nets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(isinstance(p, TracedProgram) for p in got["sizes"]) and len(got["sizes"]) == 5
+    assert got["data"] == [None] * 5
+    assert dict(torch.Tensor.__dict__) == before
 
 
 class _Counter(torch.nn.Module):
