@@ -60,6 +60,19 @@ def test_zoo_model_matches_eager(name: str, tmp_path: Path) -> None:
             assert rel_to_scale(ours, ref.numpy()) <= REL_TO_SCALE
 
 
+@pytest.mark.parametrize("name", list(SIGNATURE_OPS))
+def test_zoo_models_take_the_fast_capture(name: str) -> None:
+    """Each look-alike is traced (frontends/pytorch/traced.py), not exported: DistilBERT's
+    math.sqrt of a size, GPT-2's split by a size and RAFT's InstanceNorm checks included (the
+    conversions above match eager whichever capture ran; this keeps the fast one in use)."""
+    from convert.frontends.pytorch.capture import export_module
+    from convert.frontends.pytorch.traced import TracedProgram
+    from convert.ir import Options
+
+    model, inputs = _zoo().build(name)  # type: ignore[attr-defined]
+    assert isinstance(export_module(model, inputs(1), Options(), name), TracedProgram)
+
+
 def test_zoo_lists_every_model() -> None:
     assert set(_zoo().ZOO) == set(SIGNATURE_OPS)  # type: ignore[attr-defined]
 
