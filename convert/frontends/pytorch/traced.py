@@ -43,7 +43,7 @@ import operator
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from convert.ir import GraphBuilder, Options
@@ -602,11 +602,15 @@ def program_from_script(script: object, example: Sequence[torch.Tensor], options
 
 
 def _program(builder: _Builder, options: Options, source: str, fallback: Callable[[], object] | None,
-             ) -> TracedProgram | None:
+             returned: int | None = None) -> TracedProgram | None:
+    """The built graph as a TracedProgram, or None; ``returned``: the tensors the module returned,
+    which the graph's flat outputs must number."""
     from .lower import _Lowering
 
     try:
         graph, outputs = builder.build()
+        if returned is not None and len(outputs) != returned:
+            raise NotTraceableError(f"{len(outputs)} graph outputs for {returned} returned tensors")
         program = TracedProgram(graph, _signature(builder, outputs), builder.state, builder.constants, fallback)
         probe = _Lowering(program, GraphBuilder("check"), options, source)
         if probe.missing() or probe.alias_hazards():
@@ -676,9 +680,9 @@ def trace_module(module: torch.nn.Module, example: Sequence[torch.Tensor], optio
     if unexplained:
         logger.debug("%s: tracing warned (%s); captured by torch.export", source, str(unexplained[0].message)[:200])
         return None
-    graph, state = traced
+    graph, state, returned = traced
     builder = _Builder(graph, example, state=state, parameter_names=[n for n, _ in module.named_parameters()])
-    return _program(builder, options, source, fallback)
+    return _program(builder, options, source, fallback, returned=returned)
 
 
 class _Numbers:
@@ -698,7 +702,32 @@ class _Watch(threading.local):
 _watch = _Watch()
 _watch_lock = threading.Lock()
 _watchers = 0  # traces in progress, all threads: the wrappers stay installed while there is one
-_unwatched: dict[str, object] = {}  # torch.Tensor's own entries, put back by the last one out
+_unwatched: dict[tuple[object, str], object] = {}  # (owner, name) -> its own entry, put back by the last one out
+
+
+def _watched_places() -> list[tuple[object, str, Callable[[tuple[object, ...], dict[str, object]], list[object]]]]:
+    """Where a tensor's value leaves the graph, and the tensors each call hands over: the number
+    methods of torch.Tensor (the tensor itself), and ``torch.tensor`` (the tensors in its data: a
+    tensor made of Python numbers and constants is a constant, which the tracer warns of too)."""
+    import torch
+
+    def own(args: tuple[object, ...], kwargs: dict[str, object]) -> list[object]:
+        return [args[0]]
+
+    def data(args: tuple[object, ...], kwargs: dict[str, object]) -> list[object]:
+        return list(_tensors_in(args[0] if args else kwargs.get("data")))
+
+    return [*((torch.Tensor, name, own) for name in _TO_NUMBER), (torch, "tensor", data)]
+
+
+def _tensors_in(value: object) -> Iterator[object]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors_in(v)
 
 
 @contextlib.contextmanager
@@ -707,29 +736,30 @@ def _watched_numbers(said: list[object]) -> Iterator[_Numbers]:
 
     Torch's tracer only warns that such a number becomes a constant of the graph; whether that is
     sound depends on where the tensor came from, which the finished graph no longer shows (its dead
-    code is removed). So ``torch.Tensor``'s number methods are wrapped for the trace: on this
-    thread, while it traces, each conversion looks up the graph value of its tensor and walks back
-    to see whether only sizes, constants and scalar arithmetic lead to it. The warnings the
-    conversion adds to ``said`` (the recording of ``warnings.catch_warnings``) are tied to that
-    verdict, so a warning raised anywhere else stays unexplained. Other threads pay one check; the
-    wrappers are installed by the first trace in progress and removed by the last, always.
+    code is removed). So ``torch.Tensor``'s number methods and ``torch.tensor`` are wrapped for the
+    trace (``_watched_places``): on this thread, while it traces, each call looks up the graph
+    value of the tensors it hands over and walks back to see whether only sizes, constants and
+    scalar arithmetic lead to them. The warnings the call adds to ``said`` (the recording of
+    ``warnings.catch_warnings``) are tied to that verdict, so a warning raised anywhere else stays
+    unexplained. Other threads pay one check; the wrappers are installed by the first trace in
+    progress and removed by the last, always.
 
     Why wrappers on a third-party class, which this project otherwise never touches: no hook of
     torch's sees the tensor a number is made of. A ``TorchFunctionMode`` is switched off inside the
     functions it intercepts (InstanceNorm's size checks run inside ``F.instance_norm``), and the
     warning itself carries no tensor. The wrappers live only while a trace runs, keep their state
-    per thread, and call torch's own method in every case.
+    per thread, and call torch's own function in every case. (Code that bound ``torch.tensor`` to
+    another name at import calls it unwatched: its warning stays unexplained, and torch.export decides.)
     """
     global _watchers
-    import torch
 
     seen = _Numbers()
     with _watch_lock:
         if _watchers == 0:
             _unwatched.clear()
-            _unwatched.update({name: torch.Tensor.__dict__.get(name) for name in _TO_NUMBER})
-            for name in _TO_NUMBER:
-                setattr(torch.Tensor, name, _watcher(getattr(torch.Tensor, name)))
+            for owner, name, handed in _watched_places():
+                _unwatched[(owner, name)] = vars(owner).get(name)
+                setattr(owner, name, _watcher(getattr(owner, name), handed))
         _watchers += 1
     _watch.current = (seen, said, set())
     try:
@@ -739,34 +769,36 @@ def _watched_numbers(said: list[object]) -> Iterator[_Numbers]:
         with _watch_lock:
             _watchers -= 1
             if _watchers == 0:
-                for name, method in _unwatched.items():
-                    if method is None:
+                for (owner, name), entry in _unwatched.items():
+                    if entry is None:
                         with contextlib.suppress(AttributeError):
-                            delattr(torch.Tensor, name)
+                            delattr(owner, name)
                     else:
-                        setattr(torch.Tensor, name, method)
+                        setattr(owner, name, entry)
 
 
-def _watcher(method: Callable[..., object]) -> Callable[..., object]:
-    """``method`` (a number method of torch.Tensor), noting its conversions in this thread's trace."""
+def _watcher(function: Callable[..., object],
+             handed: Callable[[tuple[object, ...], dict[str, object]], list[object]]) -> Callable[..., object]:
+    """``function``, noting in this thread's trace whether the tensors ``handed`` picks from its
+    arguments were computed from sizes alone, and tying the warnings it raises to that verdict."""
     import torch
 
-    def to_number(self: torch.Tensor, *args: object, **kwargs: object) -> object:
+    def watched(*args: object, **kwargs: object) -> object:
         current = _watch.current
         if current is None or torch._C._get_tracing_state() is None:
-            return method(self, *args, **kwargs)
+            return function(*args, **kwargs)
         seen, said, fixed = current
-        sizes = _from_sizes(self, fixed)
+        sizes = all(_from_sizes(t, fixed) for t in handed(args, kwargs))  # type: ignore[arg-type]
         before = len(said)
         try:
-            return method(self, *args, **kwargs)
+            return function(*args, **kwargs)
         finally:
             if sizes:
                 seen.explained.update(id(w) for w in said[before:])
             else:
                 seen.from_data += 1
 
-    return to_number
+    return watched
 
 
 def _from_sizes(tensor: torch.Tensor, fixed: set[int]) -> bool:
@@ -841,14 +873,18 @@ def _tagged_dynamic(name: str) -> bool:
         torch.Tag.dynamic_output_shape in getattr(packet, o).tags for o in packet.overloads())
 
 
-def _trace(module: torch.nn.Module, example: Sequence[torch.Tensor]) -> tuple[object, list[tuple[str, object]]] | None:
-    """Trace ``module`` into a flat TorchScript graph: (graph, the weights it takes after the example).
+def _trace(module: torch.nn.Module, example: Sequence[torch.Tensor],
+           ) -> tuple[object, list[tuple[str, object]], int] | None:
+    """Trace ``module`` into a flat TorchScript graph: (graph, the weights it takes after the example,
+    the number of tensors the module returned).
 
     ``torch.jit._get_trace_graph`` (what torch.onnx's TorchScript exporter traces with) records the
     ops without making a script module per submodule, which ``torch.jit.trace`` does: EfficientNet-B0
     0.07-0.10 s against 0.50 s. Scope names (the module paths of errors and ``--locate``) are recorded
-    from the same table ``torch.jit.trace`` fills. None when the output is not tensors in tuples and
-    lists (a dict, a number), whose order and names torch.export keeps and a trace does not.
+    from the same table ``torch.jit.trace`` fills. Not strict (as torch.onnx traces): a dict output
+    (a Hugging Face ``ModelOutput``) is recorded, flattened in insertion order, the order of
+    torch.export's pytree and of the parity check's reference. None when the output holds anything
+    but tensors in tuples, lists and dicts (a number, None, a cache object).
     """
     import torch
     from torch.jit import _trace as jit_trace
@@ -857,14 +893,14 @@ def _trace(module: torch.nn.Module, example: Sequence[torch.Tensor]) -> tuple[ob
     before = jit_trace._trace_module_map
     jit_trace._trace_module_map = scopes
     try:
-        graph, result = torch.jit._get_trace_graph(module, tuple(example))  # type: ignore[attr-defined]
+        graph, result = torch.jit._get_trace_graph(module, tuple(example), strict=False)  # type: ignore[attr-defined]
     finally:
         jit_trace._trace_module_map = before
     if not _only_tensors(result):
         return None
     # the weights follow the example in the graph's inputs, in this order (deduplicated by object)
     state = list(torch.jit._unique_state_dict(module, keep_vars=True).items())  # type: ignore[attr-defined]
-    return graph, state
+    return graph, state, _leaves(result)
 
 
 def _only_tensors(value: object) -> bool:
@@ -872,4 +908,15 @@ def _only_tensors(value: object) -> bool:
 
     if isinstance(value, (list, tuple)):
         return all(_only_tensors(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) for k in value) and all(_only_tensors(v) for v in value.values())
     return isinstance(value, torch.Tensor)
+
+
+def _leaves(value: object) -> int:
+    """How many tensors ``value`` (tensors in tuples, lists and dicts) holds."""
+    if isinstance(value, (list, tuple)):
+        return sum(_leaves(v) for v in value)
+    if isinstance(value, Mapping):
+        return sum(_leaves(v) for v in value.values())
+    return 1

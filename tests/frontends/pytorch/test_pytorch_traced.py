@@ -160,6 +160,30 @@ def test_sizes_made_numbers_are_traced_and_match_eager(tmp_path):
     _check(net, path, (torch.randn(2, 6, 8),))
 
 
+class _TensorConstants(torch.nn.Module):
+    """torch.tensor of Python numbers and of a size (Hugging Face's masks: torch.tensor(0.0))."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        zero = torch.tensor(0.0, dtype=x.dtype)
+        width = torch.tensor(x.size(-1), dtype=x.dtype)
+        return torch.where(x > 0, zero, x) / width + torch.tensor([1.0, 2.0, 3.0, 4.0])
+
+
+def test_tensors_made_of_numbers_and_sizes_are_traced_and_match_eager(tmp_path):
+    net = _TensorConstants().eval()
+    example = (torch.randn(3, 4),)
+    original = torch.tensor
+    assert isinstance(trace_module(net, example, Options(), "TensorConstants"), TracedProgram)
+    assert torch.tensor is original
+    path, _ = _converted(net, example, tmp_path)
+    _check(net, path, (torch.randn(3, 4),))
+
+
+class _TensorOfData(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.tensor(x.sum())  # copies data into a constant: the next input's sum differs
+
+
 class _WeightNumber(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -203,14 +227,14 @@ class _RaisesAfterANumber(torch.nn.Module):
 
 
 @pytest.mark.parametrize("net", [_DataBranch(), _WeightNumber(), _RandomNumber(), _SizeAndDataNumbers(),
-                                 _ListNumbers(), _CountNumber(), _MaskedNumber(),
+                                 _ListNumbers(), _CountNumber(), _MaskedNumber(), _TensorOfData(),
                                  _RaisesAfterANumber()], ids=lambda n: type(n).__name__)
 def test_a_number_not_made_from_sizes_is_not_traced_and_tensor_methods_are_put_back(net):
     """A Python number read from data, a weight or a random op freezes a value the next input may
     change; only sizes (fixed by the example's shapes) may become constants of the graph."""
-    before = dict(torch.Tensor.__dict__)
+    before, original = dict(torch.Tensor.__dict__), torch.tensor
     assert trace_module(net.eval(), (torch.ones(3, 4),), Options(), type(net).__name__) is None
-    assert dict(torch.Tensor.__dict__) == before
+    assert dict(torch.Tensor.__dict__) == before and torch.tensor is original
     assert type(torch.ones(2)).__bool__ is torch._C.TensorBase.__bool__
 
 
@@ -277,12 +301,34 @@ def test_an_op_without_a_converter_goes_to_export_and_its_decompositions(tmp_pat
 
 
 class _DictOut(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"double": x * 2}
+    """A dict output as Hugging Face models return one: keys not in sorted order, a tuple inside."""
+
+    def forward(self, x: torch.Tensor) -> dict[str, object]:
+        return {"zeta": x * 2, "alpha": (x[:1] - 1, x.sum(0)), "mid": [torch.tanh(x)]}
 
 
-def test_a_dict_output_goes_to_export():
-    assert trace_module(_DictOut().eval(), (torch.randn(2),), Options(), "DictOut") is None
+class _NoneOut(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> dict[str, object]:
+        return {"y": x * 2, "cache": None}
+
+
+def test_a_dict_output_is_traced_in_insertion_order_and_matches_eager(tmp_path):
+    net = _DictOut().eval()
+    example = (torch.randn(3, 4),)
+    assert isinstance(trace_module(net, example, Options(), "DictOut"), TracedProgram)
+    path, _ = _converted(net, example, tmp_path)
+    other = torch.randn(3, 4)
+    with torch.no_grad():
+        result = net(other)
+    refs = [result["zeta"], *result["alpha"], *result["mid"]]  # insertion order, as torch.export's pytree
+    outs = run_onnx(path, {"x": other.numpy()})
+    assert [o.shape for o in outs] == [tuple(r.shape) for r in refs]
+    for got, ref in zip(outs, refs, strict=True):
+        assert rel_to_scale(got, ref.numpy()) < 1e-6
+
+
+def test_an_output_holding_none_goes_to_export():
+    assert trace_module(_NoneOut().eval(), (torch.randn(2),), Options(), "NoneOut") is None
 
 
 def test_a_traced_torchscript_file_is_read_without_torch_s_converter(tmp_path, monkeypatch):
