@@ -11,10 +11,10 @@ the same converters, no second table.
 The graph is only used when it is as trustworthy as torch.export's:
 
 - tracing warned of nothing but tensors made Python numbers (a branch, ``math.sqrt``, a split
-  size), and each of those numbers was computed from input sizes and constants alone, which a
-  trace at fixed input shapes freezes correctly (torch.export specialises them the same way); a
-  number read from data, from weights or from a random op, and any other ``TracerWarning``,
-  refuse the trace (``_watched_numbers``);
+  size) or constants (``torch.tensor``), and each was computed from input sizes and constants
+  alone, which a trace at fixed input shapes freezes correctly (torch.export specialises them the
+  same way); a number read from data, from weights or from a random op, and any other
+  ``TracerWarning``, refuse the trace (``_watched_numbers``);
 - no op's result size depends on data (torch's ``dynamic_output_shape`` tag, nonzero, nms, a
   boolean mask), so every shape is a function of the input shapes and the sizes read from them
   are exact; shapes and dtypes are those the trace recorded (a file records none: torch's meta
@@ -23,7 +23,8 @@ The graph is only used when it is as trustworthy as torch.export's:
   tensors; buffers it wrote are put back), every op has a converter, and no in-place write goes
   through a view (``prepare_program`` would need torch's functionalization);
 - only the ops, list and tuple constructs, attribute reads and size arithmetic of a trace appear
-  (no scripted control flow, no Python ops), and the outputs are tensors or tuples of them;
+  (no scripted control flow, no Python ops), and the outputs are tensors in tuples, lists and
+  dicts (a Hugging Face ``ModelOutput``), flattened in the order torch.export's pytree flattens;
 - a number the trace turned into a 0-d tensor never decides a result's dtype (eager torch used it
   as a number, which does not);
 - the module holds at most ``TRACE_MAX_BYTES`` of weights, all on the CPU, and is no torchvision
