@@ -655,7 +655,10 @@ def trace_module(module: torch.nn.Module, example: Sequence[torch.Tensor], optio
     traced = None
     numbers = _Numbers()
     try:
-        with torch.no_grad(), warnings.catch_warnings(record=True) as said, _watched_numbers(said) as numbers:
+        # one trace at a time: the warnings' recording is the process's, not the thread's, and a
+        # warning of another thread's trace would land in this one's list
+        with _trace_lock, torch.no_grad(), warnings.catch_warnings(record=True) as said, \
+                _watched_numbers(said) as numbers:
             warnings.simplefilter("always")
             traced = _trace(module, example)
     except Exception as exc:
@@ -701,6 +704,7 @@ class _Watch(threading.local):
 
 
 _watch = _Watch()
+_trace_lock = threading.Lock()  # see trace_module
 _watch_lock = threading.Lock()
 _watchers = 0  # traces in progress, all threads: the wrappers stay installed while there is one
 _unwatched: dict[tuple[object, str], object] = {}  # (owner, name) -> its own entry, put back by the last one out

@@ -239,7 +239,8 @@ def test_a_number_not_made_from_sizes_is_not_traced_and_tensor_methods_are_put_b
 
 
 def test_traces_in_two_threads_keep_their_own_verdicts():
-    """The number watch is per thread (its wrappers stay installed while any trace runs)."""
+    """Conversions in two threads: each trace keeps its own verdict (traces take turns, as the
+    warnings' recording is the process's), and torch's own methods are back afterwards."""
     import threading
 
     before = dict(torch.Tensor.__dict__)
