@@ -203,6 +203,11 @@ def _identifier(path: str) -> str:
     return f"p_{name}" if not name or name[0].isdigit() else name
 
 
+def _storage(tensor: torch.Tensor) -> int:
+    """Where ``tensor``'s memory starts (shared by its views); 0 for one without memory."""
+    return int(tensor.untyped_storage().data_ptr())
+
+
 def _identity(tensor: torch.Tensor) -> tuple[object, ...]:
     """Which memory a tensor shows, as what: a TorchScript module hands out a new Python object for
     the same parameter on each attribute read, so object ids would split one weight in two."""
@@ -241,6 +246,10 @@ class _Builder:
         # 0-d tensors the trace made from Python numbers (prim::NumToTensor, a Double or Long constant):
         # eager torch computed with them as numbers, which take no part in choosing a result's dtype
         self.scalar_born: set[int] = set()
+        # storages of the tensors this builder computed (folded results), and of those it made constants
+        # of the graph: an in-place op of constants runs here only on the first and never on the second
+        self.ours: set[int] = set()
+        self.lifted: set[int] = set()
         self.kinds = InputKind
         self.parameter_names = set(parameter_names)
 
@@ -273,6 +282,7 @@ class _Builder:
             node = self.tensors.get(_identity(value))
             if node is None:
                 target = f"_tensor_constant{len(self.constants)}"
+                self.lifted.add(_storage(value))
                 node = self._placeholder(target, _meta(value))
                 self.tensors[_identity(value)] = node
                 self.specs.append((self.kinds.CONSTANT_TENSOR, node, target))
@@ -430,12 +440,20 @@ class _Builder:
         if name.rstrip("_") in _DROPOUTS and values[2] is False:  # eval mode: the input itself
             self.env[outs[0]] = values[0]
             return
-        written = any(a.alias_info is not None and a.alias_info.is_write for a in arguments)
+        writes = [v for v, a in zip(values, arguments, strict=True)
+                  if a.alias_info is not None and a.alias_info.is_write]
+        written = bool(writes)
         random = torch.Tag.nondeterministic_seeded in op.tags
         if not any(_has_node(v) for v in values) and not random:
-            if written:
+            if written and not all(self._ours_to_write(w) for w in writes):
                 raise NotTraceableError(f"aten::{name} writes to a constant")
             result = self._call(op, arguments, values)
+            before = {_storage(t) for t in _flat(values) if isinstance(t, torch.Tensor)}
+            self.ours.update(p for p in (_storage(t) for t in _flat(result) if isinstance(t, torch.Tensor))
+                             if p and p not in before)
+            if written:  # done in place, as eager did it, on a tensor of ours: what its views see too
+                self._bind_result(outs, result)
+                return
             if name in ("Int", "Float", "Bool", "ScalarImplicit") or _nbytes(result) <= FOLD_MAX_BYTES:
                 if isinstance(result, torch.Tensor) and result.dim() == 0 and any(
                         id(v) in self.scalar_born for v in _flat(values)):
@@ -508,6 +526,17 @@ class _Builder:
                 alike = any(d.dtype != torch.bool for d in dims)
             if not alike:
                 raise NotTraceableError(f"aten::{name}: a number of the trace could set the result's dtype")
+
+    def _ours_to_write(self, value: object) -> bool:
+        """Whether an in-place op of constants may run on ``value`` here, as eager ran it: a tensor
+        this builder computed (not one of the module's, not a graph constant), none of whose storage
+        is a constant of the graph yet (a node reading it there would see the write)."""
+        import torch
+
+        if not isinstance(value, torch.Tensor):
+            return False
+        where = _storage(value)
+        return bool(where) and where in self.ours and where not in self.lifted
 
     def _call(self, op: object, arguments: Sequence[object], values: list[object]) -> object:
         args = [v for v, a in zip(values, arguments, strict=True) if not a.kwarg_only]  # type: ignore[attr-defined]

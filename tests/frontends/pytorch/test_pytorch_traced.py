@@ -420,3 +420,37 @@ def test_one_list_of_data_dependent_ops_for_the_trace_and_for_torchscript_files(
     concretize(program, example)
     ops = [n for n in program.graph.nodes if n.op == "call_function" and "val" in n.meta]
     assert ops and all(not isinstance(n.meta["val"].shape[0], int) for n in ops if hasattr(n.meta["val"], "shape"))
+
+
+class _WritesOwnConstant(torch.nn.Module):
+    """T5's relative position buckets: a tensor computed from constants, written in place (+=) by
+    constants after a view of it was taken; the view sees the write, in eager and here."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c = torch.arange(4, dtype=x.dtype)
+        v = c[:2]
+        c += torch.ones(4, dtype=x.dtype) * 3
+        return x + torch.cat([v, c])
+
+
+class _WritesALiftedConstant(torch.nn.Module):
+    """The same write, after the graph read a view of the constant: that read must not see it."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        c = torch.arange(4, dtype=x.dtype)
+        y = x[:2] * c[:2]
+        c += torch.ones(4, dtype=x.dtype) * 3
+        return y, x + c
+
+
+def test_constants_written_in_place_by_constants_are_folded_as_eager_wrote_them(tmp_path):
+    x = torch.randn(6)
+    net = _WritesOwnConstant().eval()
+    assert isinstance(trace_module(net, (x,), Options(), "WritesOwnConstant"), TracedProgram)
+    path, _ = _converted(net, (x,), tmp_path)
+    _check(net, path, (torch.randn(6),), tol=1e-6)
+    lifted, x4 = _WritesALiftedConstant().eval(), torch.randn(4)
+    assert trace_module(lifted, (x4,), Options(), "WritesALiftedConstant") is None
+    path, _ = _converted(lifted, (x4,), tmp_path, name="lifted.onnx")
+    _check(lifted, path, (torch.randn(4),), tol=1e-6)
+
