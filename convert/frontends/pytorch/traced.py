@@ -751,7 +751,11 @@ def _watched_places() -> list[tuple[object, str, Callable[[tuple[object, ...], d
     def data(args: tuple[object, ...], kwargs: dict[str, object]) -> list[object]:
         return list(_tensors_in(args[0] if args else kwargs.get("data")))
 
-    return [*((torch.Tensor, name, own) for name in _TO_NUMBER), (torch, "tensor", data)]
+    # the ATen ops behind Tensor.item, called by name (torch.ops.aten.X): no warning at all, so a
+    # number read from data there would otherwise go unseen (``.default`` and other overloads are not
+    # wrapped: reading one from the wrapper fails, and the module goes to torch.export)
+    by_name = [(torch.ops.aten, name, own) for name in ("_local_scalar_dense", "item")]
+    return [*((torch.Tensor, name, own) for name in _TO_NUMBER), (torch, "tensor", data), *by_name]
 
 
 def _tensors_in(value: object) -> Iterator[object]:

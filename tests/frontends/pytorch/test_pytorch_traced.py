@@ -179,6 +179,11 @@ def test_tensors_made_of_numbers_and_sizes_are_traced_and_match_eager(tmp_path):
     _check(net, path, (torch.randn(3, 4),))
 
 
+class _NumberByName(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.ops.aten._local_scalar_dense(x.min())  # no tracer warning at all
+
+
 class _TensorOfData(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * torch.tensor(x.sum())  # copies data into a constant: the next input's sum differs
@@ -228,6 +233,7 @@ class _RaisesAfterANumber(torch.nn.Module):
 
 @pytest.mark.parametrize("net", [_DataBranch(), _WeightNumber(), _RandomNumber(), _SizeAndDataNumbers(),
                                  _ListNumbers(), _CountNumber(), _MaskedNumber(), _TensorOfData(),
+                                 _NumberByName(),
                                  _RaisesAfterANumber()], ids=lambda n: type(n).__name__)
 def test_a_number_not_made_from_sizes_is_not_traced_and_tensor_methods_are_put_back(net):
     """A Python number read from data, a weight or a random op freezes a value the next input may
