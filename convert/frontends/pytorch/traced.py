@@ -21,7 +21,9 @@ The graph is only used when it is as trustworthy as torch.export's:
   kernels compute them, and a meta kernel refuses a data-dependent size too);
 - the trace wrote to none of the module's parameters and buffers (it runs ``forward`` on real
   tensors; buffers it wrote are put back), every op has a converter, and no in-place write goes
-  through a view (``prepare_program`` would need torch's functionalization);
+  through a view (``prepare_program`` would need torch's functionalization); an in-place op of
+  constants runs here as eager ran it, on a tensor the builder computed and not yet a constant of
+  the graph (``_Builder._ours_to_write``), and any other write to a constant refuses the trace;
 - only the ops, list and tuple constructs, attribute reads and size arithmetic of a trace appear
   (no scripted control flow, no Python ops), and the outputs are tensors in tuples, lists and
   dicts (a Hugging Face ``ModelOutput``), flattened in the order torch.export's pytree flattens;
