@@ -4,7 +4,7 @@ Importing this package does not import torch; ``load`` and ``load_module`` do.
 
 Paths: a module is traced (torch's tracer, as torch.onnx's TorchScript exporter runs it) and its
 graph lowered directly where that is as sound as ``torch.export`` (``traced.py``: no tracer
-warning, static shapes, every op converted);
+warning but numbers made from fixed sizes, static shapes, every op converted);
 otherwise it goes through ``torch.export`` (ATen ops), with a fallback to the trace on
 data-dependent guards. A TorchScript file's graph is read the same way when it is a plain trace,
 and converted to an ExportedProgram by torch's own converter otherwise; an ExportedProgram is

@@ -423,10 +423,9 @@ class _Builder:
             raise NotTraceableError(f"aten::{name} has no schema")
         head = schema_text.split("(", 1)[0]
         overload = head.split(".", 1)[1] if "." in head else "default"
-        base = name
-        if base in DATA_DEPENDENT_OPS:
+        if name in DATA_DEPENDENT_OPS:
             raise NotTraceableError(f"aten::{name}: its result's size depends on data")
-        packet = getattr(torch.ops.aten, base, None)
+        packet = getattr(torch.ops.aten, name, None)
         op = getattr(packet, overload, None) if packet is not None else None
         if op is None:
             raise NotTraceableError(f"aten::{name}.{overload} is not a registered overload")
@@ -434,7 +433,7 @@ class _Builder:
         if len(arguments) != len(ins):
             raise NotTraceableError(f"aten::{name}: {len(ins)} inputs for {len(arguments)} arguments")
         values = [_typed(self._get(v), str(a.real_type)) for v, a in zip(ins, arguments, strict=True)]
-        if name in ("size", "dim", "numel", "_shape_as_tensor") or name == "sym_size":
+        if name in ("size", "dim", "numel", "_shape_as_tensor"):
             answered, result = self._size_query(name, values)
             if answered:
                 self._bind_result(outs, result)
@@ -442,12 +441,10 @@ class _Builder:
         if name.rstrip("_") in _DROPOUTS and values[2] is False:  # eval mode: the input itself
             self.env[outs[0]] = values[0]
             return
-        writes = [v for v, a in zip(values, arguments, strict=True)
-                  if a.alias_info is not None and a.alias_info.is_write]
-        written = bool(writes)
+        written = [i for i, a in enumerate(arguments) if a.alias_info is not None and a.alias_info.is_write]
         random = torch.Tag.nondeterministic_seeded in op.tags
         if not any(_has_node(v) for v in values) and not random:
-            if written and not all(self._ours_to_write(w) for w in writes):
+            if not all(self._ours_to_write(values[i]) for i in written):
                 raise NotTraceableError(f"aten::{name} writes to a constant")
             result = self._call(op, arguments, values)
             before = {_storage(t) for t in _flat(values) if isinstance(t, torch.Tensor)}
@@ -470,9 +467,7 @@ class _Builder:
             raise NotTraceableError(f"aten::{name} with a boolean mask: its result's size depends on data")
         self._numbers_promote_alike(name, values)
         lifted = [self._lift(v) for v in values]
-        if written and any(isinstance(v, torch.fx.Node) and v.target in self.constants
-                           for v, a in zip(lifted, arguments, strict=True)
-                           if a.alias_info is not None and a.alias_info.is_write):
+        if any(isinstance(lifted[i], torch.fx.Node) and lifted[i].target in self.constants for i in written):
             # a constant the trace computed (views of which were computed here too) written by the graph
             raise NotTraceableError(f"aten::{name} writes to a tensor the trace computed from constants")
         args = tuple(v for v, a in zip(lifted, arguments, strict=True) if not a.kwarg_only)
@@ -561,7 +556,7 @@ def _recorded(outs: Sequence[object]) -> object:
     first call imports dynamo (batch_norm's: 1 s), which is the cost this capture exists to avoid.
     The recorded sizes are the example's; that they depend on input sizes only is what the refusals
     of ``_aten`` (torch's ``dynamic_output_shape`` tag, boolean masks, numbers read from data) and of
-    ``trace_module`` (any tracer warning) establish.
+    ``trace_module`` (any tracer warning but a number made from fixed sizes) establish.
     """
     import torch
 
@@ -751,23 +746,13 @@ def _watched_places() -> list[tuple[object, str, Callable[[tuple[object, ...], d
         return [args[0]]
 
     def data(args: tuple[object, ...], kwargs: dict[str, object]) -> list[object]:
-        return list(_tensors_in(args[0] if args else kwargs.get("data")))
+        return [t for t in _flat(args[0] if args else kwargs.get("data")) if isinstance(t, torch.Tensor)]
 
     # the ATen ops behind Tensor.item, called by name (torch.ops.aten.X): no warning at all, so a
     # number read from data there would otherwise go unseen (``.default`` and other overloads are not
     # wrapped: reading one from the wrapper fails, and the module goes to torch.export)
     by_name = [(torch.ops.aten, name, own) for name in ("_local_scalar_dense", "item")]
     return [*((torch.Tensor, name, own) for name in _TO_NUMBER), (torch, "tensor", data), *by_name]
-
-
-def _tensors_in(value: object) -> Iterator[object]:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _tensors_in(v)
 
 
 @contextlib.contextmanager
@@ -936,27 +921,24 @@ def _trace(module: torch.nn.Module, example: Sequence[torch.Tensor],
         graph, result = torch.jit._get_trace_graph(module, tuple(example), strict=False)  # type: ignore[attr-defined]
     finally:
         jit_trace._trace_module_map = before
-    if not _only_tensors(result):
+    returned = _returned_tensors(result)
+    if returned is None:
         return None
     # the weights follow the example in the graph's inputs, in this order (deduplicated by object)
     state = list(torch.jit._unique_state_dict(module, keep_vars=True).items())  # type: ignore[attr-defined]
-    return graph, state, _leaves(result)
+    return graph, state, returned
 
 
-def _only_tensors(value: object) -> bool:
+def _returned_tensors(value: object) -> int | None:
+    """How many tensors ``value`` holds, or None unless it is tensors in tuples, lists and dicts with
+    string keys."""
     import torch
 
-    if isinstance(value, (list, tuple)):
-        return all(_only_tensors(v) for v in value)
     if isinstance(value, Mapping):
-        return all(isinstance(k, str) for k in value) and all(_only_tensors(v) for v in value.values())
-    return isinstance(value, torch.Tensor)
-
-
-def _leaves(value: object) -> int:
-    """How many tensors ``value`` (tensors in tuples, lists and dicts) holds."""
+        if not all(isinstance(k, str) for k in value):
+            return None
+        value = list(value.values())
     if isinstance(value, (list, tuple)):
-        return sum(_leaves(v) for v in value)
-    if isinstance(value, Mapping):
-        return sum(_leaves(v) for v in value.values())
-    return 1
+        counts = [_returned_tensors(v) for v in value]
+        return None if None in counts else sum(counts)  # type: ignore[arg-type]
+    return 1 if isinstance(value, torch.Tensor) else None
