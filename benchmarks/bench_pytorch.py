@@ -40,6 +40,8 @@ import threading
 import time
 from pathlib import Path
 
+from _measure import compile_toolkit, user_env
+
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("resnet50", "big")
 TOOLS = ("ours", "torch.onnx (TorchScript)", "torch.onnx (dynamo)")
@@ -271,28 +273,10 @@ def _match(path: Path, name: str) -> tuple[float, bool]:
     return worst, rounding
 
 
-def _child_env() -> dict[str, str]:
-    """The environment of a measured process: as a user's, with Python's bytecode cache.
-
-    pip compiles an installed package's modules at install (torch's too); a machine that switches the
-    cache off (PYTHONDONTWRITEBYTECODE) would make every run of ours compile the toolkit again, 35-40
-    ms that a user does not pay. The toolkit is compiled once before the first run (``_compiled``).
-    """
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")
-    return env
-
-
-def _compiled() -> None:
-    import compileall
-
-    compileall.compile_dir(str(ROOT / "convert"), quiet=1)
-
-
 def _zoo_table(names: list[str], tools: tuple[str, ...] = TOOLS) -> None:
     import torch
 
-    _compiled()
+    compile_toolkit()  # the toolkit's bytecode cache, as an installed package has it (user_env)
 
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; match: max|onnx - eager| / max|eager| <= {MATCH_TOL} "
           "on two inputs, every output ('f64': past it by float32 rounding, the parity check's float64 rule)")
@@ -304,7 +288,7 @@ def _zoo_table(names: list[str], tools: tuple[str, ...] = TOOLS) -> None:
         for name in names:
             for tool in tools:
                 out = Path(tmp) / f"{name}_{len(rows)}.onnx"
-                env = _child_env()
+                env = user_env(toolkit_on_path=True)
                 r = subprocess.run([sys.executable, __file__, "--child", tool, f"zoo:{name}", str(out)],
                                    capture_output=True, text=True, env=env, timeout=3600)
                 lines = [ln for ln in r.stdout.splitlines() if ln.startswith("@@")]
@@ -381,7 +365,7 @@ def main() -> None:
     args.models = args.models or ",".join(MODELS)
     import torch
 
-    _compiled()
+    compile_toolkit()  # the toolkit's bytecode cache, as an installed package has it (user_env)
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; latency: ONNX Runtime CPU, median of {args.runs}")
     header = f"{'model':9} {'exporter':26} {'time s':>7} {'peak RSS':>10} {'+anon':>9} {'nodes':>6} {'ORT ms':>8}"
     rows = [header, "-" * len(header)]
@@ -389,7 +373,7 @@ def main() -> None:
         for name in args.models.split(","):
             for tool in TOOLS:
                 out = Path(tmp) / f"{name}_{tool.split()[0].replace('.', '_')}_{len(rows)}.onnx"
-                env = _child_env()
+                env = user_env(toolkit_on_path=True)
                 r = subprocess.run([sys.executable, __file__, "--child", tool, name, str(out)],
                                    capture_output=True, text=True, env=env, timeout=3600)
                 lines = [ln for ln in r.stdout.splitlines() if ln.startswith("@@")]
