@@ -15,10 +15,15 @@ The graph is only used when it is as trustworthy as torch.export's:
   alone, which a trace at fixed input shapes freezes correctly (torch.export specialises them the
   same way); a number read from data, from weights or from a random op, and any other
   ``TracerWarning``, refuse the trace (``_watched_numbers``);
-- no op's result size depends on data (torch's ``dynamic_output_shape`` tag, nonzero, nms, a
-  boolean mask), so every shape is a function of the input shapes and the sizes read from them
-  are exact; shapes and dtypes are those the trace recorded (a file records none: torch's meta
-  kernels compute them, and a meta kernel refuses a data-dependent size too);
+- shapes and dtypes are those the trace recorded (a file records none: torch's meta kernels compute
+  them), except downstream of an op whose result's size depends on data (torch's
+  ``dynamic_output_shape`` tag, nonzero, nms, a boolean mask): there torch's fake kernels compute
+  them, with a symbol for each such size (``_Builder._symbolic_val``), as torch.export does; a size
+  read from such a tensor stays a node of the graph (``sym_size``), integer arithmetic on it is
+  recorded as torch.export records it, and the number the trace passed on as an int argument is
+  read at run time; a Python number made of such a size refuses the trace (the trace would freeze
+  the example's), and a branch on one (``if boxes.numel() > 0``) is taken as the example took it
+  and named in a note, as torch.export's draft capture does;
 - the trace wrote to none of the module's parameters and buffers (it runs ``forward`` on real
   tensors; buffers it wrote are put back), every op has a converter, and no in-place write goes
   through a view (``prepare_program`` would need torch's functionalization); an in-place op of
@@ -29,8 +34,9 @@ The graph is only used when it is as trustworthy as torch.export's:
   dicts (a Hugging Face ``ModelOutput``), flattened in the order torch.export's pytree flattens;
 - a number the trace turned into a 0-d tensor never decides a result's dtype (eager torch used it
   as a number, which does not);
-- the module holds at most ``TRACE_MAX_BYTES`` of weights, all on the CPU, and is no torchvision
-  detection model (their nms is refused anyway, after a whole forward).
+- the module holds at most ``TRACE_MAX_BYTES`` of weights, all on the CPU, and is not one of the
+  torchvision detectors the trace cannot take (``_UNTRACEABLE_DETECTORS``); Faster R-CNN, RetinaNet
+  and SSD are traced, with torchvision's post-processing in the forms of ``tvpost``.
 
 Anything else returns None and the caller captures with torch.export as before; nothing is lost
 but the time of the attempt. The parity check's reference is the module itself (or the
@@ -44,6 +50,7 @@ import functools
 import logging
 import operator
 import re
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -74,12 +81,18 @@ _MEMORY_FORMATS = ("contiguous_format", "preserve_format", "channels_last", "cha
 _LAYOUTS = ("strided", "sparse_coo")
 
 #: Ops whose result length depends on the values of their inputs (also refused by meta kernels), by
-#: their name in any namespace (aten, torchvision): what the trace refuses, and what ``tsfold.concretize``
-#: leaves symbolic.
+#: their name in any namespace (aten, torchvision): what the trace gives a symbolic size, and what
+#: ``tsfold.concretize`` leaves symbolic.
 DATA_DEPENDENT_OPS = frozenset({"nonzero", "nonzero_numpy", "argwhere", "masked_select", "_unique2", "unique_dim",
                              "unique_consecutive", "nms", "repeat_interleave", "bincount", "_unique",
                              "unique_dim_consecutive"})
 
+
+# torchvision detectors the trace cannot capture, which go straight to torch.export: Keypoint R-CNN's
+# keypoint decoding is a while_loop (run eagerly under a trace: it fails), and Mask R-CNN pads its
+# masks after keeping the first 100 detections, a size (min(100, count)) torch's fake pad cannot take
+_UNTRACEABLE_DETECTORS = frozenset({"torchvision.models.detection.keypoint_rcnn",
+                                    "torchvision.models.detection.mask_rcnn"})
 
 # dropout(input, p, train) and its variants: with train False they return the input itself.
 _DROPOUTS = frozenset({"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"})
@@ -92,11 +105,13 @@ _NUMBER_DTYPES = ("float64", "int64", "bool")  # the dtypes the tracer gives Pyt
 _TO_NUMBER = ("__bool__", "__float__", "__int__", "__index__", "item")
 # The traced ops a number made from sizes passes through: scalar wrapping and arithmetic. Any other
 # op between a size and the number (a graph input, a weight, rand, empty) makes it data.
-_SIZE_LEAVES = frozenset({"aten::dim", "prim::Constant"})  # and aten::size, aten::numel: see _from_sizes
+_SIZE_LEAVES = frozenset({"aten::dim", "prim::Constant"})  # and aten::size, numel, _shape_as_tensor: see _from_sizes
 _SIZE_ARITHMETIC = frozenset({"prim::NumToTensor", "prim::ListConstruct", "prim::TupleConstruct"}) | frozenset(
     f"aten::{name}" for name in (
         "Int", "Float", "Bool", "ScalarImplicit", "detach", "to", "add", "sub", "mul", "div", "floor_divide",
-        "floordiv", "remainder", "neg", "abs", "sqrt", "pow", "floor", "ceil", "round", "eq", "ne", "lt", "le",
+        "floordiv", "remainder", "neg", "abs", "sqrt", "pow", "floor", "ceil", "round", "log2", "log", "exp",
+        "reciprocal", "slice", "select", "unsqueeze", "squeeze", "cat", "stack", "view", "reshape",
+        "eq", "ne", "lt", "le",
         "gt", "ge", "__and__", "__or__", "__not__", "logical_and", "logical_or", "logical_not", "min", "max",
         "mul_", "add_", "sub_", "div_", "floor_divide_",
     ))
@@ -254,6 +269,10 @@ class _Builder:
         self.lifted: set[int] = set()
         self.kinds = InputKind
         self.parameter_names = set(parameter_names)
+        # the fake-tensor mode that gives results whose size depends on data a symbolic size (made on
+        # the first such op; see _Builder._symbolic_val)
+        self.fake: object = None
+        self.fakes: dict[object, object] = {}  # fx.Node -> the fake tensor standing for its meta value
 
     # -- values ----------------------------------------------------------------------------
     def _placeholder(self, name: str, val: object) -> object:
@@ -281,12 +300,16 @@ class _Builder:
         import torch
 
         if isinstance(value, torch.Tensor):
-            node = self.tensors.get(_identity(value))
+            key = _identity(value)
+            if _storage(value) in self.ours:  # may be written later, as eager did: the graph reads it as it is now
+                key, value = (*key, value._version), value.clone()
+                self.ours.add(_storage(value))
+            node = self.tensors.get(key)
             if node is None:
                 target = f"_tensor_constant{len(self.constants)}"
                 self.lifted.add(_storage(value))
                 node = self._placeholder(target, _meta(value))
-                self.tensors[_identity(value)] = node
+                self.tensors[key] = node
                 self.specs.append((self.kinds.CONSTANT_TENSOR, node, target))
                 self.constants[target] = value
             return node
@@ -363,14 +386,19 @@ class _Builder:
             self._unpack(self._get(ins[0]), outs)
         elif kind == "prim::NumToTensor":
             value = self._get(ins[0])
+            if _is_number_node(value):  # a symbolic size stays a number: arithmetic on it is _number_op's
+                self.env[outs[0]] = value
+                return
             if _has_node(value) or not isinstance(value, (int, float, bool)):
                 raise NotTraceableError("prim::NumToTensor of a value computed from data")
             dtype = torch.bool if isinstance(value, bool) else torch.int64 if isinstance(value, int) else torch.float64
             number = torch.scalar_tensor(value, dtype=dtype)
             self.scalar_born.add(id(number))
+            self.ours.add(_storage(number))  # made here: an in-place op of constants may write it
             self.env[outs[0]] = number
-        elif kind.startswith("aten::"):
-            self._aten(node, kind[len("aten::"):], ins, outs)
+        elif kind.startswith(("aten::", "torchvision::")):
+            namespace, _, name = kind.partition("::")
+            self._aten(node, name, ins, outs, namespace)
         else:
             raise NotTraceableError(f"{kind} (not an op of a trace)")
 
@@ -393,26 +421,66 @@ class _Builder:
             self.env[o] = item
 
     def _size_query(self, name: str, args: list[object]) -> tuple[bool, object]:
-        """aten::size/dim/numel/_shape_as_tensor of a graph tensor: read from its static shape."""
+        """aten::size/dim/numel/_shape_as_tensor of a graph tensor: read from its shape, a symbolic
+        size (one that depends on data) as a ``sym_size`` node of the graph."""
         import torch
         import torch.fx
 
         if not args or not isinstance(args[0], torch.fx.Node):
             return False, None
-        val = args[0].meta["val"]
+        node = args[0]
+        val = node.meta["val"]
         if not isinstance(val, torch.Tensor):
             return False, None
-        if name == "size":
-            return True, (int(val.shape[args[1]]) if len(args) > 1 else [int(d) for d in val.shape])  # type: ignore[index]
         if name == "dim":
             return True, val.dim()
+        sizes = [self._dim_of(node, i) for i in range(val.dim())]
+        if name == "size":
+            return True, (sizes[args[1]] if len(args) > 1 else sizes)  # type: ignore[index]
         if name == "numel":
-            return True, val.numel()
+            if all(isinstance(d, int) for d in sizes):
+                return True, val.numel()
+            return True, self._number_node(torch.ops.aten.sym_numel.default, (node,), val.numel(), node)
         if name == "_shape_as_tensor":
-            return True, torch.tensor(list(val.shape), dtype=torch.int64)
+            if all(isinstance(d, int) for d in sizes):
+                return True, torch.tensor(sizes, dtype=torch.int64)
+            parts = [self._as_tensor(d, node) for d in sizes]
+            return True, self._fx_call(torch.ops.aten.stack.default, (parts,), {}, node)
         return False, None
 
-    def _aten(self, node: object, name: str, ins: list[object], outs: list[object]) -> None:
+    def _dim_of(self, node: object, i: int) -> object:
+        """Size ``i`` of ``node``'s tensor: an int, or a ``sym_size`` node where it depends on data."""
+        import torch
+
+        d = node.meta["val"].shape[i]  # type: ignore[attr-defined]
+        if isinstance(d, int):
+            return d
+        return self._number_node(torch.ops.aten.sym_size.int, (node, i), d, node)
+
+    def _number_node(self, target: object, args: tuple[object, ...], val: object, near: object) -> object:
+        """A graph node computing a symbolic number (a SymInt of the fake mode), placed like ``near``."""
+        fx_node = self.fx.call_function(target, args)
+        fx_node.meta["val"] = val
+        fx_node.meta["nn_module_stack"] = near.meta.get("nn_module_stack", {})  # type: ignore[attr-defined]
+        return fx_node
+
+    def _as_tensor(self, number: object, near: object) -> object:
+        """A number (an int, or a symbolic number node) as a 0-d int64 tensor of the graph."""
+        import torch
+
+        if not _is_number_node(number):
+            return self._lift(torch.scalar_tensor(number, dtype=torch.int64))
+        return self._fx_call(torch.ops.aten.scalar_tensor.default, (number,), {"dtype": torch.int64}, near)
+
+    def _fx_call(self, op: object, args: tuple[object, ...], kwargs: dict[str, object], near: object) -> object:
+        """``op`` on graph values, its meta value computed by the fake mode, placed like ``near``."""
+        val = self._symbolic_val("", op, args, kwargs, None)
+        fx_node = self.fx.call_function(op, args, kwargs)
+        fx_node.meta["val"] = val
+        fx_node.meta["nn_module_stack"] = near.meta.get("nn_module_stack", {})  # type: ignore[attr-defined]
+        return fx_node
+
+    def _aten(self, node: object, name: str, ins: list[object], outs: list[object], namespace: str = "aten") -> None:
         import torch
         import torch.fx
 
@@ -420,15 +488,13 @@ class _Builder:
 
         schema_text = node.schema()  # type: ignore[attr-defined]
         if schema_text == "(no schema)":
-            raise NotTraceableError(f"aten::{name} has no schema")
+            raise NotTraceableError(f"{namespace}::{name} has no schema")
         head = schema_text.split("(", 1)[0]
         overload = head.split(".", 1)[1] if "." in head else "default"
-        if name in DATA_DEPENDENT_OPS:
-            raise NotTraceableError(f"aten::{name}: its result's size depends on data")
-        packet = getattr(torch.ops.aten, name, None)
+        packet = getattr(getattr(torch.ops, namespace), name, None)
         op = getattr(packet, overload, None) if packet is not None else None
         if op is None:
-            raise NotTraceableError(f"aten::{name}.{overload} is not a registered overload")
+            raise NotTraceableError(f"{namespace}::{name}.{overload} is not a registered overload")
         arguments = op._schema.arguments
         if len(arguments) != len(ins):
             raise NotTraceableError(f"aten::{name}: {len(ins)} inputs for {len(arguments)} arguments")
@@ -459,12 +525,22 @@ class _Builder:
                     self.scalar_born.add(id(result))  # size arithmetic: still a number to eager torch
                 self._bind_result(outs, result)
                 return
+        if any(_is_number_node(v) for v in _flat(values)):
+            number = self._number_op(name, values, next(v for v in _flat(values) if _is_number_node(v)))
+            if number is not None:
+                self._bind_result(outs, number)
+                return
+            values = [self._tensors_of_numbers(v, str(a.real_type)) for v, a in zip(values, arguments, strict=True)]
+        symbolic = (name in DATA_DEPENDENT_OPS or (name == "where" and len(values) == 1)
+                    or torch.Tag.dynamic_output_shape in op.tags or _masked(name, values)
+                    or (self.fake is not None and any(_is_symbolic(v) for v in _flat(values))))
         if name in ("Int", "Float", "Bool", "ScalarImplicit", "item", "_local_scalar_dense"):
-            raise NotTraceableError(f"aten::{name} turns a tensor computed from data into a number")
-        if name in ("index", "index_put", "index_put_") and any(
-                isinstance(i, torch.fx.Node) and i.meta["val"].dtype in (torch.bool, torch.uint8)  # uint8: a mask too
-                for i in _flat(values[1] if len(values) > 1 else [])):
-            raise NotTraceableError(f"aten::{name} with a boolean mask: its result's size depends on data")
+            if not symbolic:
+                raise NotTraceableError(f"aten::{name} turns a tensor computed from data into a number")
+            # a traced number the program passed on (an int argument): read at run time, as it was
+            op = torch.ops.aten._local_scalar_dense.default
+            arguments = op._schema.arguments
+            values = values[:1]
         self._numbers_promote_alike(name, values)
         lifted = [self._lift(v) for v in values]
         if any(isinstance(lifted[i], torch.fx.Node) and lifted[i].target in self.constants for i in written):
@@ -472,9 +548,8 @@ class _Builder:
             raise NotTraceableError(f"aten::{name} writes to a tensor the trace computed from constants")
         args = tuple(v for v, a in zip(lifted, arguments, strict=True) if not a.kwarg_only)
         kwargs = {a.name: v for v, a in zip(lifted, arguments, strict=True) if a.kwarg_only}
-        if torch.Tag.dynamic_output_shape in op.tags and name != "index":  # index: its masks refused above
-            raise NotTraceableError(f"aten::{name}: torch tags its result's size as depending on data")
-        val = _recorded(outs) if self.live else None
+        # sizes that depend on data: symbols of the fake mode, not the example's
+        val = self._symbolic_val(name, op, args, kwargs, outs) if symbolic else _recorded(outs) if self.live else None
         if val is None:  # a file records no types; a live trace none for lists
             try:
                 val = op(*_metas(args), **_metas(kwargs))
@@ -496,6 +571,86 @@ class _Builder:
             item.meta["val"] = val[i]
             item.meta["nn_module_stack"] = fx_node.meta["nn_module_stack"]
             self.env[o] = item
+
+    def _number_op(self, name: str, values: list[object], near: object) -> object | None:
+        """Integer arithmetic of symbolic sizes (the trace's 0-d tensors of ``x.size(0) * 4``...) as
+        the size arithmetic torch.export records (``operator.mul`` of SymInts); None for anything else,
+        which then runs on the sizes as 0-d tensors."""
+        import torch
+
+        first = values[0] if values else None
+        if name in ("Int", "ScalarImplicit", "detach", "clone", "alias") and _is_number_node(first):
+            return first
+        if name == "to" and _is_number_node(first):
+            dtypes = [v for v in values[1:] if isinstance(v, torch.dtype)]
+            return first if all(d == torch.int64 for d in dtypes) and _is_int_node(first) else None
+        function = _NUMBER_OPS.get(name)
+        if function is None or len(values) < 2 or (len(values) > 2 and values[2] != 1):  # add/sub's alpha
+            return None
+        operands = [_int_operand(v) for v in values[:2]]
+        if any(o is None for o in operands) or not any(_is_number_node(o) for o in operands):
+            return None
+        result = function(*(o.meta["val"] if _is_number_node(o) else o for o in operands))  # type: ignore[union-attr]
+        return self._number_node(function, tuple(operands), result, near)
+
+    def _tensors_of_numbers(self, value: object, real_type: str) -> object:
+        """A symbolic number passed where the op takes a tensor, as a 0-d tensor of the graph."""
+        if not real_type.startswith(("Tensor", "Optional[Tensor")):
+            return value
+        if isinstance(value, (list, tuple)):
+            return type(value)(self._tensors_of_numbers(v, real_type) for v in value)
+        return self._as_tensor(value, value) if _is_number_node(value) else value
+
+    def _fake_mode(self) -> object:
+        if self.fake is None:
+            from torch._subclasses.fake_tensor import FakeTensorMode
+            from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+            shapes = ShapeEnv()
+            sloc = getattr(sys.modules[ShapeEnv.__module__], "SLoc", None)
+            if sloc is not None and hasattr(shapes, "_get_stack_summary"):
+                # where a symbol was made, for torch's logs and guard messages only: finding it imports
+                # torch.export and aot_autograd (0.2 s) on the first symbol, which this capture avoids
+                shapes._get_stack_summary = lambda *args, **kwargs: (sloc("traced graph", None), "")
+            self.fake = FakeTensorMode(shape_env=shapes, allow_non_fake_inputs=True)
+        return self.fake
+
+    def _fake_of(self, value: object) -> object:
+        """The fake-mode stand-in of a graph value: its own where it is symbolic, otherwise an empty
+        fake tensor of its recorded shape, dtype and strides (made once)."""
+        import torch
+        import torch.fx
+
+        if not isinstance(value, torch.fx.Node):
+            return value
+        val = value.meta["val"]
+        if _is_symbolic(value) or not isinstance(val, torch.Tensor):
+            return val
+        fake = self.fakes.get(value)
+        if fake is None:
+            with self._fake_mode():  # type: ignore[attr-defined]
+                fake = torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device="cpu")
+            self.fakes[value] = fake
+        return fake
+
+    def _symbolic_val(self, name: str, op: object, args: tuple[object, ...], kwargs: dict[str, object],
+                      outs: list[object] | None) -> object:
+        """The result of ``op`` computed by torch's fake kernels, whose sizes that depend on data are
+        symbols (an NMS's count ``u0``, then ``u0 * 4``...): what torch.export records for them. The
+        trace's recorded dtype and rank must agree; its sizes are the example's."""
+        from torch.fx.node import map_aggregate
+
+        fake_args = map_aggregate(args, self._fake_of)
+        fake_kwargs = map_aggregate(kwargs, self._fake_of)
+        try:
+            with self._fake_mode(), warnings.catch_warnings():  # type: ignore[attr-defined]
+                warnings.simplefilter("ignore")  # torchvision's fake kernels warn of their own deprecations
+                val = op(*fake_args, **fake_kwargs)  # type: ignore[operator]
+        except Exception as exc:
+            raise NotTraceableError(f"{name}: no symbolic sizes ({type(exc).__name__}: {str(exc)[:200]})") from exc
+        for o, v in zip(outs or (), val if outs and len(outs) > 1 else (val,), strict=False):
+            _agrees(name, o, v, symbolic=True)
+        return val
 
     def _numbers_promote_alike(self, name: str, values: list[object]) -> None:
         """Refuse a number-born 0-d tensor beside graph tensors where its dtype would choose the result's.
@@ -548,6 +703,62 @@ class _Builder:
             self.env[o] = r
 
 
+# integer arithmetic of sizes, as torch.export records it (the lowering's size arithmetic)
+_NUMBER_OPS: dict[str, Callable[[object, object], object]] = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "floor_divide": operator.floordiv,
+    "remainder": operator.mod, "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+    "eq": operator.eq,
+}
+
+
+def _is_number_node(value: object) -> bool:
+    """Whether ``value`` is a graph node computing a symbolic number (a size that depends on data)."""
+    import torch
+    import torch.fx
+
+    return isinstance(value, torch.fx.Node) and isinstance(value.meta.get("val"), (torch.SymInt, torch.SymBool,
+                                                                                  torch.SymFloat))
+
+
+def _is_int_node(value: object) -> bool:
+    import torch
+
+    return _is_number_node(value) and isinstance(value.meta["val"], torch.SymInt)  # type: ignore[attr-defined]
+
+
+def _is_symbolic(value: object) -> bool:
+    """Whether ``value`` is a graph node whose meta value belongs to the fake mode (a symbolic number,
+    or a tensor computed from one whose size depends on data)."""
+    import torch.fx
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(value, torch.fx.Node) and (isinstance(value.meta.get("val"), FakeTensor)
+                                                 or _is_number_node(value))
+
+
+def _int_operand(value: object) -> object | None:
+    """An operand of integer size arithmetic: a symbolic int node, an int, or a 0-d integer constant
+    tensor as its int; None otherwise (a float, a tensor of data)."""
+    import torch
+
+    if _is_int_node(value) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, torch.Tensor) and value.dim() == 0 and not value.dtype.is_floating_point \
+            and value.dtype != torch.bool and not value.is_complex():
+        return int(value.item())
+    return None
+
+
+def _masked(name: str, values: list[object]) -> bool:
+    """Whether an index op takes a boolean (or uint8) mask: its result's size depends on data."""
+    import torch
+    import torch.fx
+
+    return name in ("index", "index_put", "index_put_") and any(
+        isinstance(i, torch.fx.Node) and i.meta["val"].dtype in (torch.bool, torch.uint8)
+        for i in _flat(values[1] if len(values) > 1 else []))
+
+
 def _recorded(outs: Sequence[object]) -> object:
     """The results' shapes and dtypes as a live trace recorded them from the real run (meta tensors),
     or None where one is not a tensor of known size and dtype.
@@ -569,9 +780,11 @@ def _recorded(outs: Sequence[object]) -> object:
     return vals[0] if len(vals) == 1 else tuple(vals)
 
 
-def _agrees(name: str, recorded: object, val: object) -> None:
+def _agrees(name: str, recorded: object, val: object, *, symbolic: bool = False) -> None:
     """The dtype and shape a live trace recorded for a result (a TorchScript file records none) must
-    be those computed here; otherwise this graph would compute something else."""
+    be those computed here; otherwise this graph would compute something else. ``symbolic``: ``val``'s
+    sizes may be symbols, of which the recorded sizes are the example's values: rank and fixed sizes
+    must agree."""
     import torch
 
     kind = recorded.type()  # type: ignore[attr-defined]
@@ -582,6 +795,9 @@ def _agrees(name: str, recorded: object, val: object) -> None:
         if dtype is not None or sizes is not None:
             raise NotTraceableError(f"aten::{name}: the trace recorded a tensor, here it is a {type(val).__name__}")
         return
+    if symbolic and sizes is not None:
+        sizes = [r if isinstance(d, int) else d for r, d in zip(sizes, val.shape, strict=False)] \
+            if len(sizes) == val.dim() else sizes
     if (dtype is not None and dtype != val.dtype) or (sizes is not None and list(sizes) != list(val.shape)):
         raise NotTraceableError(f"aten::{name}: the trace recorded {dtype} {sizes}, here {val.dtype} {list(val.shape)}")
 
@@ -671,8 +887,8 @@ def trace_module(module: torch.nn.Module, example: Sequence[torch.Tensor], optio
         return None
     if _state_bytes(module) > TRACE_MAX_BYTES:
         return None
-    if any(type(m).__module__.startswith("torchvision.models.detection.") for m in module.modules()):
-        return None  # nms makes the detection count data: refused after a whole forward (0.3 s) otherwise
+    if any(type(m).__module__ in _UNTRACEABLE_DETECTORS for m in module.modules()):
+        return None  # refused after a whole forward otherwise (see _UNTRACEABLE_DETECTORS)
     buffers = list(module.buffers())
     if sum(b.numel() * b.element_size() for b in buffers) > _BUFFER_COPY_MAX_BYTES:
         return None
@@ -712,15 +928,27 @@ def trace_module(module: torch.nn.Module, example: Sequence[torch.Tensor], optio
         return None
     graph, state, returned = traced
     builder = _Builder(graph, example, state=state, parameter_names=[n for n, _ in module.named_parameters()])
-    return _program(builder, options, source, fallback, returned=returned)
+    program = _program(builder, options, source, fallback, returned=returned)
+    if program is not None and numbers.branches:
+        from .capture import _keep_example
+
+        _keep_example(options, example)
+        places = sorted(set(numbers.branches))
+        options.diagnostics.note(
+            f"{source}: {len(places)} test(s) of the model read sizes of tensors whose length depends on the data "
+            f"({', '.join(places)}); the trace took each branch as the example did, so the file holds for inputs "
+            "that take the same ones (a detector's 'count > 0': at least one box)")
+    return program
 
 
 class _Numbers:
-    """What ``_watched_numbers`` saw: conversions not made from sizes, and the warnings of those that were."""
+    """What ``_watched_numbers`` saw: conversions not made from fixed sizes, the warnings of those
+    that were, and where a branch tested a size that may depend on data (the model's file:line)."""
 
     def __init__(self) -> None:
         self.from_data = 0
         self.explained: set[int] = set()  # id() of the recorded warnings a size-only conversion raised
+        self.branches: list[str] = []
 
 
 class _Watch(threading.local):
@@ -736,10 +964,13 @@ _watchers = 0  # traces in progress, all threads: the wrappers stay installed wh
 _unwatched: dict[tuple[object, str], object] = {}  # (owner, name) -> its own entry, put back by the last one out
 
 
-def _watched_places() -> list[tuple[object, str, Callable[[tuple[object, ...], dict[str, object]], list[object]]]]:
-    """Where a tensor's value leaves the graph, and the tensors each call hands over: the number
-    methods of torch.Tensor (the tensor itself), and ``torch.tensor`` (the tensors in its data: a
-    tensor made of Python numbers and constants is a constant, which the tracer warns of too)."""
+def _watched_places() -> list[tuple[object, str, Callable[[tuple[object, ...], dict[str, object]], list[object]],
+                                  Callable[[torch.Tensor, set[int], list[object]], bool]]]:
+    """Where a tensor's value or size leaves the graph, the tensors each call hands over, and what
+    makes the call sound: the number methods of torch.Tensor (the tensor itself, computed from fixed
+    sizes), ``torch.tensor`` and ``torch.as_tensor`` (the tensors in their data: a tensor made of
+    Python numbers and constants is a constant, which the tracer warns of too), and iterating over a
+    tensor or taking its length (the tensor, whose sizes must be fixed: ``for image in batch``)."""
     import torch
 
     def own(args: tuple[object, ...], kwargs: dict[str, object]) -> list[object]:
@@ -751,8 +982,10 @@ def _watched_places() -> list[tuple[object, str, Callable[[tuple[object, ...], d
     # the ATen ops behind Tensor.item, called by name (torch.ops.aten.X): no warning at all, so a
     # number read from data there would otherwise go unseen (``.default`` and other overloads are not
     # wrapped: reading one from the wrapper fails, and the module goes to torch.export)
-    by_name = [(torch.ops.aten, name, own) for name in ("_local_scalar_dense", "item")]
-    return [*((torch.Tensor, name, own) for name in _TO_NUMBER), (torch, "tensor", data), *by_name]
+    by_name = [(torch.ops.aten, name, own, _from_sizes) for name in ("_local_scalar_dense", "item")]
+    return [*((torch.Tensor, name, own, _from_sizes) for name in _TO_NUMBER),
+            *((torch, name, data, _from_sizes) for name in ("tensor", "as_tensor")),
+            *by_name, *((torch.Tensor, name, own, _shape_fixed) for name in ("__iter__", "__len__"))]
 
 
 @contextlib.contextmanager
@@ -782,9 +1015,9 @@ def _watched_numbers(said: list[object]) -> Iterator[_Numbers]:
     with _watch_lock:
         if _watchers == 0:
             _unwatched.clear()
-            for owner, name, handed in _watched_places():
+            for owner, name, handed, sound in _watched_places():
                 _unwatched[(owner, name)] = vars(owner).get(name)
-                setattr(owner, name, _watcher(getattr(owner, name), handed))
+                setattr(owner, name, _watcher(getattr(owner, name), handed, sound))
         _watchers += 1
     _watch.current = (seen, said, set())
     try:
@@ -803,9 +1036,11 @@ def _watched_numbers(said: list[object]) -> Iterator[_Numbers]:
 
 
 def _watcher(function: Callable[..., object],
-             handed: Callable[[tuple[object, ...], dict[str, object]], list[object]]) -> Callable[..., object]:
+             handed: Callable[[tuple[object, ...], dict[str, object]], list[object]],
+             sound: Callable[[torch.Tensor, set[int], list[object]], bool]) -> Callable[..., object]:
     """``function``, noting in this thread's trace whether the tensors ``handed`` picks from its
-    arguments were computed from sizes alone, and tying the warnings it raises to that verdict."""
+    arguments are ``sound`` (computed from fixed sizes alone; of a fixed size), and tying the
+    warnings it raises to that verdict."""
     import torch
 
     def watched(*args: object, **kwargs: object) -> object:
@@ -813,40 +1048,48 @@ def _watcher(function: Callable[..., object],
         if current is None or torch._C._get_tracing_state() is None:
             return function(*args, **kwargs)
         seen, said, fixed = current
-        sizes = all(_from_sizes(t, fixed) for t in handed(args, kwargs))  # type: ignore[arg-type]
+        counts: list[object] = []  # the traced values whose sizes, read here, may depend on data
+        sizes = all(sound(t, fixed, counts) for t in handed(args, kwargs))  # type: ignore[arg-type]
+        if counts and getattr(function, "__name__", "") != "__bool__":
+            sizes = False  # a count made a number: the trace would freeze the example's
         before = len(said)
         try:
             return function(*args, **kwargs)
         finally:
             if sizes:
                 seen.explained.update(id(w) for w in said[before:])
+                if counts:  # a branch on a count: taken as the example took it, and named
+                    seen.branches.append(_model_line())
             else:
                 seen.from_data += 1
 
     return watched
 
 
-def _from_sizes(tensor: torch.Tensor, fixed: set[int]) -> bool:
-    """Whether the traced value of ``tensor`` is computed from fixed sizes and constants only.
+def _from_sizes(tensor: torch.Tensor, fixed: set[int], counts: list[object]) -> bool:
+    """Whether the traced value of ``tensor`` is computed from sizes and constants only.
 
-    Only scalar arithmetic (``_SIZE_ARITHMETIC``) may lead from sizes to it, and every tensor whose
-    size is read must have a size fixed by the input shapes: no op upstream of it whose result's
-    size depends on data (``nonzero(x).size(0)`` is a count, and its nonzero leaves the finished
-    graph with the number). ``fixed``: the values already seen to have fixed sizes, this trace.
+    Only scalar arithmetic (``_SIZE_ARITHMETIC``) may lead from sizes to it. A size read from a
+    tensor whose shape the input shapes fix is fixed; a tensor downstream of an op whose result's
+    size depends on data (``nonzero(x).size(0)`` is a count) is added to ``counts`` (all its sizes:
+    which of them depend on the data, the trace does not show). ``fixed``: values already seen to
+    have fixed shapes. A tensor the trace does not follow was made from Python numbers outside it:
+    a constant.
     """
     import torch
 
     try:
         value = torch._C._get_value_trace(tensor)
     except RuntimeError:
-        return False
+        return not tensor.requires_grad
     todo, seen = [value.node()], set()
     while todo:
         node = todo.pop()
         kind = node.kind()
-        if kind in ("aten::size", "aten::numel"):
-            if not _size_fixed(next(iter(node.inputs())), fixed):
-                return False
+        if kind in ("aten::size", "aten::numel", "aten::_shape_as_tensor"):
+            ins = list(node.inputs())
+            if not _size_fixed(ins[0], fixed):
+                counts.append(ins[0])
             continue
         if kind in _SIZE_LEAVES:
             continue
@@ -857,6 +1100,31 @@ def _from_sizes(tensor: torch.Tensor, fixed: set[int]) -> bool:
                 seen.add(value.unique())
                 todo.append(value.node())
     return True
+
+
+def _shape_fixed(tensor: torch.Tensor, fixed: set[int], counts: list[object]) -> bool:
+    """Whether the traced value of ``tensor`` has sizes the input shapes fix (iterating over it and
+    ``len`` read its first), or is added to ``counts`` where they may depend on data."""
+    import torch
+
+    try:
+        value = torch._C._get_value_trace(tensor)
+    except RuntimeError:
+        return not tensor.requires_grad
+    if not _size_fixed(value, fixed):
+        counts.append(value)
+    return True
+
+
+def _model_line() -> str:
+    """'file.py:line' of the innermost frame of the model's code (not torch's, not this package's)."""
+    import traceback
+
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        path = frame.filename.replace("\\", "/")
+        if "/torch/" not in path and "/convert/" not in path and "/contextlib.py" not in path:
+            return f"{path.rsplit('/', 1)[-1]}:{frame.lineno}"
+    return "?"
 
 
 def _size_fixed(value: object, fixed: set[int]) -> bool:

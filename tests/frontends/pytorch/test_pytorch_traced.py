@@ -414,18 +414,73 @@ class _NonZero(torch.nn.Module):
         return torch.nonzero(r).float() * 2
 
 
-@pytest.mark.parametrize("net", [_Repeats(), _NonZero()], ids=lambda n: type(n).__name__)
-def test_one_list_of_data_dependent_ops_for_the_trace_and_for_torchscript_files(net):
-    """The trace refuses these ops, and a TorchScript graph keeps their sizes symbolic when its
-    metadata is made concrete from the example (frozen, a count of 6 would hold for every input)."""
+def test_one_list_of_data_dependent_ops_for_the_trace_and_for_torchscript_files():
+    """A TorchScript graph keeps the sizes of these ops symbolic when its metadata is made concrete
+    from the example (frozen, a count of 6 would hold for every input); the trace refuses
+    repeat_interleave (no fake kernel takes its data-dependent repeats) and takes nonzero with a
+    symbol for its count (test_data_dependent_sizes_are_traced_as_symbols)."""
     from convert.frontends.pytorch.tsfold import concretize
 
     example = (torch.randn(3, 2), torch.tensor([1, 2, 3]))
-    assert trace_module(net.eval(), example, Options(), type(net).__name__) is None
-    program = torch.export.export(net, example)
-    concretize(program, example)
-    ops = [n for n in program.graph.nodes if n.op == "call_function" and "val" in n.meta]
-    assert ops and all(not isinstance(n.meta["val"].shape[0], int) for n in ops if hasattr(n.meta["val"], "shape"))
+    assert trace_module(_Repeats().eval(), example, Options(), "Repeats") is None
+    for net in (_Repeats(), _NonZero()):
+        program = torch.export.export(net.eval(), example)
+        concretize(program, example)
+        ops = [n for n in program.graph.nodes if n.op == "call_function" and "val" in n.meta]
+        assert ops and all(not isinstance(n.meta["val"].shape[0], int) for n in ops if hasattr(n.meta["val"], "shape"))
+
+
+class _Selects(torch.nn.Module):
+    """A detector's tail in small: boolean-mask selection, nonzero, top-k of a data-dependent count
+    with ``k = min(3, count)`` computed from its size, and a fixed size of it used in a view."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        kept = x[x[:, 0] > 0.0]  # [count, 2]
+        scores = kept.sum(1)
+        count = torch._shape_as_tensor(kept)[0].unsqueeze(0)  # torchvision's _topk_min, as it traces
+        top = scores.topk(torch.min(torch.cat((torch.tensor([3], dtype=count.dtype), count), 0)))[0]
+        where = torch.nonzero(x[:, 1] > 0.5).view(-1, kept.size(1) // 2)
+        return kept * 2, top, where
+
+
+def test_data_dependent_sizes_are_traced_as_symbols(tmp_path):
+    """Ops whose result length depends on the data (a mask, nonzero) get a symbolic size, as in
+    torch.export: the file computes the count of each input, not the example's, down to none."""
+    net = _Selects().eval()
+    example = torch.tensor([[1.0, 0.9], [-1.0, 0.2], [0.5, 0.7], [2.0, 0.1], [0.3, 0.6]])
+    assert isinstance(trace_module(net, (example,), Options(), "Selects"), TracedProgram)
+    path, options = _converted(net, (example,), tmp_path)
+    assert not options.diagnostics.notes  # no branch taken on a count
+    for x in (torch.randn(5, 2), torch.tensor([[2.0, 0.7], [-1.0, 0.9], [-2.0, 0.1], [-0.5, 0.2], [-3.0, 0.8]]),
+              -torch.rand(5, 2)):  # 2 or 3 rows kept, then one, then none
+        with torch.no_grad():
+            refs = net(x)
+        outs = run_onnx(path, {"x": x.numpy()})
+        assert [o.shape for o in outs] == [tuple(r.shape) for r in refs]
+        for got, ref in zip(outs, refs, strict=True):
+            np.testing.assert_allclose(got, ref.numpy(), rtol=1e-6, atol=1e-6)
+
+
+class _CountBranch(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x > 0]
+        if kept.numel() > 0:  # a branch on a count: the trace takes the example's
+            return kept * 2
+        return kept
+
+
+class _CountValue(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * float(x[x > 0].shape[0])  # a count made a number: frozen by a trace, never taken
+
+
+def test_a_branch_on_a_count_is_named_and_a_count_made_a_number_is_refused(tmp_path):
+    x = torch.tensor([1.0, -2.0, 3.0])
+    path, options = _converted(_CountBranch().eval(), (x,), tmp_path)
+    assert len(options.diagnostics.notes) == 1
+    assert "test_pytorch_traced.py" in options.diagnostics.notes[0] and "at least one" in options.diagnostics.notes[0]
+    np.testing.assert_allclose(run_onnx(path, {"x": np.array([0.5, 2.0, -1.0, 4.0], np.float32)[:3]})[0], [1.0, 4.0])
+    assert trace_module(_CountValue().eval(), (x,), Options(), "CountValue") is None
 
 
 class _WritesOwnConstant(torch.nn.Module):
@@ -440,7 +495,8 @@ class _WritesOwnConstant(torch.nn.Module):
 
 
 class _WritesALiftedConstant(torch.nn.Module):
-    """The same write, after the graph read a view of the constant: that read must not see it."""
+    """The same write, after the graph read a view of the constant: that read must not see it (a
+    detector's RPN: ``offset += num_anchors`` after ``top_n_idx + offset``)."""
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         c = torch.arange(4, dtype=x.dtype)
@@ -455,8 +511,9 @@ def test_constants_written_in_place_by_constants_are_folded_as_eager_wrote_them(
     assert isinstance(trace_module(net, (x,), Options(), "WritesOwnConstant"), TracedProgram)
     path, _ = _converted(net, (x,), tmp_path)
     _check(net, path, (torch.randn(6),), tol=1e-6)
+    # the graph reads the constant before the write: it holds a copy taken then, as eager read it
     lifted, x4 = _WritesALiftedConstant().eval(), torch.randn(4)
-    assert trace_module(lifted, (x4,), Options(), "WritesALiftedConstant") is None
+    assert isinstance(trace_module(lifted, (x4,), Options(), "WritesALiftedConstant"), TracedProgram)
     path, _ = _converted(lifted, (x4,), tmp_path, name="lifted.onnx")
     _check(lifted, path, (torch.randn(4),), tol=1e-6)
 
