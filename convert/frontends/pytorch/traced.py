@@ -1073,15 +1073,14 @@ def _from_sizes(tensor: torch.Tensor, fixed: set[int], counts: list[object]) -> 
     tensor whose shape the input shapes fix is fixed; a tensor downstream of an op whose result's
     size depends on data (``nonzero(x).size(0)`` is a count) is added to ``counts`` (all its sizes:
     which of them depend on the data, the trace does not show). ``fixed``: values already seen to
-    have fixed shapes. A tensor the trace does not follow was made from Python numbers outside it:
-    a constant.
+    have fixed shapes. A tensor the trace does not follow (``x.data``) may hold anything: not sound.
     """
     import torch
 
     try:
         value = torch._C._get_value_trace(tensor)
-    except RuntimeError:
-        return not tensor.requires_grad
+    except RuntimeError:  # not followed by the trace: a .data, say, which may hold anything
+        return False
     todo, seen = [value.node()], set()
     while todo:
         node = todo.pop()
@@ -1109,8 +1108,8 @@ def _shape_fixed(tensor: torch.Tensor, fixed: set[int], counts: list[object]) ->
 
     try:
         value = torch._C._get_value_trace(tensor)
-    except RuntimeError:
-        return not tensor.requires_grad
+    except RuntimeError:  # not followed by the trace: a .data, say, which may hold anything
+        return False
     if not _size_fixed(value, fixed):
         counts.append(value)
     return True
