@@ -969,8 +969,10 @@ def _watched_places() -> list[tuple[object, str, Callable[[tuple[object, ...], d
     """Where a tensor's value or size leaves the graph, the tensors each call hands over, and what
     makes the call sound: the number methods of torch.Tensor (the tensor itself, computed from fixed
     sizes), ``torch.tensor`` and ``torch.as_tensor`` (the tensors in their data: a tensor made of
-    Python numbers and constants is a constant, which the tracer warns of too), and iterating over a
-    tensor or taking its length (the tensor, whose sizes must be fixed: ``for image in batch``)."""
+    Python numbers and constants is a constant, which the tracer warns of too), iterating over a
+    tensor or taking its length (the tensor, whose sizes must be fixed: ``for image in batch``), and
+    ``Tensor.data``, which the tracer records as a constant of the example's values, silently (the
+    tensor, computed from fixed sizes: even a weight's goes to torch.export, as its numbers do)."""
     import torch
 
     def own(args: tuple[object, ...], kwargs: dict[str, object]) -> list[object]:
@@ -985,7 +987,22 @@ def _watched_places() -> list[tuple[object, str, Callable[[tuple[object, ...], d
     by_name = [(torch.ops.aten, name, own, _from_sizes) for name in ("_local_scalar_dense", "item")]
     return [*((torch.Tensor, name, own, _from_sizes) for name in _TO_NUMBER),
             *((torch, name, data, _from_sizes) for name in ("tensor", "as_tensor")),
-            *by_name, *((torch.Tensor, name, own, _shape_fixed) for name in ("__iter__", "__len__"))]
+            *by_name, *((torch.Tensor, name, own, _shape_fixed) for name in ("__iter__", "__len__")),
+            (torch.Tensor, "data", own, _from_sizes)]
+
+
+def _wrapped(owner: object, name: str, watch: Callable[[Callable[..., object]], Callable[..., object]]) -> object:
+    """``owner.name`` with ``watch`` around it: a function wrapped, a data descriptor (``Tensor.data``)
+    as a property whose getter is wrapped and whose setter is the descriptor's."""
+    entry = getattr(owner, name)
+    if callable(entry):
+        return watch(entry)
+
+    def get(tensor: object) -> object:
+        return entry.__get__(tensor, type(tensor))
+
+    get.__name__ = name
+    return property(watch(get), entry.__set__)
 
 
 @contextlib.contextmanager
@@ -1017,7 +1034,7 @@ def _watched_numbers(said: list[object]) -> Iterator[_Numbers]:
             _unwatched.clear()
             for owner, name, handed, sound in _watched_places():
                 _unwatched[(owner, name)] = vars(owner).get(name)
-                setattr(owner, name, _watcher(getattr(owner, name), handed, sound))
+                setattr(owner, name, _wrapped(owner, name, functools.partial(_watcher, handed=handed, sound=sound)))
         _watchers += 1
     _watch.current = (seen, said, set())
     try:

@@ -189,6 +189,11 @@ class _TensorOfData(torch.nn.Module):
         return x * torch.tensor(x.sum())  # copies data into a constant: the next input's sum differs
 
 
+class _DataCopy(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * x.sum().data  # the tracer makes .data a constant of the example's sum, and warns of nothing
+
+
 class _WeightNumber(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -233,7 +238,7 @@ class _RaisesAfterANumber(torch.nn.Module):
 
 @pytest.mark.parametrize("net", [_DataBranch(), _WeightNumber(), _RandomNumber(), _SizeAndDataNumbers(),
                                  _ListNumbers(), _CountNumber(), _MaskedNumber(), _TensorOfData(),
-                                 _NumberByName(),
+                                 _NumberByName(), _DataCopy(),
                                  _RaisesAfterANumber()], ids=lambda n: type(n).__name__)
 def test_a_number_not_made_from_sizes_is_not_traced_and_tensor_methods_are_put_back(net):
     """A Python number read from data, a weight or a random op freezes a value the next input may
