@@ -282,7 +282,9 @@ class _Lowering(ControlFlowLowering):
 
         Rebinding (every later use of a written tensor reads the op's result) is exact unless the
         write goes through a view of another tensor, or a view taken of the tensor before the
-        write is still used after it. Such programs are functionalized by torch first.
+        write is still used after it. Such programs are functionalized by torch first. A write
+        folded here (constants only) runs on real tensors, whose folded views see it as eager's
+        do; a converted view of a constant taken before such a write and used after it does not.
         """
         nodes = list(self.ep.graph.nodes)  # type: ignore[attr-defined]
         order = {n: i for i, n in enumerate(nodes)}
@@ -296,11 +298,11 @@ class _Lowering(ControlFlowLowering):
         hazards: list[object] = []
         writes: dict[object, list[object]] = {}
         for node in nodes:
-            if node.op != "call_function" or node in self.foldable:
+            if node.op != "call_function":
                 continue
             for w in _written(node):
                 r = find(w)
-                if _is_view(r) and node not in hazards:
+                if _is_view(r) and node not in hazards and node not in self.foldable:
                     hazards.append(node)
                 writes.setdefault(r, []).append(node)
                 root[node] = r
@@ -318,7 +320,7 @@ class _Lowering(ControlFlowLowering):
                         views.append(u)
                         frontier.append(u)
             for m in muts:
-                late = [v for v in views if order[v] < order[m]
+                late = [v for v in views if order[v] < order[m] and not (m in self.foldable and v in self.foldable)
                         and any(order.get(u, -1) > order[m] for u in v.users)]  # type: ignore[attr-defined]
                 if late and m not in hazards:
                     hazards.append(m)

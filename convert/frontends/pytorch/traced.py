@@ -27,8 +27,9 @@ The graph is only used when it is as trustworthy as torch.export's:
 - the trace wrote to none of the module's parameters and buffers (it runs ``forward`` on real
   tensors; buffers it wrote are put back), every op has a converter, and no in-place write goes
   through a view (``prepare_program`` would need torch's functionalization); an in-place op of
-  constants runs here as eager ran it, on a tensor the builder computed and not yet a constant of
-  the graph (``_Builder._ours_to_write``), and any other write to a constant refuses the trace;
+  constants runs here as eager ran it, on a tensor the builder computed (``_Builder._ours_to_write``;
+  a graph op that read it earlier reads a copy taken then), and any other write to a constant
+  refuses the trace;
 - only the ops, list and tuple constructs, attribute reads and size arithmetic of a trace appear
   (no scripted control flow, no Python ops), and the outputs are tensors in tuples, lists and
   dicts (a Hugging Face ``ModelOutput``), flattened in the order torch.export's pytree flattens;
@@ -263,10 +264,11 @@ class _Builder:
         # 0-d tensors the trace made from Python numbers (prim::NumToTensor, a Double or Long constant):
         # eager torch computed with them as numbers, which take no part in choosing a result's dtype
         self.scalar_born: set[int] = set()
-        # storages of the tensors this builder computed (folded results), and of those it made constants
-        # of the graph: an in-place op of constants runs here only on the first and never on the second
+        # storages of the tensors this builder computed (folded results): an in-place op of constants runs
+        # here only on those, and not on one a graph op took as a view (its result would see the write);
+        # a graph op reading one reads a copy (_lift), which a later write does not change, as in eager
         self.ours: set[int] = set()
-        self.lifted: set[int] = set()
+        self.viewed: set[int] = set()
         self.kinds = InputKind
         self.parameter_names = set(parameter_names)
         # the fake-tensor mode that gives results whose size depends on data a symbolic size (made on
@@ -303,11 +305,9 @@ class _Builder:
             key = _identity(value)
             if _storage(value) in self.ours:  # may be written later, as eager did: the graph reads it as it is now
                 key, value = (*key, value._version), value.clone()
-                self.ours.add(_storage(value))
             node = self.tensors.get(key)
             if node is None:
                 target = f"_tensor_constant{len(self.constants)}"
-                self.lifted.add(_storage(value))
                 node = self._placeholder(target, _meta(value))
                 self.tensors[key] = node
                 self.specs.append((self.kinds.CONSTANT_TENSOR, node, target))
@@ -542,6 +542,9 @@ class _Builder:
             arguments = op._schema.arguments
             values = values[:1]
         self._numbers_promote_alike(name, values)
+        self.viewed.update(_storage(t) for v, a in zip(values, arguments, strict=True)
+                           if a.alias_info is not None and not a.alias_info.is_write
+                           for t in _flat(v) if isinstance(t, torch.Tensor))
         lifted = [self._lift(v) for v in values]
         if any(isinstance(lifted[i], torch.fx.Node) and lifted[i].target in self.constants for i in written):
             # a constant the trace computed (views of which were computed here too) written by the graph
@@ -682,13 +685,13 @@ class _Builder:
     def _ours_to_write(self, value: object) -> bool:
         """Whether an in-place op of constants may run on ``value`` here, as eager ran it: a tensor
         this builder computed (not one of the module's, not a graph constant), none of whose storage
-        is a constant of the graph yet (a node reading it there would see the write)."""
+        a graph op took as a view (its result, computed from a copy, would not see the write)."""
         import torch
 
         if not isinstance(value, torch.Tensor):
             return False
         where = _storage(value)
-        return bool(where) and where in self.ours and where not in self.lifted
+        return bool(where) and where in self.ours and where not in self.viewed
 
     def _call(self, op: object, arguments: Sequence[object], values: list[object]) -> object:
         args = [v for v, a in zip(values, arguments, strict=True) if not a.kwarg_only]  # type: ignore[attr-defined]

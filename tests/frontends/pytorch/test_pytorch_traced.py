@@ -510,6 +510,17 @@ class _WritesALiftedConstant(torch.nn.Module):
         return y, x + c
 
 
+class _ViewsAConstantThenWritesIt(torch.nn.Module):
+    """A graph op takes a view of a computed constant (expand_as), which is then written: eager's
+    view sees the write, a graph op on a copy would not."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        c = torch.arange(4, dtype=x.dtype)
+        v = c.expand_as(x)
+        c += torch.ones(4, dtype=x.dtype) * 3
+        return v * 2
+
+
 def test_constants_written_in_place_by_constants_are_folded_as_eager_wrote_them(tmp_path):
     x = torch.randn(6)
     net = _WritesOwnConstant().eval()
@@ -521,4 +532,7 @@ def test_constants_written_in_place_by_constants_are_folded_as_eager_wrote_them(
     assert isinstance(trace_module(lifted, (x4,), Options(), "WritesALiftedConstant"), TracedProgram)
     path, _ = _converted(lifted, (x4,), tmp_path, name="lifted.onnx")
     _check(lifted, path, (torch.randn(4),), tol=1e-6)
-
+    viewed, x24 = _ViewsAConstantThenWritesIt().eval(), torch.randn(2, 4)
+    assert trace_module(viewed, (x24,), Options(), "ViewsAConstantThenWritesIt") is None
+    path, _ = _converted(viewed, (x24,), tmp_path, name="viewed.onnx")
+    _check(viewed, path, (torch.randn(2, 4),), tol=1e-6)
