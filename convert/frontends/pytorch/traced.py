@@ -50,8 +50,8 @@ import contextlib
 import functools
 import logging
 import operator
+import os
 import re
-import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -65,6 +65,8 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["TRACE_MAX_BYTES", "TracedProgram", "program_from_script", "trace_module"]
 
 logger = logging.getLogger(__name__)
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # convert/
 
 #: Modules with more parameter and buffer bytes than this go straight to torch.export: the trace
 #: runs ``forward`` on real tensors, which on a multi-GB model costs more than it saves, and a
@@ -474,7 +476,7 @@ class _Builder:
 
     def _fx_call(self, op: object, args: tuple[object, ...], kwargs: dict[str, object], near: object) -> object:
         """``op`` on graph values, its meta value computed by the fake mode, placed like ``near``."""
-        val = self._symbolic_val("", op, args, kwargs, None)
+        val = self._symbolic_val(str(op), op, args, kwargs, None)
         fx_node = self.fx.call_function(op, args, kwargs)
         fx_node.meta["val"] = val
         fx_node.meta["nn_module_stack"] = near.meta.get("nn_module_stack", {})  # type: ignore[attr-defined]
@@ -531,8 +533,8 @@ class _Builder:
                 self._bind_result(outs, number)
                 return
             values = [self._tensors_of_numbers(v, str(a.real_type)) for v, a in zip(values, arguments, strict=True)]
-        symbolic = (name in DATA_DEPENDENT_OPS or (name == "where" and len(values) == 1)
-                    or torch.Tag.dynamic_output_shape in op.tags or _masked(name, values)
+        # the number watch's rule (_sizes_data), and the masks by their meta value (a file records no types)
+        symbolic = (_sizes_data(node) or _masked(name, values)
                     or (self.fake is not None and any(_is_symbolic(v) for v in _flat(values))))
         if name in ("Int", "Float", "Bool", "ScalarImplicit", "item", "_local_scalar_dense"):
             if not symbolic:
@@ -609,13 +611,7 @@ class _Builder:
             from torch._subclasses.fake_tensor import FakeTensorMode
             from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-            shapes = ShapeEnv()
-            sloc = getattr(sys.modules[ShapeEnv.__module__], "SLoc", None)
-            if sloc is not None and hasattr(shapes, "_get_stack_summary"):
-                # where a symbol was made, for torch's logs and guard messages only: finding it imports
-                # torch.export and aot_autograd (0.2 s) on the first symbol, which this capture avoids
-                shapes._get_stack_summary = lambda *args, **kwargs: (sloc("traced graph", None), "")
-            self.fake = FakeTensorMode(shape_env=shapes, allow_non_fake_inputs=True)
+            self.fake = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
         return self.fake
 
     def _fake_of(self, value: object) -> object:
@@ -1139,10 +1135,12 @@ def _model_line() -> str:
     """'file.py:line' of the innermost frame of the model's code (not torch's, not this package's)."""
     import traceback
 
+    import torch
+
+    skipped = (os.path.dirname(torch.__file__) + os.sep, _PACKAGE + os.sep)
     for frame in reversed(traceback.extract_stack()[:-2]):
-        path = frame.filename.replace("\\", "/")
-        if "/torch/" not in path and "/convert/" not in path and "/contextlib.py" not in path:
-            return f"{path.rsplit('/', 1)[-1]}:{frame.lineno}"
+        if not frame.filename.startswith(skipped) and frame.filename != contextlib.__file__:
+            return f"{os.path.basename(frame.filename)}:{frame.lineno}"
     return "?"
 
 
