@@ -635,6 +635,8 @@ def lower_program(program: object, *, source: str, options: Options,
     fallback = getattr(program, "fallback", None)  # a traced graph (traced.py): torch.export on refusal
     if fallback is not None:
         said = len(options.diagnostics.notes), len(options.diagnostics.warnings)
+        for note in getattr(program, "notes", ()):  # the trace's own (a branch it took as the example did)
+            options.diagnostics.note(note)
         try:
             return _lower_once(program, source=source, options=options, input_names=input_names, name=name)
         except ConvertError as exc:

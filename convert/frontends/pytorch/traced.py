@@ -146,6 +146,7 @@ class TracedProgram:
         self.state_dict = state_dict
         self.constants = constants
         self.fallback = fallback
+        self.notes: list[str] = []  # what the summary says of this graph, once it is lowered (lower_program)
 
 
 class _Module:
@@ -933,7 +934,7 @@ def trace_module(module: torch.nn.Module, example: Sequence[torch.Tensor], optio
 
         _keep_example(options, example)
         places = sorted(set(numbers.branches))
-        options.diagnostics.note(
+        program.notes.append(
             f"{source}: {len(places)} test(s) of the model read sizes of tensors whose length depends on the data "
             f"({', '.join(places)}); the trace took each branch as the example did, so the file holds for inputs "
             "that take the same ones (a detector's 'count > 0': at least one box)")

@@ -249,7 +249,7 @@ def test_detectors_take_the_fast_capture_where_it_is_sound(name: str) -> None:
     options = Options()
     program = export_module(model, inputs(1), options, name)
     assert isinstance(program, TracedProgram) == (name in TRACED_DETECTORS)
-    notes = " ".join(str(n) for n in options.diagnostics.notes)
+    notes = " ".join([*getattr(program, "notes", []), *(str(n) for n in options.diagnostics.notes)])
     assert ("_utils.py" in notes) == (name == "det:fasterrcnn_mobilenet_v3_large_320_fpn"), notes
 
 
