@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from convert.ir import EXAMPLE_FEEDS, ConversionError, ModelFormatError, Options, UsageError
 
-from .tvpost import decode_heatmaps, offset_batched_nms, paste_expanded_masks
+from .tvpost import offset_batched_nms, paste_expanded_masks, traced_decode_heatmaps
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -386,7 +386,12 @@ def _mask_paste_replacement() -> object | None:
 
     def paste_masks_in_image(masks: torch.Tensor, boxes: torch.Tensor, img_shape: tuple[int, int],
                              padding: int = 1) -> torch.Tensor:
-        masks, scale = expand_masks(masks, padding=padding)  # type: ignore[misc]
+        # expand_masks' scale, (side + 2 * padding) / side, computed here: under a trace torchvision's
+        # makes it with torch.tensor(side), a constant of a size of a tensor whose count depends on
+        # data, which the trace refuses; here it stays arithmetic on a size the graph reads
+        side = masks.shape[-1]
+        scale = (side + 2 * padding) / side
+        masks = torch.nn.functional.pad(masks, (padding,) * 4)
         boxes = expand_boxes(boxes, scale).to(dtype=torch.int64)  # type: ignore[misc]
         return paste_expanded_masks(masks, boxes, img_shape[0], img_shape[1])[:, None]
 
@@ -397,11 +402,12 @@ def _keypoint_decoding_replacement() -> object | None:
     """Return what replaces torchvision's ``heatmaps_to_keypoints`` (Keypoint R-CNN) while a model
     is captured (None when its module is not loaded): ``tvpost.decode_heatmaps``, a loop a capture
     can follow (torchvision's own loops in Python over the detections and resizes each one's
-    heatmaps to its box's size: a data-dependent count of data-dependent sizes)."""
+    heatmaps to its box's size: a data-dependent count of data-dependent sizes), which torch's
+    tracer records as one operator (``tvpost.traced_decode_heatmaps``)."""
     roi_heads = sys.modules.get("torchvision.models.detection.roi_heads")
     if getattr(roi_heads, "heatmaps_to_keypoints", None) is None:
         return None
-    return decode_heatmaps
+    return traced_decode_heatmaps
 
 
 # torchvision's functions replaced while a model is captured: the modules that hold each (the first

@@ -35,9 +35,10 @@ The graph is only used when it is as trustworthy as torch.export's:
   dicts (a Hugging Face ``ModelOutput``), flattened in the order torch.export's pytree flattens;
 - a number the trace turned into a 0-d tensor never decides a result's dtype (eager torch used it
   as a number, which does not);
-- the module holds at most ``TRACE_MAX_BYTES`` of weights, all on the CPU, and is not one of the
-  torchvision detectors the trace cannot take (``_UNTRACEABLE_DETECTORS``); Faster R-CNN, RetinaNet
-  and SSD are traced, with torchvision's post-processing in the forms of ``tvpost``.
+- the module holds at most ``TRACE_MAX_BYTES`` of weights, all on the CPU. torchvision's detectors
+  are traced with their post-processing in the forms of ``tvpost``; Keypoint R-CNN's keypoint
+  decoding, a ``while_loop`` the tracer would run rather than record, is recorded as one operator
+  of ours and expanded into the loop's graph here (``_Builder._form``).
 
 Anything else returns None and the caller captures with torch.export as before; nothing is lost
 but the time of the attempt. The parity check's reference is the module itself (or the
@@ -91,12 +92,6 @@ DATA_DEPENDENT_OPS = frozenset({"nonzero", "nonzero_numpy", "argwhere", "masked_
                              "unique_dim_consecutive"})
 
 
-# torchvision detectors the trace cannot capture, which go straight to torch.export: Keypoint R-CNN's
-# keypoint decoding is a while_loop (run eagerly under a trace: it fails), and Mask R-CNN pads its
-# masks after keeping the first 100 detections, a size (min(100, count)) torch's fake pad cannot take
-_UNTRACEABLE_DETECTORS = frozenset({"torchvision.models.detection.keypoint_rcnn",
-                                    "torchvision.models.detection.mask_rcnn"})
-
 # dropout(input, p, train) and its variants: with train False they return the input itself.
 _DROPOUTS = frozenset({"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"})
 
@@ -132,7 +127,8 @@ class TracedProgram:
     """
 
     def __init__(self, graph: object, signature: object, state_dict: dict[str, object],
-                 constants: dict[str, object], fallback: Callable[[], object] | None) -> None:
+                 constants: dict[str, object], fallback: Callable[[], object] | None,
+                 submodules: Mapping[str, object] | None = None) -> None:
         import torch.fx
 
         try:  # generates the Python code when it is run or read: 5-25 ms a conversion does not spend
@@ -140,8 +136,11 @@ class TracedProgram:
         except ImportError:  # pragma: no cover - torch before 2.3
             module_class = torch.fx.GraphModule
         self.graph = graph
+        root = torch.nn.Module()
+        for name, sub in (submodules or {}).items():  # the graphs its loops run (get_attr)
+            root.add_module(name, sub)  # type: ignore[arg-type]
         # runnable (the parity check's --locate runs it layer by layer)
-        self.graph_module = module_class(torch.nn.Module(), graph)
+        self.graph_module = module_class(root, graph)
         self.graph_signature = signature
         self.state_dict = state_dict
         self.constants = constants
@@ -278,6 +277,7 @@ class _Builder:
         # the first such op; see _Builder._symbolic_val)
         self.fake: object = None
         self.fakes: dict[object, object] = {}  # fx.Node -> the fake tensor standing for its meta value
+        self.submodules: dict[str, object] = {}  # the graphs of the graph's loops (see _form)
 
     # -- values ----------------------------------------------------------------------------
     def _placeholder(self, name: str, val: object) -> object:
@@ -399,11 +399,69 @@ class _Builder:
             self.scalar_born.add(id(number))
             self.ours.add(_storage(number))  # made here: an in-place op of constants may write it
             self.env[outs[0]] = number
+        elif kind.startswith("convert_tv::"):
+            self._form(kind.partition("::")[2], ins, outs)
         elif kind.startswith(("aten::", "torchvision::")):
             namespace, _, name = kind.partition("::")
             self._aten(node, name, ins, outs, namespace)
         else:
             raise NotTraceableError(f"{kind} (not an op of a trace)")
+
+    def _form(self, name: str, ins: list[object], outs: list[object]) -> None:
+        """An operator of ours (``tvpost.TRACED_FORMS``: a loop torch's tracer ran rather than
+        recorded) expanded into its form's graph, as torch's ``make_fx`` records it on the fake
+        values of its inputs, its while_loop's functions as graphs of their own."""
+        import torch
+        import torch.fx
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        from .tvpost import TRACED_FORMS
+
+        form = TRACED_FORMS.get(name)
+        values = [self._lift(self._get(v)) for v in ins]
+        if form is None or not all(isinstance(v, torch.fx.Node) for v in values):
+            raise NotTraceableError(f"convert_tv::{name} is not an operator of ours the trace expands")
+        fakes = [self._fake_of(v) for v in values]
+        # the symbols this builder's own fake calls made are bound where they were made (the graph's
+        # nodes); make_fx would take them for symbols of its first op that it failed to record
+        self._fake_mode().shape_env.pending_fresh_unbacked_symbols.clear()  # type: ignore[attr-defined]
+        try:
+            with self._fake_mode(), _python_dispatcher(), _torch_frames_skipped(), _fake_kernels_quiet(), \
+                    warnings.catch_warnings():  # type: ignore[attr-defined]
+                warnings.simplefilter("ignore")
+                module = make_fx(form, tracing_mode="real")(*fakes)
+        except Exception as exc:
+            raise NotTraceableError(f"convert_tv::{name}: {type(exc).__name__}: {str(exc)[:200]}") from exc
+        results = self._inline(module, values, values[0])
+        for o, r in zip(outs, results, strict=True):
+            _agrees(name, o, r.meta["val"], symbolic=True)
+            self.env[o] = r
+
+    def _inline(self, module: object, values: list[object], near: object) -> list[object]:
+        """The nodes of ``module`` (a graph of make_fx) copied into this graph on ``values``, its
+        graph attributes (a loop's functions) held by this graph's module; its outputs."""
+        import torch
+        import torch.fx
+
+        env: dict[object, object] = {}
+        placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]  # type: ignore[attr-defined]
+        if len(placeholders) != len(values):
+            raise NotTraceableError(f"a form of {len(placeholders)} inputs given {len(values)}")
+        env.update(zip(placeholders, values, strict=True))
+        for n in module.graph.nodes:  # type: ignore[attr-defined]
+            if n.op == "get_attr":
+                attr = getattr(module, n.target)
+                if not isinstance(attr, torch.fx.GraphModule):
+                    raise NotTraceableError(f"a form holds a {type(attr).__name__} ({n.target})")
+                target = f"{n.target}_{len(self.submodules)}"
+                self.submodules[target] = attr
+                env[n] = self.fx.get_attr(target)
+            elif n.op == "call_function":
+                env[n] = copied = self.fx.node_copy(n, lambda a: env[a])
+                copied.meta["nn_module_stack"] = near.meta.get("nn_module_stack", {})  # type: ignore[attr-defined]
+            elif n.op == "output":
+                return [env[r] for r in _flat(n.args[0])]
+        raise NotTraceableError("a form without an output")
 
     def _unpack(self, value: object, outs: list[object]) -> None:
         import torch.fx
@@ -643,7 +701,8 @@ class _Builder:
         fake_args = map_aggregate(args, self._fake_of)
         fake_kwargs = map_aggregate(kwargs, self._fake_of)
         try:
-            with self._fake_mode(), warnings.catch_warnings():  # type: ignore[attr-defined]
+            with self._fake_mode(), _python_dispatcher(), _torch_frames_skipped(), _fake_kernels_quiet(), \
+                    warnings.catch_warnings():  # type: ignore[attr-defined]
                 warnings.simplefilter("ignore")  # torchvision's fake kernels warn of their own deprecations
                 val = op(*fake_args, **fake_kwargs)  # type: ignore[operator]
         except Exception as exc:
@@ -854,7 +913,8 @@ def _program(builder: _Builder, options: Options, source: str, fallback: Callabl
         graph, outputs = builder.build()
         if returned is not None and len(outputs) != returned:
             raise NotTraceableError(f"{len(outputs)} graph outputs for {returned} returned tensors")
-        program = TracedProgram(graph, _signature(builder, outputs), builder.state, builder.constants, fallback)
+        program = TracedProgram(graph, _signature(builder, outputs), builder.state, builder.constants, fallback,
+                                builder.submodules)
         probe = _Lowering(program, GraphBuilder("check"), options, source)
         if probe.missing() or probe.alias_hazards():
             raise NotTraceableError("an op without a converter, or an in-place write through a view")
@@ -887,8 +947,6 @@ def trace_module(module: torch.nn.Module, example: Sequence[torch.Tensor], optio
         return None
     if _state_bytes(module) > TRACE_MAX_BYTES:
         return None
-    if any(type(m).__module__ in _UNTRACEABLE_DETECTORS for m in module.modules()):
-        return None  # refused after a whole forward otherwise (see _UNTRACEABLE_DETECTORS)
     buffers = list(module.buffers())
     if sum(b.numel() * b.element_size() for b in buffers) > _BUFFER_COPY_MAX_BYTES:
         return None
@@ -1143,6 +1201,74 @@ def _model_line() -> str:
         if not frame.filename.startswith(skipped) and frame.filename != contextlib.__file__:
             return f"{os.path.basename(frame.filename)}:{frame.lineno}"
     return "?"
+
+
+def _python_dispatcher() -> contextlib.AbstractContextManager[None]:
+    """torch's Python dispatcher, as torch.export runs its fake kernels: composite ops (``pad``)
+    decompose in Python, with no guard on a size that depends on data (the C++ ones specialise it)."""
+    from torch._dispatch.python import enable_python_dispatcher
+
+    return enable_python_dispatcher()  # type: ignore[no-any-return]
+
+
+@contextlib.contextmanager
+def _fake_kernels_quiet() -> Iterator[None]:
+    """Keep torch's fake tensors from logging a kernel's failure with its traceback (at ERROR, to
+    stderr): a fake kernel that fails refuses the trace, which the caller reports as it reports any."""
+    log = logging.getLogger("torch._subclasses.fake_tensor")
+    disabled = log.disabled
+    log.disabled = True
+    try:
+        yield
+    finally:
+        log.disabled = disabled
+
+
+class _TorchFiles:
+    """The files of torch's package, as a container (``in``): what a ShapeEnv skips to find the
+    frame that made a symbol or a guard."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def __contains__(self, filename: object) -> bool:
+        return isinstance(filename, str) and (filename.startswith(self.folder) or filename == "<string>")
+
+
+_skipped_lock = threading.Lock()
+_skipping = 0  # fake calls in progress, all threads, with symbolic_shapes.uninteresting_files replaced
+_torch_uninteresting: list[object] = []  # torch's own, put back by the last one out
+
+
+@contextlib.contextmanager
+def _torch_frames_skipped() -> Iterator[None]:
+    """Have torch's ShapeEnv name the frame that made a symbol without importing torch.export.
+
+    On a process's first unbacked symbol (an NMS's count) torch's structured-trace logging and the
+    ShapeEnv's source locations call ``symbolic_shapes.uninteresting_files()``, whose first call
+    imports ``torch.export._trace`` and AOTAutograd to list their files: 0.2 s of a 0.9 s capture
+    of SSDlite, for a frame name no one reads here. While this package's fake calls run it is
+    replaced by every file of torch's package (the frames it lists all are: a frame of a module not
+    yet imported cannot be on the stack); torch's own is put back when the last call ends. Its
+    callers only test membership (``in``; read in torch 2.14).
+    """
+    global _skipping
+    import torch
+    from torch.fx.experimental import symbolic_shapes
+
+    with _skipped_lock:
+        if _skipping == 0:
+            _torch_uninteresting[:] = [symbolic_shapes.uninteresting_files]
+            files = _TorchFiles(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
+            symbolic_shapes.uninteresting_files = lambda: files  # type: ignore[assignment,return-value]
+        _skipping += 1
+    try:
+        yield
+    finally:
+        with _skipped_lock:
+            _skipping -= 1
+            if _skipping == 0:
+                symbolic_shapes.uninteresting_files = _torch_uninteresting.pop()  # type: ignore[assignment]
 
 
 def _size_fixed(value: object, fixed: set[int]) -> bool:

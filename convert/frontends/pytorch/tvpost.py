@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["converter_handlers", "decode_heatmaps", "offset_batched_nms", "paste_expanded_masks",
-           "replace_torchvision_scripted", "shape_as_tensor"]
+__all__ = ["TRACED_FORMS", "converter_handlers", "decode_heatmaps", "offset_batched_nms", "paste_expanded_masks",
+           "replace_torchvision_scripted", "shape_as_tensor", "traced_decode_heatmaps"]
 
 _NAMESPACE = "convert_tv"
 _CUBIC = -0.75  # torch's bicubic coefficient
@@ -86,9 +86,13 @@ def decode_heatmaps(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tenso
     step, the positions outside its size set to -inf, and takes each keypoint's maximum and its
     row-major position (the first on ties, as torch's) over the same pixels as torchvision's. One
     step holds K x tallest x widest floats, as torchvision's loop holds one box's.
+
+    The loop is torch's ``while_loop`` operator called with every tensor it reads as an input:
+    ``while_loop()`` itself compiles its functions with dynamo first (0.6 s, and 1.3 s to import
+    it), which a capture of these functions of their arguments does not need.
     """
     import torch
-    from torch._higher_order_ops.while_loop import while_loop
+    from torch._higher_order_ops.while_loop import while_loop_op
 
     widths = (rois[:, 2] - rois[:, 0]).clamp(min=1)
     heights = (rois[:, 3] - rois[:, 1]).clamp(min=1)
@@ -118,11 +122,12 @@ def decode_heatmaps(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tenso
     index = torch.arange(maps.shape[0], device=maps.device)
     count = (index >= 0).sum()  # a tensor: while_loop takes no data-dependent int from outside
 
-    def cond(i: torch.Tensor, scores: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        return i < count
+    def cond(i: torch.Tensor, scores: torch.Tensor, pos: torch.Tensor, *read: torch.Tensor) -> torch.Tensor:
+        return i < read[-1]
 
-    def body(i: torch.Tensor, scores: torch.Tensor,
-             pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def body(i: torch.Tensor, scores: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor, rows_in: torch.Tensor,
+             cols: torch.Tensor, cols_in: torch.Tensor, maps: torch.Tensor, index: torch.Tensor,
+             count: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         at = i.reshape(1)
         resized = rows.index_select(0, at) @ maps.index_select(0, at)[0] @ cols.index_select(0, at).transpose(1, 2)
         inside = rows_in.index_select(0, at)[0][:, None] & cols_in.index_select(0, at)[0][None, :]
@@ -132,12 +137,43 @@ def decode_heatmaps(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tenso
 
     start = (torch.zeros((), dtype=torch.int64, device=maps.device),
              maps.new_zeros(maps.shape[:2]), torch.zeros(maps.shape[:2], dtype=torch.int64, device=maps.device))
-    _, scores, pos = while_loop(cond, body, start)
+    _, scores, pos = while_loop_op(cond, body, start, (rows, rows_in, cols, cols_in, maps, index, count))
     x_int = pos % widest
     y_int = torch.div(pos - x_int, widest, rounding_mode="floor")
     x = (x_int.float() + 0.5) * (widths / widths_ceil)[:, None] + rois[:, :1]
     y = (y_int.float() + 0.5) * (heights / heights_ceil)[:, None] + rois[:, 1:2]
     return torch.stack([x, y, torch.ones_like(x)], dim=2), scores
+
+
+def traced_decode_heatmaps(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``decode_heatmaps`` where the capture can take it: under torch's tracer as one operator of
+    ours (``convert_tv::decode_heatmaps``, which the fast capture expands into the loop: the tracer
+    cannot record a ``while_loop``, it runs it), otherwise as it is."""
+    import torch
+
+    if torch._C._get_tracing_state() is None:
+        return decode_heatmaps(maps, rois)
+    _register()
+    keypoints, scores = torch.ops.convert_tv.decode_heatmaps(maps, rois)  # type: ignore[attr-defined]
+    return keypoints, scores
+
+
+def _decode_kernel(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``convert_tv::decode_heatmaps``'s own kernel: ``decode_heatmaps``, run with the trace that
+    recorded the operator switched off (its numbers read from data are the loop's bounds, not the
+    model's: the capture computes them at run time)."""
+    import torch
+
+    state = torch._C._get_tracing_state()
+    torch._C._set_tracing_state(None)
+    try:
+        return decode_heatmaps(maps, rois)
+    finally:
+        torch._C._set_tracing_state(state)
+
+
+#: Operators of ours that the fast capture (``traced.py``) expands into the form that computes them.
+TRACED_FORMS = {"decode_heatmaps": decode_heatmaps}
 
 
 # --- traced TorchScript files -------------------------------------------------------------------
@@ -269,6 +305,8 @@ def _register() -> None:
     for op, schema, _, kernel, _ in _SCRIPTED.values():
         library.define(op + schema)
         library.impl(op, kernel, "CompositeExplicitAutograd")
+    library.define("decode_heatmaps(Tensor maps, Tensor rois) -> (Tensor, Tensor)")
+    library.impl("decode_heatmaps", _decode_kernel, "CompositeExplicitAutograd")
     _registered.append(library)
 
 

@@ -472,6 +472,55 @@ def test_keypoint_decoding_used_during_capture_is_torchvisions() -> None:
     assert equal >= 0.99 * total, (equal, total)
 
 
+class _KeypointsOfKept(torch.nn.Module):
+    """Keypoint R-CNN's decoding on the boxes a score keeps: a count of the data's."""
+
+    def forward(self, maps: torch.Tensor, rois: torch.Tensor, scores: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        from torchvision.models.detection import roi_heads
+
+        keep = scores > 0.5
+        return roi_heads.heatmaps_to_keypoints(maps[keep], rois[keep])  # type: ignore[no-any-return]
+
+
+def test_keypoint_decoding_is_traced_as_a_loop_over_each_input_s_count(tmp_path: Path) -> None:
+    """Under the fast capture the decoding is one operator of ours in the trace, expanded into its
+    while_loop (an ONNX Loop): the file decodes as many boxes as each input keeps (6 on the example,
+    then 3, 8 and none), as torchvision itself does."""
+    pytest.importorskip("torchvision")
+    from convert.frontends.pytorch import load_module
+    from convert.frontends.pytorch.capture import export_module
+    from convert.frontends.pytorch.traced import TracedProgram
+    from convert.ir import Options
+
+    gen = torch.Generator().manual_seed(3)
+
+    def inputs(kept: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        maps = torch.randn(8, 17, 56, 56, generator=gen)
+        xy = torch.rand(8, 2, generator=gen) * 150
+        rois = torch.cat([xy, xy + torch.rand(8, 2, generator=gen) * 120 + 0.5], 1)
+        scores = torch.where(torch.arange(8) < kept, 0.9, 0.1)[torch.randperm(8, generator=gen)]
+        return maps, rois, scores
+
+    net = _KeypointsOfKept().eval()
+    example = inputs(6)
+    assert isinstance(export_module(net, example, Options(), "KeypointsOfKept"), TracedProgram)
+    path = to_onnx(load_module(net, example, Options()), tmp_path / "k.onnx")
+    for kept in (6, 3, 8, 0):
+        feed = inputs(kept)
+        with torch.no_grad():
+            theirs = [t.numpy() for t in net(*feed)]  # torchvision's own decoding (no capture running)
+        ours = run_onnx(path, {n: t.numpy() for n, t in zip(("maps", "rois", "scores"), feed, strict=True)})
+        assert [o.shape for o in ours] == [t.shape for t in theirs] and len(theirs[1]) == kept
+        if not kept:
+            continue
+        assert rel_to_scale(ours[1], theirs[1]) <= 1e-5, kept
+        rois = feed[1][feed[2] > 0.5].numpy()
+        extent = np.maximum(rois[:, 2:] - rois[:, :2], 1)
+        pixel = extent / np.ceil(extent)  # a near-tie between two resized pixels may settle the other way
+        assert (np.abs(ours[0][..., :2] - theirs[0][..., :2]) <= pixel[:, None] * 1.001 + 1e-4).all(), kept
+        assert (ours[0] == theirs[0]).all(axis=2).mean() >= 0.95, kept
+
+
 class _TracedPaste(torch.nn.Module):
     """torchvision's mask paste, as a traced Mask R-CNN holds it (a scripted loop over detections)."""
 

@@ -8,6 +8,8 @@ land on torch.export and still convert correctly, with the user's module left as
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -464,6 +466,50 @@ def test_data_dependent_sizes_are_traced_as_symbols(tmp_path):
         assert [o.shape for o in outs] == [tuple(r.shape) for r in refs]
         for got, ref in zip(outs, refs, strict=True):
             np.testing.assert_allclose(got, ref.numpy(), rtol=1e-6, atol=1e-6)
+
+
+class _PadsTheFirstOfACount(torch.nn.Module):
+    """Mask R-CNN's masks: the first three of a count kept (min(3, count) rows), then padded."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kept = x[x[:, 0] > 0][:3]
+        return torch.nn.functional.pad(kept[:, None], (1, 1, 1, 1), value=-1.0)
+
+
+def test_the_first_of_a_count_padded_is_traced_and_matches_eager(tmp_path):
+    """torch's C++ pad specialises a size like min(3, count); its Python one, which torch.export
+    runs, does not: the trace takes it, and each input keeps its own count."""
+    net = _PadsTheFirstOfACount().eval()
+    example = torch.tensor([[1.0, 0.9], [-1.0, 0.2], [0.5, 0.7], [2.0, 0.1], [0.3, 0.6]])  # 4 kept: 3 padded
+    assert isinstance(trace_module(net, (example,), Options(), "PadsTheFirstOfACount"), TracedProgram)
+    path, _ = _converted(net, (example,), tmp_path)
+    one = torch.tensor([[-1.0, 0.9], [1.0, 0.2], [-0.5, 0.7], [-2.0, 0.1], [-0.3, 0.6]])
+    for x in (example, one, -torch.rand(5, 2)):
+        with torch.no_grad():
+            ref = net(x)
+        got = run_onnx(path, {"x": x.numpy()})[0]
+        assert got.shape == tuple(ref.shape)  # [3, 1, 4, 4], then [1, 1, 4, 4], then none
+        np.testing.assert_array_equal(got, ref.numpy())
+
+
+def test_a_symbolic_size_does_not_import_torch_export():
+    """torch's ShapeEnv imports torch.export (0.2 s) to name the frame of a process's first symbol;
+    the trace has it skip torch's files instead, and puts torch's function back after."""
+    code = (
+        "import sys, torch\n"
+        "from torch.fx.experimental import symbolic_shapes\n"
+        "original = symbolic_shapes.uninteresting_files\n"
+        "from convert.frontends.pytorch.traced import TracedProgram, trace_module\n"
+        "from convert.ir import Options\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return x[x > 0] * 2\n"
+        "assert isinstance(trace_module(M().eval(), (torch.tensor([1.0, -1.0]),), Options(), 'M'), TracedProgram)\n"
+        "assert 'torch.export._trace' not in sys.modules, 'imported'\n"
+        "assert symbolic_shapes.uninteresting_files is original, 'not put back'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 class _CountBranch(torch.nn.Module):

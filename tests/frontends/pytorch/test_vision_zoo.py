@@ -231,16 +231,19 @@ def test_detector_matches_eager_as_sets(name: str, tmp_path: Path) -> None:
     _detections_agree(name, model, path, feed, inputs(4)[0] * 0.3, dim=True)
 
 
-# the detectors the fast capture (frontends/pytorch/traced.py) takes, with their counts symbolic; Mask
-# and Keypoint R-CNN go to torch.export (traced.py's _UNTRACEABLE_DETECTORS)
+# the fast capture (frontends/pytorch/traced.py) takes every detector, with its counts symbolic
+# (Keypoint R-CNN's keypoint decoding recorded as one operator and expanded into its loop)
 TRACED_DETECTORS = ("det:fasterrcnn_mobilenet_v3_large_320_fpn", "det:ssdlite320_mobilenet_v3_large",
-                    "det:retinanet_resnet50_fpn")
+                    "det:retinanet_resnet50_fpn", "det:maskrcnn_resnet50_fpn", "det:keypointrcnn_resnet50_fpn")
+# the box coder's 'if box_sum > 0' (torchvision's detection/_utils.py) of the R-CNNs' second stage
+COUNT_TESTED = ("det:fasterrcnn_mobilenet_v3_large_320_fpn", "det:maskrcnn_resnet50_fpn",
+                "det:keypointrcnn_resnet50_fpn")
 
 
 @pytest.mark.parametrize("name", _zoo().DETECTORS)  # type: ignore[attr-defined]
 def test_detectors_take_the_fast_capture_where_it_is_sound(name: str) -> None:
     """The conversions above match eager whichever capture ran; this keeps the fast one in use, and
-    Faster R-CNN's tests of a count ('count > 0') named in a note."""
+    the R-CNNs' tests of a count ('count > 0') named in a note."""
     from convert.frontends.pytorch.capture import export_module
     from convert.frontends.pytorch.traced import TracedProgram
     from convert.ir import Options
@@ -250,7 +253,7 @@ def test_detectors_take_the_fast_capture_where_it_is_sound(name: str) -> None:
     program = export_module(model, inputs(1), options, name)
     assert isinstance(program, TracedProgram) == (name in TRACED_DETECTORS)
     notes = " ".join([*getattr(program, "notes", []), *(str(n) for n in options.diagnostics.notes)])
-    assert ("_utils.py" in notes) == (name == "det:fasterrcnn_mobilenet_v3_large_320_fpn"), notes
+    assert ("_utils.py" in notes) == (name in COUNT_TESTED), notes
 
 
 @pytest.fixture(scope="module")
