@@ -200,10 +200,14 @@ def _script_program(script: object, example: Sequence[torch.Tensor], options: Op
     through torch's TorchScript converter."""
     from .capture import script_to_program
     from .traced import program_from_script
+    from .tvpost import replace_torchvision_scripted
 
     def converted() -> object:
         return script_to_program(script, example, source)  # type: ignore[arg-type]
 
+    # torchvision's scripted post-processing (a traced detector's NMS, mask paste, keypoint loop) as
+    # operators of ours, which both readers expand into the forms of tvpost
+    replace_torchvision_scripted(script)  # type: ignore[arg-type]
     return program_from_script(script, example, options, source, fallback=converted) or converted()
 
 

@@ -408,20 +408,32 @@ class _Builder:
             raise NotTraceableError(f"{kind} (not an op of a trace)")
 
     def _form(self, name: str, ins: list[object], outs: list[object]) -> None:
-        """An operator of ours (``tvpost.TRACED_FORMS``: a loop torch's tracer ran rather than
-        recorded) expanded into its form's graph, as torch's ``make_fx`` records it on the fake
-        values of its inputs, its while_loop's functions as graphs of their own."""
+        """An operator of ours (``tvpost.traced_forms``: a loop torch's tracer ran rather than
+        recorded, torchvision's scripted post-processing in a file) expanded into its form's graph,
+        as torch's ``make_fx`` records it on the fake values of its tensors (its other arguments
+        are constants of the form), a while_loop's functions as graphs of their own."""
         import torch
         import torch.fx
         from torch.fx.experimental.proxy_tensor import make_fx
 
-        from .tvpost import TRACED_FORMS
+        from .tvpost import traced_forms
 
-        form = TRACED_FORMS.get(name)
-        values = [self._lift(self._get(v)) for v in ins]
-        if form is None or not all(isinstance(v, torch.fx.Node) for v in values):
+        form = traced_forms().get(name)
+        if form is None:
             raise NotTraceableError(f"convert_tv::{name} is not an operator of ours the trace expands")
-        fakes = [self._fake_of(v) for v in values]
+        values = [self._lift(self._get(v)) for v in ins]
+        if any(_is_number_node(v) for v in values):
+            raise NotTraceableError(f"convert_tv::{name} takes a number that depends on data")
+        tensors = [v for v in values if isinstance(v, torch.fx.Node)]
+        if not tensors:
+            raise NotTraceableError(f"convert_tv::{name} of constants")
+        numbers = {i: v for i, v in enumerate(values) if not isinstance(v, torch.fx.Node)}  # an IoU, an image size
+
+        def bound(*given: object) -> object:
+            supplied = iter(given)
+            return form(*(numbers[i] if i in numbers else next(supplied) for i in range(len(values))))
+
+        fakes = [self._fake_of(v) for v in tensors]
         # the symbols this builder's own fake calls made are bound where they were made (the graph's
         # nodes); make_fx would take them for symbols of its first op that it failed to record
         self._fake_mode().shape_env.pending_fresh_unbacked_symbols.clear()  # type: ignore[attr-defined]
@@ -429,10 +441,10 @@ class _Builder:
             with self._fake_mode(), _python_dispatcher(), _torch_frames_skipped(), _fake_kernels_quiet(), \
                     warnings.catch_warnings():  # type: ignore[attr-defined]
                 warnings.simplefilter("ignore")
-                module = make_fx(form, tracing_mode="real")(*fakes)
+                module = make_fx(bound, tracing_mode="real")(*fakes)
         except Exception as exc:
             raise NotTraceableError(f"convert_tv::{name}: {type(exc).__name__}: {str(exc)[:200]}") from exc
-        results = self._inline(module, values, values[0])
+        results = self._inline(module, tensors, tensors[0])
         for o, r in zip(outs, results, strict=True):
             _agrees(name, o, r.meta["val"], symbolic=True)
             self.env[o] = r

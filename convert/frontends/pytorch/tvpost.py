@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["TRACED_FORMS", "converter_handlers", "decode_heatmaps", "offset_batched_nms", "paste_expanded_masks",
-           "replace_torchvision_scripted", "shape_as_tensor", "traced_decode_heatmaps"]
+__all__ = ["converter_handlers", "decode_heatmaps", "offset_batched_nms", "paste_expanded_masks",
+           "replace_torchvision_scripted", "shape_as_tensor", "traced_decode_heatmaps", "traced_forms"]
 
 _NAMESPACE = "convert_tv"
 _CUBIC = -0.75  # torch's bicubic coefficient
@@ -172,8 +172,11 @@ def _decode_kernel(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tensor
         torch._C._set_tracing_state(state)
 
 
-#: Operators of ours that the fast capture (``traced.py``) expands into the form that computes them.
-TRACED_FORMS = {"decode_heatmaps": decode_heatmaps}
+def traced_forms() -> dict[str, object]:
+    """Our operators -> the forms that compute them, which the fast capture (``traced.py``) expands
+    them into: the live trace's keypoint decoding, and those ``replace_torchvision_scripted`` puts in a
+    traced file in place of torchvision's scripted functions."""
+    return {"decode_heatmaps": decode_heatmaps, **{op: form for op, _, _, _, form in _SCRIPTED.values()}}
 
 
 # --- traced TorchScript files -------------------------------------------------------------------

@@ -348,15 +348,18 @@ def test_mask_rcnn_verdict_by_float64_rows(mask_rcnn: tuple[object, object, Path
 
 
 @pytest.mark.parametrize("name", _zoo().DETECTORS)  # type: ignore[attr-defined]
-def test_traced_detector_file_matches_eager_as_sets(name: str, tmp_path: Path) -> None:
+def test_traced_detector_file_matches_eager_as_sets(name: str, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The same detectors traced to a TorchScript ``.pt`` and converted from the file, compared with
     eager (not with the traced graph) as sets, on three inputs and the dim image.
 
     Under tracing torchvision takes its ONNX-export code: image sizes as tensors (folded to the
     traced input size), NMS through its scripted coordinate trick, Mask/Keypoint R-CNN's
     post-processing as scripted loops (replaced by the module route's equivalents). The detection
-    count stays data-dependent: the dim image gives other counts than the traced one."""
-    from convert.frontends.pytorch import load
+    count stays data-dependent: the dim image gives other counts than the traced one. The file's
+    graph is read by the fast capture (torch's TorchScript converter is not called), with those
+    replacements expanded into their forms."""
+    from convert.frontends.pytorch import capture, load
     from convert.ir import Options
 
     model, inputs = _zoo().build(name)  # type: ignore[attr-defined]
@@ -364,7 +367,11 @@ def test_traced_detector_file_matches_eager_as_sets(name: str, tmp_path: Path) -
         traced = torch.jit.trace(model, inputs(1), check_trace=False)
     torch.jit.save(traced, tmp_path / "m.pt")
     del traced
+    converter = capture.script_to_program
+    called: list[object] = []
+    monkeypatch.setattr(capture, "script_to_program", lambda *a, **k: called.append(a) or converter(*a, **k))
     ir_model = load([tmp_path / "m.pt"], Options())
+    assert not called, "torch's TorchScript converter read the file"
     path = to_onnx(ir_model, tmp_path / "m.onnx")
     feed = ir_model.graph.inputs[0].name
     for seed in (1, 2, 3):
