@@ -21,6 +21,8 @@ import importlib
 import sys
 import types
 
+from .gcwindow import existing_objects_spared
+
 __all__ = ["import_onnx_ir"]  # called once, below, when convert.ir loads
 
 # onnx-ir modules that the toolkit imports at load; all of them load inside the window.
@@ -90,4 +92,9 @@ def import_onnx_ir() -> types.ModuleType:
     return sys.modules["onnx_ir"]
 
 
-import_onnx_ir()
+
+# importing onnx-ir and onnx allocates enough to set off a full collection, which in a process that
+# has imported torch walks its 300,000+ objects (0.15 s: more than a small model's whole capture):
+# they are spared, as during a conversion (gcwindow.py)
+with existing_objects_spared():
+    import_onnx_ir()

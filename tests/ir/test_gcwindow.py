@@ -5,6 +5,8 @@ freeze is not undone."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import weakref
 
 import pytest
@@ -63,3 +65,16 @@ def test_nested_windows_and_an_exception_end_with_nothing_frozen():
             inner()
         assert gc.get_freeze_count() > 0  # the inner window did not end the outer one
     assert gc.get_freeze_count() == 0
+
+
+def test_importing_the_toolkit_spares_the_caller_s_objects_and_leaves_nothing_frozen():
+    """Importing onnx-ir (convert.ir) sets off collections; that import runs in a window too, which
+    is closed when it is done."""
+    code = ("import gc\n"
+            "seen = []\n"
+            "gc.callbacks.append(lambda phase, _: seen.append(gc.get_freeze_count()) if phase == 'start' else 0)\n"
+            "import convert.ir\n"
+            "assert gc.get_freeze_count() == 0 and gc.isenabled()\n"
+            "assert any(seen), seen  # onnx-ir's import collected with the older objects frozen\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
