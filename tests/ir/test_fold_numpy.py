@@ -60,6 +60,13 @@ CASES = [
     ("Cast", [F], {"to": int(ir.DataType.FLOAT16)}),
     ("Cast", [np.array([True, False])], {"to": int(ir.DataType.FLOAT)}),
     ("Identity", [I], {}),
+    ("ReduceMax", [F], {"axes": [1, -1], "keepdims": 0}),
+    ("ReduceMax", [I.astype(np.int32)], {}),  # every axis, kept as ones
+    ("ReduceMin", [F], {"axes": [0]}),
+    ("ReduceMin", [I], {"axes": [-1], "keepdims": 0}),
+    ("Where", [F > 0, F, F[:1] * 2], {}),
+    ("Where", [np.array([True, False]), np.float32(1.5), np.float32(-2.0)], {}),
+    ("Where", [I[:, :1] > 0, _i(7), I], {}),
 ]
 
 

@@ -228,3 +228,40 @@ def _cast(node: _ir.Node, arrays: _Arrays, max_bytes: int) -> list[np.ndarray] |
         if data.size and (data.min() < info.min or data.max() > info.max):
             return None
     return [data.astype(to)]
+
+
+@_folds("ReduceMax", "ReduceMin")
+def _reduce_extreme(node: _ir.Node, arrays: _Arrays, max_bytes: int) -> list[np.ndarray] | None:
+    if not 1 <= len(arrays) <= 2 or arrays[0] is None:
+        return None
+    data = arrays[0]
+    if data.size == 0 or data.dtype.kind not in "iuf":
+        return None  # an empty reduction, a bool: the reference decides
+    attr = node.attributes.get_ints("axes", None)  # opset 17 and earlier: an attribute; 18 on: an input
+    axes = list(attr) if attr is not None else (_ints(arrays[1]) if len(arrays) == 2 and arrays[1] is not None
+                                                else [])
+    if axes is None:
+        return None
+    if not axes:
+        if node.attributes.get_int("noop_with_empty_axes", 0):
+            return [data.copy()]
+        axes = list(range(data.ndim))
+    axes = [a + data.ndim if a < 0 else a for a in axes]
+    if any(not 0 <= a < data.ndim for a in axes) or len(set(axes)) != len(axes):
+        return None
+    fn = np.max if node.op_type == "ReduceMax" else np.min
+    kept = fn(data, axis=tuple(axes), keepdims=bool(node.attributes.get_int("keepdims", 1)))
+    return [np.asarray(kept).astype(data.dtype, copy=False)]
+
+
+@_folds("Where")
+def _where(node: _ir.Node, arrays: _Arrays, max_bytes: int) -> list[np.ndarray] | None:
+    if len(arrays) != 3 or any(a is None for a in arrays):
+        return None
+    cond, x, y = arrays
+    if cond.dtype != np.bool_ or x.dtype != y.dtype:  # type: ignore[union-attr]
+        return None
+    shape = np.broadcast_shapes(cond.shape, x.shape, y.shape)  # type: ignore[union-attr]
+    if not _fits(shape, x.dtype, max_bytes):  # type: ignore[union-attr]
+        return None
+    return [np.where(cond, x, y).astype(x.dtype, copy=False)]  # type: ignore[union-attr, arg-type]
