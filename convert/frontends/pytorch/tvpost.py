@@ -11,13 +11,16 @@ data-dependent sizes; its batched NMS branches on the data. The forms here compu
   largest box's size with the positions past its own box masked.
 
 They serve two routes. A module is captured with them in place of torchvision's functions
-(``capture._torchvision_replaced_for_capture``). A traced TorchScript file (``.pt``) holds
-torchvision's tracing-only versions as scripted functions (``_batched_nms_coordinate_trick``,
-``_onnx_paste_masks_in_image_loop``, ``_onnx_heatmaps_to_keypoints_loop``), which torch's
-TorchScript converter cannot follow (a data-dependent branch, loops whose trip count is data):
-``replace_torchvision_scripted`` puts an operator of ours in place of each call in the TorchScript
-graph, and torch's converter turns that operator into a call of the form here. The operator's own
-kernel runs torchvision's function unchanged, so a rewritten module still computes what it did.
+(``capture._torchvision_replaced_for_capture``); under torch's tracer (the fast capture) the keypoint
+decoding, a loop the tracer would run rather than record, is one operator of ours
+(``traced_decode_heatmaps``). A traced TorchScript file (``.pt``) holds torchvision's tracing-only
+versions as scripted functions (``_batched_nms_coordinate_trick``, ``_onnx_paste_masks_in_image_loop``,
+``_onnx_heatmaps_to_keypoints_loop``), which neither reader can follow (a data-dependent branch,
+loops whose trip count is data): ``replace_torchvision_scripted`` puts an operator of ours in place
+of each call in the TorchScript graph. The fast capture expands each operator of ours into its form
+here (``traced_forms``), and torch's converter turns it into a call of that form. A file's
+operator's own kernel runs torchvision's function unchanged, so a rewritten module still computes
+what it did.
 """
 
 from __future__ import annotations
