@@ -358,8 +358,18 @@ def _multiscale_roi_align_replacement() -> object | None:
         first = x_filtered[0]
         image_of = torch.cat([torch.full_like(b[:, :1], i, dtype=first.dtype) for i, b in enumerate(boxes)])
         rois = torch.cat([image_of, torch.cat(boxes).to(first.dtype)], dim=1)
-        pooled = [roi_align(feature, rois, output_size=output_size, spatial_scale=scale,  # type: ignore[misc]
-                            sampling_ratio=sampling_ratio) for feature, scale in zip(x_filtered, scales, strict=True)]
+        height, width = (output_size, output_size) if isinstance(output_size, int) else output_size
+
+        def pool(feature: torch.Tensor, scale: float) -> torch.Tensor:
+            if feature.is_quantized:
+                return roi_align(feature, rois, output_size=output_size, spatial_scale=scale,  # type: ignore[misc, no-any-return]
+                                 sampling_ratio=sampling_ratio)
+            # torchvision's operator itself: its Python wrapper first asserts rois.size(1) == 5 of the
+            # [count, 5] rois made just above, which the trace's note would name as a test of a count
+            return torch.ops.torchvision.roi_align(  # type: ignore[no-any-return]
+                feature, rois, scale, height, width, sampling_ratio, False)
+
+        pooled = [pool(feature, scale) for feature, scale in zip(x_filtered, scales, strict=True)]
         if len(pooled) == 1:
             return pooled[0]
         levels = mapper(boxes).reshape(-1, 1, 1, 1)  # type: ignore[operator]

@@ -254,6 +254,9 @@ def test_detectors_take_the_fast_capture_where_it_is_sound(name: str) -> None:
     assert isinstance(program, TracedProgram) == (name in TRACED_DETECTORS)
     notes = " ".join([*getattr(program, "notes", []), *(str(n) for n in options.diagnostics.notes)])
     assert ("_utils.py" in notes) == (name in COUNT_TESTED), notes
+    # torchvision 0.29's roi_align asserts rois.size(1) == 5 (ops/_utils.py:35), a fixed size of a
+    # tensor of data-dependent length: the capture's RoIAlign calls the operator itself, unnamed
+    assert "_utils.py:35" not in notes, notes
 
 
 @pytest.fixture(scope="module")
