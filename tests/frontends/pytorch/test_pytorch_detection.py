@@ -487,6 +487,8 @@ def test_keypoint_decoding_is_traced_as_a_loop_over_each_input_s_count(tmp_path:
     while_loop (an ONNX Loop): the file decodes as many boxes as each input keeps (6 on the example,
     then 3, 8 and none), as torchvision itself does."""
     pytest.importorskip("torchvision")
+    from torchvision.models.detection import roi_heads  # noqa: F401 - loaded: the capture replaces what it holds
+
     from convert.frontends.pytorch import load_module
     from convert.frontends.pytorch.capture import export_module
     from convert.frontends.pytorch.traced import TracedProgram
