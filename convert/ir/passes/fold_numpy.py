@@ -51,6 +51,14 @@ def _fits(shape: Sequence[int], dtype: np.dtype, max_bytes: int) -> bool:
     return int(np.prod(shape, dtype=np.int64)) * dtype.itemsize <= max_bytes
 
 
+def _axes(axes: Sequence[int], rank: int) -> list[int] | None:
+    """``axes`` of a rank-``rank`` tensor counted from 0, or None where one repeats or is out of range."""
+    counted = [axis + rank if axis < 0 else axis for axis in axes]
+    if len(set(counted)) != len(counted) or any(not 0 <= axis < rank for axis in counted):
+        return None
+    return counted
+
+
 def _ints(array: np.ndarray | None) -> list[int] | None:
     if array is None or array.dtype.kind not in "iu" or array.ndim > 1:
         return None
@@ -126,9 +134,8 @@ def _unsqueeze(node: _ir.Node, arrays: _Arrays, max_bytes: int) -> list[np.ndarr
     axes = _ints(arrays[1])
     if not axes:
         return None
-    rank = arrays[0].ndim + len(axes)
-    axes = [axis + rank if axis < 0 else axis for axis in axes]
-    if len(set(axes)) != len(axes) or any(not 0 <= axis < rank for axis in axes):
+    axes = _axes(axes, arrays[0].ndim + len(axes))
+    if axes is None:
         return None
     return [np.expand_dims(arrays[0], tuple(sorted(axes))).copy()]
 
@@ -141,10 +148,8 @@ def _squeeze(node: _ir.Node, arrays: _Arrays, max_bytes: int) -> list[np.ndarray
     if len(arrays) == 1 or arrays[1] is None:
         return [np.squeeze(data).copy()]
     axes = _ints(arrays[1])
-    if axes is None:
-        return None
-    axes = [axis + data.ndim if axis < 0 else axis for axis in axes]
-    if len(set(axes)) != len(axes) or any(not 0 <= axis < data.ndim or data.shape[axis] != 1 for axis in axes):
+    axes = _axes(axes, data.ndim) if axes is not None else None
+    if axes is None or any(data.shape[axis] != 1 for axis in axes):
         return None
     return [np.squeeze(data, axis=tuple(axes)).copy()]
 
@@ -246,8 +251,8 @@ def _reduce_extreme(node: _ir.Node, arrays: _Arrays, max_bytes: int) -> list[np.
         if node.attributes.get_int("noop_with_empty_axes", 0):
             return [data.copy()]
         axes = list(range(data.ndim))
-    axes = [a + data.ndim if a < 0 else a for a in axes]
-    if any(not 0 <= a < data.ndim for a in axes) or len(set(axes)) != len(axes):
+    axes = _axes(axes, data.ndim)
+    if axes is None:
         return None
     fn = np.max if node.op_type == "ReduceMax" else np.min
     kept = fn(data, axis=tuple(axes), keepdims=bool(node.attributes.get_int("keepdims", 1)))
