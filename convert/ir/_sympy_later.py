@@ -92,7 +92,6 @@ def import_onnx_ir() -> types.ModuleType:
     return sys.modules["onnx_ir"]
 
 
-
 # importing onnx-ir and onnx allocates enough to set off a full collection, which in a process that
 # has imported torch walks its 300,000+ objects (0.15 s: more than a small model's whole capture):
 # they are spared, as during a conversion (gcwindow.py)

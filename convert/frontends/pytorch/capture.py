@@ -383,14 +383,14 @@ def _multiscale_roi_align_replacement() -> object | None:
 
 def _mask_paste_replacement() -> object | None:
     """Return what replaces torchvision's ``paste_masks_in_image`` (Mask R-CNN) while a model is
-    captured (None when its module is not loaded): torchvision's padding and box expansion, then all
+    captured (None when its module is not loaded): the padding torchvision's ``expand_masks`` does
+    and its ``expand_boxes``, then all
     masks pasted at once (``tvpost.paste_expanded_masks``) instead of a Python loop over the
     detections (a data-dependent count) that resizes each mask to its box's size (data-dependent too).
     """
     roi_heads = sys.modules.get("torchvision.models.detection.roi_heads")
-    expand_masks = getattr(roi_heads, "expand_masks", None)
     expand_boxes = getattr(roi_heads, "expand_boxes", None)
-    if expand_masks is None or expand_boxes is None:
+    if expand_boxes is None:
         return None
     import torch
 

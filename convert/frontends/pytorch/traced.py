@@ -438,9 +438,7 @@ class _Builder:
         # nodes); make_fx would take them for symbols of its first op that it failed to record
         self._fake_mode().shape_env.pending_fresh_unbacked_symbols.clear()  # type: ignore[attr-defined]
         try:
-            with self._fake_mode(), _python_dispatcher(), _torch_frames_skipped(), _fake_kernels_quiet(), \
-                    warnings.catch_warnings():  # type: ignore[attr-defined]
-                warnings.simplefilter("ignore")
+            with self._faking():
                 module = make_fx(bound, tracing_mode="real")(*fakes)
         except Exception as exc:
             raise NotTraceableError(f"convert_tv::{name}: {type(exc).__name__}: {str(exc)[:200]}") from exc
@@ -513,7 +511,7 @@ class _Builder:
         if name == "numel":
             if all(isinstance(d, int) for d in sizes):
                 return True, val.numel()
-            return True, self._number_node(torch.ops.aten.sym_numel.default, (node,), val.numel(), node)
+            return True, self._placed_node(torch.ops.aten.sym_numel.default, (node,), val.numel(), node)
         if name == "_shape_as_tensor":
             if all(isinstance(d, int) for d in sizes):
                 return True, torch.tensor(sizes, dtype=torch.int64)
@@ -528,11 +526,13 @@ class _Builder:
         d = node.meta["val"].shape[i]  # type: ignore[attr-defined]
         if isinstance(d, int):
             return d
-        return self._number_node(torch.ops.aten.sym_size.int, (node, i), d, node)
+        return self._placed_node(torch.ops.aten.sym_size.int, (node, i), d, node)
 
-    def _number_node(self, target: object, args: tuple[object, ...], val: object, near: object) -> object:
-        """A graph node computing a symbolic number (a SymInt of the fake mode), placed like ``near``."""
-        fx_node = self.fx.call_function(target, args)
+    def _placed_node(self, target: object, args: tuple[object, ...], val: object, near: object,
+                     kwargs: dict[str, object] | None = None) -> object:
+        """A graph node of meta value ``val`` (a symbolic number, or a tensor the fake mode computed),
+        placed like ``near``."""
+        fx_node = self.fx.call_function(target, args, kwargs)
         fx_node.meta["val"] = val
         fx_node.meta["nn_module_stack"] = near.meta.get("nn_module_stack", {})  # type: ignore[attr-defined]
         return fx_node
@@ -547,11 +547,7 @@ class _Builder:
 
     def _fx_call(self, op: object, args: tuple[object, ...], kwargs: dict[str, object], near: object) -> object:
         """``op`` on graph values, its meta value computed by the fake mode, placed like ``near``."""
-        val = self._symbolic_val(str(op), op, args, kwargs, None)
-        fx_node = self.fx.call_function(op, args, kwargs)
-        fx_node.meta["val"] = val
-        fx_node.meta["nn_module_stack"] = near.meta.get("nn_module_stack", {})  # type: ignore[attr-defined]
-        return fx_node
+        return self._placed_node(op, args, self._symbolic_val(str(op), op, args, kwargs, None), near, kwargs)
 
     def _aten(self, node: object, name: str, ins: list[object], outs: list[object], namespace: str = "aten") -> None:
         import torch
@@ -667,7 +663,7 @@ class _Builder:
         if any(o is None for o in operands) or not any(_is_number_node(o) for o in operands):
             return None
         result = function(*(o.meta["val"] if _is_number_node(o) else o for o in operands))  # type: ignore[union-attr]
-        return self._number_node(function, tuple(operands), result, near)
+        return self._placed_node(function, tuple(operands), result, near)
 
     def _tensors_of_numbers(self, value: object, real_type: str) -> object:
         """A symbolic number passed where the op takes a tensor, as a 0-d tensor of the graph."""
@@ -688,6 +684,16 @@ class _Builder:
             # 0.36 s without), and a conversion's symbols are its own, so no other call would hit
             self.fake.cache_enabled = False  # type: ignore[attr-defined]
         return self.fake
+
+    @contextlib.contextmanager
+    def _faking(self) -> Iterator[None]:
+        """Where torch's fake kernels run for this builder: its fake mode, under torch's Python
+        dispatcher (as torch.export runs them), with torch's files skipped when a symbol's frame is
+        named, their failure logs and warnings (torchvision's own deprecations) kept quiet."""
+        with self._fake_mode(), _python_dispatcher(), _torch_frames_skipped(), _fake_kernels_quiet(), \
+                warnings.catch_warnings():  # type: ignore[attr-defined]
+            warnings.simplefilter("ignore")
+            yield
 
     def _fake_of(self, value: object) -> object:
         """The fake-mode stand-in of a graph value: its own where it is symbolic, otherwise an empty
@@ -717,9 +723,7 @@ class _Builder:
         fake_args = map_aggregate(args, self._fake_of)
         fake_kwargs = map_aggregate(kwargs, self._fake_of)
         try:
-            with self._fake_mode(), _python_dispatcher(), _torch_frames_skipped(), _fake_kernels_quiet(), \
-                    warnings.catch_warnings():  # type: ignore[attr-defined]
-                warnings.simplefilter("ignore")  # torchvision's fake kernels warn of their own deprecations
+            with self._faking():
                 val = op(*fake_args, **fake_kwargs)  # type: ignore[operator]
         except Exception as exc:
             raise NotTraceableError(f"{name}: no symbolic sizes ({type(exc).__name__}: {str(exc)[:200]})") from exc
@@ -1206,13 +1210,19 @@ def _shape_fixed(tensor: torch.Tensor, fixed: set[int], counts: list[object]) ->
     return True
 
 
+@functools.cache
+def _torch_folder() -> str:
+    """Torch's package folder, with a trailing separator."""
+    import torch
+
+    return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
 def _model_line() -> str:
     """'file.py:line' of the innermost frame of the model's code (not torch's, not this package's)."""
     import traceback
 
-    import torch
-
-    skipped = (os.path.dirname(torch.__file__) + os.sep, _PACKAGE + os.sep)
+    skipped = (_torch_folder(), _PACKAGE + os.sep)
     for frame in reversed(traceback.extract_stack()[:-2]):
         if not frame.filename.startswith(skipped) and frame.filename != contextlib.__file__:
             return f"{os.path.basename(frame.filename)}:{frame.lineno}"
@@ -1269,13 +1279,12 @@ def _torch_frames_skipped() -> Iterator[None]:
     callers only test membership (``in``; read in torch 2.14).
     """
     global _skipping
-    import torch
     from torch.fx.experimental import symbolic_shapes
 
     with _skipped_lock:
         if _skipping == 0:
             _torch_uninteresting[:] = [symbolic_shapes.uninteresting_files]
-            files = _TorchFiles(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
+            files = _TorchFiles(_torch_folder())
             symbolic_shapes.uninteresting_files = lambda: files  # type: ignore[assignment,return-value]
         _skipping += 1
     try:
