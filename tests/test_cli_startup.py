@@ -114,6 +114,27 @@ def test_the_fingerprint_follows_the_sources(tmp_path: Path, monkeypatch: pytest
         catalog.fingerprint.cache_clear()
 
 
+def test_the_fingerprint_follows_install_folders_not_a_scripts_own(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    script_folder, site = tmp_path / "work", tmp_path / "site"
+    script_folder.mkdir()
+    (site / "pkg-1.0.dist-info").mkdir(parents=True)
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "bench"), str(script_folder), str(site)])
+    catalog.fingerprint.cache_clear()
+    try:
+        first = catalog.fingerprint()
+        catalog.fingerprint.cache_clear()
+        (script_folder / "out.onnx").write_bytes(b"")  # a script writing beside itself: the same catalog
+        os.utime(script_folder, ns=(1, 1))
+        assert catalog.fingerprint() == first
+        catalog.fingerprint.cache_clear()
+        (site / "other-2.0.dist-info").mkdir()  # an install: its entry points may be new
+        os.utime(site, ns=(2, 2))
+        assert catalog.fingerprint() != first
+    finally:
+        catalog.fingerprint.cache_clear()
+
+
 def test_the_clis_parity_defaults_are_the_apis() -> None:
     from convert import api
     from convert.cli import _base
