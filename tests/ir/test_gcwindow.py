@@ -78,3 +78,26 @@ def test_importing_the_toolkit_spares_the_caller_s_objects_and_leaves_nothing_fr
             "assert any(seen), seen  # onnx-ir's import collected with the older objects frozen\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_windows_of_two_threads_are_one_until_the_last_ends():
+    """The first thread's window ending does not unfreeze under a second thread's, still open."""
+    import threading
+
+    entered, first_done = threading.Event(), threading.Event()
+    seen: list[int] = []
+
+    def second() -> None:
+        with existing_objects_spared():
+            entered.set()
+            first_done.wait(30)
+            seen.append(gc.get_freeze_count())
+
+    with existing_objects_spared():
+        worker = threading.Thread(target=second)
+        worker.start()
+        assert entered.wait(30)
+    first_done.set()
+    worker.join(30)
+    assert seen and seen[0] > 0  # still frozen after the window that froze ended
+    assert gc.get_freeze_count() == 0
