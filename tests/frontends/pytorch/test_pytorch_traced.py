@@ -366,6 +366,54 @@ def test_a_traced_torchscript_file_is_read_without_torch_s_converter(tmp_path, m
     _check(torch.jit.load(str(path)), tmp_path / "net.onnx", (torch.randn(1, 3, 16, 16),))
 
 
+class _HardNet(torch.nn.Module):
+    """MobileNetV3's blocks: batch norm, hardswish and ReLU6 in place, hardsigmoid, a clamped hardtanh."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.act = torch.nn.Hardswish(inplace=True)
+        self.conv2 = torch.nn.Conv2d(8, 8, 1)
+        self.bn2 = torch.nn.BatchNorm2d(8)
+        self.six = torch.nn.ReLU6(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.act(self.bn(self.conv(x)))
+        gate = torch.nn.functional.hardsigmoid(y.mean((2, 3), keepdim=True))
+        z = self.six(self.bn2(self.conv2(y * gate)))
+        return torch.nn.functional.hardtanh(z * 2.0 - 1.0, -1.5, 2.5).flatten(1)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last"])
+def test_a_file_s_shape_keeping_ops_match_eager(tmp_path, monkeypatch, layout):
+    """A file's batch norms and hard activations take their result types from their input (traced.py's
+    _input_alike, not torch's meta kernels): the file still matches eager, in either memory layout."""
+    torch.manual_seed(5)
+    x = torch.randn(2, 3, 12, 12) * 2
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+    net = _calibrated(_HardNet(), x)
+    path = tmp_path / "hard.pt"
+    with torch.no_grad():
+        torch.jit.save(torch.jit.trace(net, (x,), check_trace=False), str(path))
+    from convert.frontends.pytorch import traced
+
+    taken: list[str] = []
+    alike = traced._input_alike
+    monkeypatch.setattr(traced, "_input_alike", lambda name, args: taken.append(name) or alike(name, args))
+    options = Options()
+    model = load([path], options)
+    passes.standard_pipeline()(model)
+    EXPORTER.save(model, tmp_path / "hard.onnx", options)
+    assert {"batch_norm", "hardswish_", "hardsigmoid", "hardtanh_", "hardtanh"} <= set(taken)
+    probe = torch.randn(2, 3, 12, 12) * 2
+    with torch.no_grad():
+        ref = net(probe)
+    assert float(ref.std()) > 0.1  # not a degenerate output
+    _check(torch.jit.load(str(path)), tmp_path / "hard.onnx", (probe,))
+
+
 class _NumberTimesInts(torch.nn.Module):
     """x.int() * (size / 2): eager torch multiplies by a number (float32); the trace records a float64
     0-d tensor, which would make a float64 result."""
