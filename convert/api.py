@@ -14,22 +14,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from . import formats, ir
 from ._paths import check_writable, default_output, missing_folders
-from .parity import (
-    DEFAULT_ATOL,
-    DEFAULT_RTOL,
-    DEFAULT_TOL,
-    ParityReport,
-    open_runtime,
-    resolve_inputs,
-    run_parity,
-    seeded_input_method,
-    source_options,
-)
+from ._tolerances import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TOL
+
+if TYPE_CHECKING:  # the check itself is imported where it runs: a conversion without it does not
+    from .parity import ParityReport
 
 __all__ = ["ConversionResult", "convert", "load", "routes", "save", "supported_ops", "verify"]
 
@@ -327,6 +321,7 @@ def convert(
     feeds = None
     parity_error = ""
     if check:
+        from .parity import open_runtime, resolve_inputs, source_options
         try:
             if module_src and fe.object_runtime is not None:
                 src_runtime = fe.object_runtime(src, example_inputs, opts)  # type: ignore[assignment]
@@ -358,6 +353,8 @@ def convert(
     )
     result.parity_error = parity_error
     if src_runtime is not None:
+        from .parity import run_parity, seeded_input_method
+
         try:
             result.report = _run_parity_kept(written, lambda: run_parity(
                 fmt, paths, ex.name, written, options=opts, atol=atol, rtol=rtol, inputs=feeds, seed=seed,
@@ -431,6 +428,8 @@ def verify(
         if not exists_or_prefix(p):
             raise ir.UsageError(f"{p}: no such file or folder")
     feeds = Path(inputs) if isinstance(inputs, (str, Path)) else inputs
+    from .parity import run_parity
+
     return run_parity(fmt, src_paths, dfmt, dst_paths, options=opts, atol=atol, rtol=rtol, inputs=feeds, seed=seed,
                       tol=tol, locate=locate)
 

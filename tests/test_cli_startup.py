@@ -135,12 +135,31 @@ def test_the_fingerprint_follows_install_folders_not_a_scripts_own(tmp_path: Pat
         catalog.fingerprint.cache_clear()
 
 
-def test_the_clis_parity_defaults_are_the_apis() -> None:
-    from convert import api
+def test_the_clis_parity_defaults_are_the_apis_and_the_checks() -> None:
+    from convert import api, parity
     from convert.cli import _base
 
-    assert (_base.DEFAULT_TOL, _base.DEFAULT_ATOL, _base.DEFAULT_RTOL) == (api.DEFAULT_TOL, api.DEFAULT_ATOL,
-                                                                           api.DEFAULT_RTOL)
+    defaults = (api.DEFAULT_TOL, api.DEFAULT_ATOL, api.DEFAULT_RTOL)
+    assert defaults == (_base.DEFAULT_TOL, _base.DEFAULT_ATOL, _base.DEFAULT_RTOL)
+    assert defaults == (parity.DEFAULT_TOL, parity.DEFAULT_ATOL, parity.DEFAULT_RTOL)
+
+
+def test_a_conversion_without_the_check_does_not_import_it(tmp_path: Path) -> None:
+    """The parity check (numpy's comparisons, the runtimes' modules) is imported where it runs."""
+    code = ("import sys, onnx\n"
+            "from onnx import helper, TensorProto\n"
+            "g = helper.make_graph([helper.make_node('Relu', ['x'], ['y'])], 'g',\n"
+            "    [helper.make_tensor_value_info('x', TensorProto.FLOAT, [1, 4])],\n"
+            "    [helper.make_tensor_value_info('y', TensorProto.FLOAT, [1, 4])])\n"
+            "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)], ir_version=8)\n"
+            f"onnx.save(m, r'{tmp_path / 'm.onnx'}')\n"
+            "import convert\n"
+            f"convert.convert(r'{tmp_path / 'm.onnx'}', to='onnx', out=r'{tmp_path / 'o.onnx'}', check=False)\n"
+            "assert 'convert.parity' not in sys.modules, 'imported'\n"
+            f"report = convert.convert(r'{tmp_path / 'm.onnx'}', to='onnx', out=r'{tmp_path / 'p.onnx'}').report\n"
+            "assert report is not None and report.passed and 'convert.parity' in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_the_public_api_is_still_there_lazily() -> None:

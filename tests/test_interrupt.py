@@ -69,12 +69,12 @@ def test_sigterm_is_handled_like_ctrl_c(tmp_path: Path) -> None:
 # depend on timing: the interrupt arrives after the output is in place.
 _PARITY_INTERRUPTED = """
 import os, signal, sys, time
-import convert.api
+import convert.parity
 SIG = getattr(signal, sys.argv.pop(1))
 def run_parity(*args, **kwargs):
     os.kill(os.getpid(), SIG)
     time.sleep(30)
-convert.api.run_parity = run_parity
+convert.parity.run_parity = run_parity  # the API imports the check where it runs it
 from convert.cli import main
 main(sys.argv[1:])
 """

@@ -45,14 +45,14 @@ if where == "rename":
             time.sleep(5)
     os.replace = replace
 else:
-    import convert.api
+    import convert.parity
     def run_parity(*args, **kwargs):
         try:
             os.kill(os.getpid(), sig)
             time.sleep(5)
         finally:
             raise BufferError("cannot close exported pointers exist")
-    convert.api.run_parity = run_parity
+    convert.parity.run_parity = run_parity  # the API imports the check where it runs it
 from convert.cli import main
 main(sys.argv[1:])
 """

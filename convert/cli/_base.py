@@ -22,6 +22,7 @@ import click
 from .. import _paths, _signals, formats
 from .._errors import ConvertError, ExportError, UsageError
 from .._signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
+from .._tolerances import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TOL
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -63,11 +64,6 @@ EXIT_USAGE = 2
 EXIT_INTERNAL = 3  # a bug in convert itself, never the user's input
 EXIT_PIPE = 141  # stdout's reader went away (128 + SIGPIPE, what a shell reports for `yes | head -1`)
 
-# convert.parity's defaults, written out so that starting the CLI imports no numpy; a test
-# (tests/test_cli_startup.py) checks that they are the same numbers.
-DEFAULT_ATOL = 1e-4
-DEFAULT_RTOL = 1e-3
-DEFAULT_TOL = 1e-4
 
 logger = logging.getLogger("convert")
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from convert._tolerances import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TOL
 from convert.formats import normalize, runtime_module
 from convert.ir import ConvertError, ModelFormatError, Options, UsageError
 
@@ -54,9 +55,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_ATOL = 1e-4
-DEFAULT_RTOL = 1e-3
-DEFAULT_TOL = 1e-4  # the verdict: max|ours - ref| / max|ref| per output
 # Sizes given to free dimensions when no --input-shape says otherwise (the table prints the shapes
 # used): batch 1, an image's height and width 224, any other free dimension 32. A size of 1 would
 # check a detector on a 1x1 image and a recogniser on a 1-pixel-wide line.
