@@ -154,3 +154,60 @@ def test_scalar_constants_stay_scalar() -> None:
     b = ir.GraphBuilder("scalars")
     v = b.const(np.array(3, np.int64), "idx")
     assert list(v.shape) == [] and v.const_value.numpy().shape == ()
+
+
+_DEAD_CODE_MODELS = {
+    "dead chain, unused initializer, dropout's mask": """
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 3] x) => (float[2, 3] y) <float[3] w = {1, 2, 3}, float[3] unused = {4, 5, 6}> {
+            d, mask = Dropout (x)
+            dead = Relu (x)
+            dead2 = Neg (dead)
+            y = Add (d, w)
+        }""",
+    "batch norm: training outputs unused, training_mode 0 or absent": """
+        <ir_version: 8, opset_import: ["" : 15]>
+        g (float[1, 2, 3, 3] x, float[2] s, float[2] b, float[2] m, float[2] v) => (float[1, 2, 3, 3] y,
+                                                                                  float[1, 2, 3, 3] z) {
+            y, rm, rv = BatchNormalization <training_mode = 0> (x, s, b, m, v)
+            z = BatchNormalization (x, s, b, m, v)
+        }""",
+    "batch norm in training mode keeps its outputs": """
+        <ir_version: 8, opset_import: ["" : 15]>
+        g (float[1, 2, 3, 3] x, float[2] s, float[2] b, float[2] m, float[2] v) => (float[1, 2, 3, 3] y) {
+            y, rm, rv = BatchNormalization <training_mode = 1> (x, s, b, m, v)
+        }""",
+    "max pool's indices, top-k's values, split's variadic outputs": """
+        <ir_version: 8, opset_import: ["" : 13]>
+        g (float[1, 1, 4, 4] x, int64[1] k) => (float[1, 1, 2, 2] p, int64[1, 1, 4, 1] i, float[1, 1, 2, 4] a) {
+            p, idx = MaxPool <kernel_shape = [2, 2], strides = [2, 2]> (x)
+            vals, i = TopK <axis = -1> (x, k)
+            a, b = Split <axis = 2> (x)
+        }""",
+    "dead nodes inside an If's branches, an op of another domain": """
+        <ir_version: 8, opset_import: ["" : 17, "custom.domain" : 1]>
+        g (bool c, float[2] x) => (float[2] y, float[2] q) {
+            y = If (c) <then_branch = t () => (float[2] a) { dead = Relu (x) a = Neg (x) },
+                        else_branch = e () => (float[2] bb) { bb = Abs (x) }>
+            q, unused_out = custom.domain.Thing (x)
+        }""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_DEAD_CODE_MODELS))
+def test_dead_code_elimination_is_onnx_irs(name: str) -> None:
+    """EliminateDeadCode (convert/ir/passes/dce.py, written for speed) leaves the model onnx-ir's own
+    RemoveUnusedNodesPass leaves, byte for byte."""
+    import onnx
+    import onnx_ir
+    from onnx_ir.passes.common import RemoveUnusedNodesPass
+
+    proto = onnx.parser.parse_model(_DEAD_CODE_MODELS[name])
+    ours, theirs = onnx_ir.serde.deserialize_model(proto), onnx_ir.serde.deserialize_model(proto)
+    changed = ir.passes.EliminateDeadCode()(ours).modified
+    assert changed == RemoveUnusedNodesPass()(theirs).modified
+    assert onnx_ir.serde.serialize_model(ours).SerializeToString() == \
+        onnx_ir.serde.serialize_model(theirs).SerializeToString()
+    if name.startswith("dead chain"):
+        assert changed and [n.op_type for n in ours.graph] == ["Dropout", "Add"]
+        assert "unused" not in ours.graph.initializers and len(next(iter(ours.graph)).outputs) == 1
