@@ -211,3 +211,24 @@ def test_dead_code_elimination_is_onnx_irs(name: str) -> None:
     if name.startswith("dead chain"):
         assert changed and [n.op_type for n in ours.graph] == ["Dropout", "Add"]
         assert "unused" not in ours.graph.initializers and len(next(iter(ours.graph)).outputs) == 1
+
+
+def test_shape_inference_asks_onnx_only_where_something_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    from convert.ir.passes import shape_inference
+
+    asked: list[object] = []
+    real = shape_inference._infer
+    monkeypatch.setattr(shape_inference, "_infer", lambda *a: asked.append(a) or real(*a))
+    b = ir.GraphBuilder("known")
+    x = b.input("x", ir.DataType.FLOAT, (2, 3))
+    y = b.op("Relu", [x])
+    y.dtype, y.shape = ir.DataType.FLOAT, ir.Shape([2, 3])
+    b.output(y, "y")
+    model = b.build()
+    assert not ir.passes.InferShapes()(model).modified and not asked  # all known: onnx not asked
+    b = ir.GraphBuilder("unknown")
+    x = b.input("x", ir.DataType.FLOAT, (2, 3))
+    b.output(b.op("Neg", [b.op("Relu", [x])]), "y")
+    model = b.build()
+    assert ir.passes.InferShapes()(model).modified and asked
+    assert all(list(v.shape) == [2, 3] and v.dtype == ir.DataType.FLOAT for n in model.graph for v in n.outputs)

@@ -69,6 +69,21 @@ def _infer(model: _ir.Model, data_prop: bool) -> onnx.ModelProto | None:
         return None
 
 
+def _all_known(graph: _ir.Graph) -> bool:
+    """Whether every value ``InferShapes`` would update already has a dtype and a static shape (a
+    PyTorch capture's values all do): the ones it skips (control-flow outputs, values of another
+    type) aside."""
+    for node in graph:
+        if node.op_type in _CONTROL_FLOW:
+            continue
+        for value in node.outputs:
+            if value.type is not None and not isinstance(value.type, _ir.TensorType):
+                continue
+            if value.dtype is None or value.shape is None or not value.shape.is_static():
+                return False
+    return True
+
+
 def _large_integer_value(proto: onnx.ModelProto) -> str:
     """Name an integer tensor too large for onnx's data propagation, or return ''.
 
@@ -104,6 +119,8 @@ class InferShapes(Pass):
 
     def call(self, model: _ir.Model) -> PassResult:
         """Infer shapes of the values of ``model.graph`` in place."""
+        if _all_known(model.graph):  # nothing inference could fill in: onnx is not asked (2-20 ms)
+            return PassResult(model, False)
         inferred = _infer(model, self.data_prop)
         if inferred is None:
             return PassResult(model, False)
