@@ -232,3 +232,30 @@ def test_shape_inference_asks_onnx_only_where_something_is_unknown(monkeypatch: 
     model = b.build()
     assert ir.passes.InferShapes()(model).modified and asked
     assert all(list(v.shape) == [2, 3] and v.dtype == ir.DataType.FLOAT for n in model.graph for v in n.outputs)
+
+
+def test_shape_inference_propagates_data_only_where_sizes_are_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnx
+
+    runs: list[bool] = []
+    real = onnx.shape_inference.infer_shapes
+
+    def counted(proto: object, **kwargs: object) -> object:
+        runs.append(bool(kwargs.get("data_prop")))
+        return real(proto, **kwargs)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", counted)
+    b = ir.GraphBuilder("static")
+    x = b.input("x", ir.DataType.FLOAT, (2, 3))
+    b.output(b.op("Neg", [b.op("Relu", [x])]), "y")
+    ir.passes.InferShapes()(b.build())
+    assert runs == [False]  # every size known after the first run
+    runs.clear()
+    b = ir.GraphBuilder("sizes_from_data")
+    x = b.input("x", ir.DataType.FLOAT, (2, 3))
+    swapped = b.op("Gather", [b.op("Shape", [x]), b.const(np.array([1, 0], np.int64))], {"axis": 0})
+    y = b.op("Reshape", [x, swapped])
+    b.output(y, "y")
+    model = b.build()
+    ir.passes.InferShapes()(model)
+    assert runs == [False, True] and list(y.shape) == [3, 2]

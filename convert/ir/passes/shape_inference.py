@@ -57,7 +57,7 @@ def _infer(model: _ir.Model, data_prop: bool) -> onnx.ModelProto | None:
             graph.register_initializer(value)
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=False)
-        if not data_prop:
+        if not data_prop or _static(inferred):  # data propagation could only add sizes that are missing
             return inferred
         too_big = _large_integer_value(inferred)
         if too_big:
@@ -67,6 +67,15 @@ def _infer(model: _ir.Model, data_prop: bool) -> onnx.ModelProto | None:
     except Exception as exc:  # inference is best effort: a model it cannot handle keeps its shapes
         logger.debug("shape inference failed: %s", exc)
         return None
+
+
+def _static(proto: onnx.ModelProto) -> bool:
+    """Whether inference gave every value of the main graph a tensor type with all its sizes."""
+    graph = proto.graph
+    inferred = {vi.name for vi in (*graph.value_info, *graph.output)
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
+                and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
+    return all(out in inferred for node in graph.node for out in node.output if out)
 
 
 def _all_known(graph: _ir.Graph) -> bool:
