@@ -23,7 +23,9 @@ twice as far from the net run in float64 as eager float32 is).
     python benchmarks/bench_pytorch.py --zoo --tools 'ours,torch.onnx (TorchScript)' --models tv:resnet18,det:...
 
 ``--zoo`` ends with ours against the TorchScript exporter, model by model, in this run: conversion time
-and peak RSS ratios (parity excluded), and their geometric means.
+and peak RSS ratios (parity excluded), and their geometric means. Ours is timed through the API a
+user's script calls (``convert.convert(..., check=False)``; the CLI runs the same), the exporters
+through ``torch.onnx.export``; each includes importing what it needs beyond torch.
 """
 
 from __future__ import annotations
