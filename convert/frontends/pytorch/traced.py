@@ -959,6 +959,7 @@ def _input_alike(name: str, args: tuple[object, ...]) -> object | None:
     x = args[0] if args and name in _INPUT_ALIKE else None
     if not isinstance(x, torch.Tensor) or not x.dtype.is_floating_point or x.device.type != "meta":
         return None
+
     def per_channel(v: object) -> bool:
         return v is None or (isinstance(v, torch.Tensor) and v.dim() == 1 and v.shape[0] == x.shape[1]
                              and v.dtype.is_floating_point)
