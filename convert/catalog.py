@@ -66,13 +66,20 @@ def _sources() -> Iterable[Path]:
                 yield Path(folder) / name
 
 
+_SCAN_MAX = 4096  # entries of a sys.path folder looked at; past them it counts, as every folder once did
+
+
 def _holds_installs(folder: str) -> bool:
-    """Whether ``folder`` holds an installed distribution's metadata (where entry points come from)."""
+    """Whether ``folder`` holds an installed distribution's metadata (where entry points come from).
+    A folder too large to look through cheaply (a data folder on PYTHONPATH) is taken to hold some."""
     try:
         with os.scandir(folder) as entries:
-            return any(e.name.endswith((".dist-info", ".egg-info")) for e in entries)
+            for n, entry in enumerate(entries):
+                if entry.name.endswith((".dist-info", ".egg-info")) or n >= _SCAN_MAX:
+                    return True
     except OSError:  # not a folder (a zip on sys.path), or unreadable
-        return False
+        pass
+    return False
 
 
 @functools.cache

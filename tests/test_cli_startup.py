@@ -131,6 +131,11 @@ def test_the_fingerprint_follows_install_folders_not_a_scripts_own(tmp_path: Pat
         (site / "other-2.0.dist-info").mkdir()  # an install: its entry points may be new
         os.utime(site, ns=(2, 2))
         assert catalog.fingerprint() != first
+        big = tmp_path / "data"  # too many entries to look through: counted, as every folder was before
+        big.mkdir()
+        for i in range(catalog._SCAN_MAX + 1):
+            (big / f"f{i}").touch()
+        assert catalog._holds_installs(str(big)) and not catalog._holds_installs(str(script_folder))
     finally:
         catalog.fingerprint.cache_clear()
 
