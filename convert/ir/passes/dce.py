@@ -89,12 +89,18 @@ def _unname_unused_optional_outputs(node: _ir.Node, outputs: frozenset[_ir.Value
 
 
 @functools.cache
+def _schema(op_type: str, opset: int, domain: str) -> onnx.defs.OpSchema | None:
+    try:
+        return onnx.defs.get_schema(op_type, opset, domain=domain)
+    except Exception:  # an op onnx does not know at this opset: nothing of it is changed
+        return None
+
+
 def _optional_outputs(op_type: str, opset: int, domain: str) -> tuple[bool, ...] | None:
     """Whether each output of the op's schema is optional; None where it has no schema or a variadic
     output (nothing is unnamed then)."""
-    try:
-        schema = onnx.defs.get_schema(op_type, opset, domain=domain)
-    except Exception:  # an op onnx does not know at this opset: its outputs stay
+    schema = _schema(op_type, opset, domain)
+    if schema is None:
         return None
     options = [out.option for out in schema.outputs]
     if onnx.defs.OpSchema.FormalParameterOption.Variadic in options:
@@ -102,9 +108,6 @@ def _optional_outputs(op_type: str, opset: int, domain: str) -> tuple[bool, ...]
     return tuple(o == onnx.defs.OpSchema.FormalParameterOption.Optional for o in options)
 
 
-@functools.cache
 def _has_training_mode(op_type: str, opset: int, domain: str) -> bool:
-    try:
-        return "training_mode" in onnx.defs.get_schema(op_type, opset, domain=domain).attributes
-    except Exception:  # no schema: nothing is changed
-        return False
+    schema = _schema(op_type, opset, domain)
+    return schema is not None and "training_mode" in schema.attributes
