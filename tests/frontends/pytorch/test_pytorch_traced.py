@@ -41,6 +41,16 @@ def _converted(net: torch.nn.Module, example: tuple[torch.Tensor, ...], tmp_path
     return out, options
 
 
+def _file_converted(path, tmp_path, name: str):
+    """A traced TorchScript file converted as the frontend reads files, written to ``tmp_path / name``."""
+    options = Options()
+    model = load([path], options)
+    passes.standard_pipeline()(model)
+    out = tmp_path / name
+    EXPORTER.save(model, out, options)
+    return out
+
+
 def _flat(value: object) -> list[torch.Tensor]:
     return [t for v in value for t in _flat(v)] if isinstance(value, (tuple, list)) else [value]
 
@@ -359,11 +369,8 @@ def test_a_traced_torchscript_file_is_read_without_torch_s_converter(tmp_path, m
         raise AssertionError("torch's TorchScript converter was used for a plain trace")
 
     monkeypatch.setattr(capture, "script_to_program", refused)
-    options = Options()
-    model = load([path], options)
-    passes.standard_pipeline()(model)
-    EXPORTER.save(model, tmp_path / "net.onnx", options)
-    _check(torch.jit.load(str(path)), tmp_path / "net.onnx", (torch.randn(1, 3, 16, 16),))
+    out = _file_converted(path, tmp_path, "net.onnx")
+    _check(torch.jit.load(str(path)), out, (torch.randn(1, 3, 16, 16),))
 
 
 class _HardNet(torch.nn.Module):
@@ -402,16 +409,13 @@ def test_a_file_s_shape_keeping_ops_match_eager(tmp_path, monkeypatch, layout):
     taken: list[str] = []
     alike = traced._input_alike
     monkeypatch.setattr(traced, "_input_alike", lambda name, args: taken.append(name) or alike(name, args))
-    options = Options()
-    model = load([path], options)
-    passes.standard_pipeline()(model)
-    EXPORTER.save(model, tmp_path / "hard.onnx", options)
+    out = _file_converted(path, tmp_path, "hard.onnx")
     assert {"batch_norm", "hardswish_", "hardsigmoid", "hardtanh_", "hardtanh"} <= set(taken)
     probe = torch.randn(2, 3, 12, 12) * 2
     with torch.no_grad():
         ref = net(probe)
     assert float(ref.std()) > 0.1  # not a degenerate output
-    _check(torch.jit.load(str(path)), tmp_path / "hard.onnx", (probe,))
+    _check(torch.jit.load(str(path)), out, (probe,))
 
 
 class _NumberTimesInts(torch.nn.Module):
