@@ -412,7 +412,8 @@ class _Builder:
         """An operator of ours (``tvpost.traced_forms``: a loop torch's tracer ran rather than
         recorded, torchvision's scripted post-processing in a file) expanded into its form's graph,
         as torch's ``make_fx`` records it on the fake values of its tensors (its other arguments
-        are constants of the form), a while_loop's functions as graphs of their own."""
+        are constants of the form), a while_loop's functions as graphs of their own; the keypoint
+        decoding (``_DECODINGS``) as one node instead (``_decoding``)."""
         import torch
         import torch.fx
         from torch.fx.experimental.proxy_tensor import make_fx
@@ -428,6 +429,9 @@ class _Builder:
         tensors = [v for v in values if isinstance(v, torch.fx.Node)]
         if not tensors:
             raise NotTraceableError(f"convert_tv::{name} of constants")
+        if name in _DECODINGS:
+            self._decoding(name, values, outs)
+            return
         numbers = {i: v for i, v in enumerate(values) if not isinstance(v, torch.fx.Node)}  # an IoU, an image size
 
         def bound(*given: object) -> object:
@@ -446,6 +450,34 @@ class _Builder:
         results = self._inline(module, tensors, tensors[0])
         for o, r in zip(outs, results, strict=True):
             _agrees(name, o, r.meta["val"], symbolic=True)
+            self.env[o] = r
+
+    def _decoding(self, name: str, values: list[object], outs: list[object]) -> None:
+        """The keypoint decoding (``_DECODINGS``) as one node of ``convert_tv::decode_heatmaps``,
+        which the lowering writes as a Loop of its own (``ops.detection.decode_heatmaps``): its
+        results' sizes follow from the heatmaps' shape, so no form is traced to find them (make_fx
+        of the while_loop form proves each of its ops' sizes on two symbols from data: 0.6 s)."""
+        import torch
+        import torch.fx
+
+        from .tvpost import decode_operator
+
+        if len(values) != 2 or not all(isinstance(v, torch.fx.Node) for v in values):
+            raise NotTraceableError(f"convert_tv::{name} of other than two graph tensors")
+        maps, rois = values
+        meta, boxes = maps.meta["val"], rois.meta["val"]  # type: ignore[union-attr]
+        if meta.dim() != 4 or boxes.dim() != 2 or not meta.is_floating_point() or boxes.dtype != meta.dtype:
+            raise NotTraceableError(f"convert_tv::{name} of {meta.dtype} {list(meta.shape)} heatmaps and "
+                                    f"{boxes.dtype} {list(boxes.shape)} boxes")
+        op = decode_operator()
+        with self._faking():
+            results = op(self._fake_of(maps), self._fake_of(rois))  # type: ignore[operator]
+        call = self._placed_node(op, (maps, rois), results, maps)
+        keypoints, scores = (self._placed_node(operator.getitem, (call, i), r, maps) for i, r in enumerate(results))
+        if _DECODINGS[name]:  # torchvision's scripted loop returns [N, 3, K]
+            keypoints = self._fx_call(torch.ops.aten.permute.default, (keypoints, [0, 2, 1]), {}, maps)
+        for o, r in zip(outs, (keypoints, scores), strict=True):
+            _agrees(name, o, r.meta["val"], symbolic=True)  # type: ignore[attr-defined]
             self.env[o] = r
 
     def _inline(self, module: object, values: list[object], near: object) -> list[object]:
@@ -921,6 +953,11 @@ def _recorded(outs: Sequence[object]) -> object:
             return None
         vals.append(torch.empty(kind.sizes(), dtype=kind.dtype(), device="meta"))
     return vals[0] if len(vals) == 1 else tuple(vals)
+
+
+# Our operators of the keypoint decoding, lowered as one node each rather than expanded into their
+# form -> whether the keypoints are [N, 3, K] (torchvision's scripted loop) rather than [N, K, 3]
+_DECODINGS = {"decode_heatmaps": False, "heatmaps_to_keypoints_loop": True}
 
 
 def _agrees(name: str, recorded: object, val: object, *, symbolic: bool = False) -> None:

@@ -18,9 +18,10 @@ versions as scripted functions (``_batched_nms_coordinate_trick``, ``_onnx_paste
 ``_onnx_heatmaps_to_keypoints_loop``), which neither reader can follow (a data-dependent branch,
 loops whose trip count is data): ``replace_torchvision_scripted`` puts an operator of ours in place
 of each call in the TorchScript graph. The fast capture expands each operator of ours into its form
-here (``traced_forms``), and torch's converter turns it into a call of that form. A file's
-operator's own kernel runs torchvision's function unchanged, so a rewritten module still computes
-what it did.
+here (``traced_forms``), but for the keypoint decoding, which it keeps as one operator
+(``decode_operator``) that the lowering writes as a Loop of its own (``ops.detection``); torch's
+converter turns each into a call of its form. A file's operator's own kernel runs torchvision's
+function unchanged, so a rewritten module still computes what it did.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["converter_handlers", "decode_heatmaps", "offset_batched_nms", "paste_expanded_masks",
+__all__ = ["converter_handlers", "decode_heatmaps", "decode_operator", "offset_batched_nms", "paste_expanded_masks",
            "replace_torchvision_scripted", "shape_as_tensor", "traced_decode_heatmaps", "traced_forms"]
 
 _NAMESPACE = "convert_tv"
@@ -150,8 +151,8 @@ def decode_heatmaps(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tenso
 
 def traced_decode_heatmaps(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``decode_heatmaps`` where the capture can take it: under torch's tracer as one operator of
-    ours (``convert_tv::decode_heatmaps``, which the fast capture expands into the loop: the tracer
-    cannot record a ``while_loop``, it runs it), otherwise as it is."""
+    ours (``convert_tv::decode_heatmaps``, which the fast capture keeps and the lowering writes as a
+    Loop: the tracer cannot record a ``while_loop``, it runs it), otherwise as it is."""
     import torch
 
     if torch._C._get_tracing_state() is None:
@@ -176,9 +177,10 @@ def _decode_kernel(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tensor
 
 
 def traced_forms() -> dict[str, object]:
-    """Our operators -> the forms that compute them, which the fast capture (``traced.py``) expands
-    them into: the live trace's keypoint decoding, and those ``replace_torchvision_scripted`` puts in a
-    traced file in place of torchvision's scripted functions."""
+    """Our operators -> the forms that compute them: the live trace's keypoint decoding, and those
+    ``replace_torchvision_scripted`` puts in a traced file in place of torchvision's scripted
+    functions. The fast capture (``traced.py``) expands the NMS and the mask paste into theirs; the
+    keypoint decoding it keeps as one operator (``decode_operator``)."""
     return {"decode_heatmaps": decode_heatmaps, **{op: form for op, _, _, _, form in _SCRIPTED.values()}}
 
 
@@ -313,7 +315,24 @@ def _register() -> None:
         library.impl(op, kernel, "CompositeExplicitAutograd")
     library.define("decode_heatmaps(Tensor maps, Tensor rois) -> (Tensor, Tensor)")
     library.impl("decode_heatmaps", _decode_kernel, "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{_NAMESPACE}::decode_heatmaps", _decode_fake, lib=library)
     _registered.append(library)
+
+
+def _decode_fake(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``convert_tv::decode_heatmaps``'s results on fake tensors: one keypoint triple and one score
+    per detection and keypoint (the sizes depend on the heatmaps' shape only, not on their data)."""
+    count, kinds = maps.shape[:2]
+    return maps.new_empty((count, kinds, 3)), maps.new_empty((count, kinds))
+
+
+def decode_operator() -> object:
+    """``convert_tv::decode_heatmaps`` (defined on first use): the keypoint decoding as one operator
+    of a graph, which the lowering writes as an ONNX ``Loop`` of its own (``ops.detection``)."""
+    import torch
+
+    _register()
+    return torch.ops.convert_tv.decode_heatmaps.default  # type: ignore[attr-defined]
 
 
 @contextlib.contextmanager

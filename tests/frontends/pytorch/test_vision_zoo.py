@@ -232,7 +232,7 @@ def test_detector_matches_eager_as_sets(name: str, tmp_path: Path) -> None:
 
 
 # the fast capture (frontends/pytorch/traced.py) takes every detector, with its counts symbolic
-# (Keypoint R-CNN's keypoint decoding recorded as one operator and expanded into its loop)
+# (Keypoint R-CNN's keypoint decoding recorded as one operator and lowered as a Loop)
 TRACED_DETECTORS = ("det:fasterrcnn_mobilenet_v3_large_320_fpn", "det:ssdlite320_mobilenet_v3_large",
                     "det:retinanet_resnet50_fpn", "det:maskrcnn_resnet50_fpn", "det:keypointrcnn_resnet50_fpn")
 # the box coder's 'if box_sum > 0' (torchvision's detection/_utils.py) of the R-CNNs' second stage
@@ -361,7 +361,7 @@ def test_traced_detector_file_matches_eager_as_sets(name: str, tmp_path: Path,
     post-processing as scripted loops (replaced by the module route's equivalents). The detection
     count stays data-dependent: the dim image gives other counts than the traced one. The file's
     graph is read by the fast capture (torch's TorchScript converter is not called), with those
-    replacements expanded into their forms."""
+    replacements expanded into their forms (the keypoint decoding lowered as one Loop)."""
     from convert.frontends.pytorch import capture, load
     from convert.ir import Options
 

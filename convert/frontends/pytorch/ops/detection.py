@@ -1,4 +1,5 @@
-"""torchvision's detection operators: torchvision::nms -> NonMaxSuppression, roi_align -> RoiAlign.
+"""torchvision's detection operators: torchvision::nms -> NonMaxSuppression, roi_align -> RoiAlign;
+and ours, Keypoint R-CNN's keypoint decoding (``convert_tv::decode_heatmaps``) -> a Loop.
 
 A detector's graph reaches these only when torchvision (or another library defining the same
 ``torchvision::`` schemas) is loaded; the frontend imports torchvision when a file needs its ops.
@@ -8,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from convert.ir import DataType, Value
+from convert.ir import DataType, Graph, Shape, TensorType, Value
 
 from ._base import LowerContext, OpCall, lowers
 
-__all__ = ["nms", "roi_align"]
+__all__ = ["decode_heatmaps", "nms", "roi_align"]
 
 # NonMaxSuppression keeps at most this many boxes per class; torchvision's nms has no cap.
 _NO_CAP = 2**31 - 1
@@ -56,3 +57,81 @@ def roi_align(call: OpCall, ctx: LowerContext) -> Value:
         "coordinate_transformation_mode": "half_pixel" if call["aligned"] else "output_half_pixel",
     }
     return ctx.emit("RoiAlign", [call.tensor("input"), boxes, batch], attrs)
+
+
+@lowers("convert_tv.decode_heatmaps", to="Loop(Resize(cubic), ReduceMax, ArgMax)",
+        notes="Keypoint R-CNN's keypoint decoding (torchvision's heatmaps_to_keypoints), one box a step")
+def decode_heatmaps(call: OpCall, ctx: LowerContext) -> tuple[Value, Value]:
+    """Lower our keypoint decoding (maps [N, K, H, W], rois [N, 4] x1y1x2y2) -> (keypoints [N, K, 3],
+    scores [N, K]), as torchvision's ``heatmaps_to_keypoints`` computes them.
+
+    torchvision resizes each box's heatmaps (bicubic, a = -0.75, ``align_corners=False``: ONNX
+    Resize's cubic ``half_pixel``) to the box's size in whole pixels, width and height clamped to 1
+    and rounded up, then takes each keypoint's first maximum (ArgMax's) and its value. A Loop does
+    one box a step (one box's resized maps in memory, as torchvision's loop), writing its row of
+    the scores and positions (ScatterND); the positions become coordinates after it.
+    """
+    meta = call.meta("maps")
+    if meta.rank != 4:
+        raise call.unsupported(f"keypoint heatmaps of rank {meta.rank}, not [N, K, H, W]")
+    maps, rois = call.tensor("maps"), call.tensor("rois")
+    x1, y1, x2, y2 = (ctx.emit("Gather", [rois, ctx.ints(i)], {"axis": 1}) for i in range(4))
+    one, half = ctx.scalar_like(1.0, meta), ctx.scalar_like(0.5, meta)
+    widths = ctx.emit("Max", [ctx.emit("Sub", [x2, x1]), one])
+    heights = ctx.emit("Max", [ctx.emit("Sub", [y2, y1]), one])
+    widths_ceil, heights_ceil = ctx.emit("Ceil", [widths]), ctx.emit("Ceil", [heights])
+    column = ctx.ints([1])
+    sizes = ctx.emit("Cast", [ctx.emit("Concat", [ctx.emit("Unsqueeze", [heights_ceil, column]),
+                                                  ctx.emit("Unsqueeze", [widths_ceil, column])], {"axis": 1})],
+                     {"to": DataType.INT64})  # [N, 2]: each box's (height, width) in whole pixels
+    lead = ctx.emit("Concat", [ctx.ints([1]), ctx.emit("Shape", [maps], {"start": 1, "end": 2})], {"axis": 0})
+    count_kinds = ctx.emit("Shape", [maps], {"start": 0, "end": 2})
+    trips = ctx.emit("Reshape", [ctx.emit("Shape", [maps], {"start": 0, "end": 1}), ctx.ints([])])
+    start_scores = ctx.emit("Expand", [ctx.scalar_like(0.0, meta), count_kinds])
+    start_pos = ctx.emit("Expand", [ctx.ints(0), count_kinds])
+    scores, pos = ctx.emit_multi("Loop", [trips, None, start_scores, start_pos],
+                                 {"body": _decode_step(ctx, maps, sizes, lead, meta.dtype)}, outputs=2)
+    # torchvision's coordinates: ((x_int + 0.5) * width / ceil(width) + x1, likewise y, 1)
+    width_int = ctx.emit("Cast", [ctx.emit("Unsqueeze", [widths_ceil, column])], {"to": DataType.INT64})
+    x_int = ctx.emit("Mod", [pos, width_int])
+    y_int = ctx.emit("Div", [pos, width_int])  # positions are non-negative: Div's truncation is floor
+
+    def coordinate(index: Value, extent: Value, extent_ceil: Value, offset: Value) -> Value:
+        cell = ctx.emit("Unsqueeze", [ctx.emit("Div", [extent, extent_ceil]), column])
+        at = ctx.emit("Mul", [ctx.emit("Add", [ctx.emit("Cast", [index], {"to": meta.dtype}), half]), cell])
+        return ctx.emit("Unsqueeze", [ctx.emit("Add", [at, ctx.emit("Unsqueeze", [offset, column])]), ctx.ints([2])])
+
+    x = coordinate(x_int, widths, widths_ceil, x1)
+    y = coordinate(y_int, heights, heights_ceil, y1)
+    return ctx.emit("Concat", [x, y, ctx.emit("Expand", [one, ctx.emit("Shape", [x])])], {"axis": 2}), scores
+
+
+def _decode_step(ctx: LowerContext, maps: Value, sizes: Value, lead: Value, dtype: DataType) -> Graph:
+    """The Loop body of ``decode_heatmaps``: box i's heatmaps resized to its size, each keypoint's
+    maximum and its first row-major position written into row i of the carried scores and
+    positions. Its constants are made before it, in the enclosing graph, which the body reads."""
+    axis0, flat = ctx.ints([0]), ctx.ints([0, -1])
+    name = ctx.builder.names.fresh(f"{ctx.call.module if ctx.call else ''}_decode_step".lstrip("_"))
+    step = Value(name=f"{name}_i", type=TensorType(DataType.INT64), shape=Shape([]))
+    go = Value(name=f"{name}_cond", type=TensorType(DataType.BOOL), shape=Shape([]))
+    scores = Value(name=f"{name}_scores", type=TensorType(dtype))
+    pos = Value(name=f"{name}_pos", type=TensorType(DataType.INT64))
+    body = Graph([step, go, scores, pos], [], nodes=[], name=name)
+    enclosing = ctx.builder.graph
+    ctx.builder.graph = body
+    try:
+        at = ctx.emit("Unsqueeze", [step, axis0])  # [1]
+        size = ctx.emit("Concat", [lead, ctx.emit("Gather", [sizes, step], {"axis": 0})], {"axis": 0})
+        resized = ctx.emit("Resize", [ctx.emit("Gather", [maps, at], {"axis": 0}), None, None, size],
+                           {"mode": "cubic", "cubic_coeff_a": -0.75, "coordinate_transformation_mode": "half_pixel"})
+        pixels = ctx.emit("Reshape", [ctx.emit("Squeeze", [resized, axis0]), flat])  # [K, h * w]
+        row = ctx.emit("Unsqueeze", [at, axis0])  # [[i]]
+        best = ctx.emit("ReduceMax", [pixels], {"axes": [1], "keepdims": 0})
+        first = ctx.emit("ArgMax", [pixels], {"axis": 1, "keepdims": 0})
+        outputs = [ctx.emit("Identity", [go]),
+                   ctx.emit("ScatterND", [scores, row, ctx.emit("Unsqueeze", [best, axis0])]),
+                   ctx.emit("ScatterND", [pos, row, ctx.emit("Unsqueeze", [first, axis0])])]
+    finally:
+        ctx.builder.graph = enclosing
+    body.outputs.extend(outputs)
+    return body
