@@ -21,6 +21,7 @@ twice as far from the net run in float64 as eager float32 is).
     python benchmarks/bench_pytorch.py --zoo [--models bert,gpt2,hf:bert,hf:gpt2_lm,tv:resnet18,timm:dla34]
     python benchmarks/bench_pytorch.py --zoo --models traced:det:maskrcnn_resnet50_fpn
     python benchmarks/bench_pytorch.py --zoo --tools 'ours,torch.onnx (TorchScript)' --models tv:resnet18,det:...
+    python benchmarks/bench_pytorch.py --zoo --repeat 3 ...   (median of 3 conversions a tool, taking turns)
 
 ``--zoo`` ends with ours against the TorchScript exporter, model by model, in this run: conversion time
 and peak RSS ratios (parity excluded), and their geometric means. Ours is timed through the API a
@@ -271,35 +272,47 @@ def _match(path: Path, name: str) -> tuple[float, bool]:
     return worst, rounding
 
 
-def _zoo_table(names: list[str], tools: tuple[str, ...] = TOOLS) -> None:
+def _zoo_table(names: list[str], tools: tuple[str, ...] = TOOLS, repeat: int = 1) -> None:
+    """Convert each model with each tool ``repeat`` times, the tools taking turns (so that a slow
+    moment of the machine falls on both), each conversion in a fresh process; report the median
+    time and peak RSS, and the first file's match against eager."""
     import torch
 
     compile_toolkit()  # the toolkit's bytecode cache, as an installed package has it (user_env)
 
     print(f"torch {torch.__version__}, {os.cpu_count()} CPUs; match: max|onnx - eager| / max|eager| <= {MATCH_TOL} "
-          "on two inputs, every output ('f64': past it by float32 rounding, the parity check's float64 rule)")
+          "on two inputs, every output ('f64': past it by float32 rounding, the parity check's float64 rule)"
+          + (f"; time and peak RSS: median of {repeat} runs, the tools taking turns" if repeat > 1 else ""))
     header = f"{'model':30} {'exporter':26} {'file':>4} {'match':>6} {'max err':>9} {'time s':>7} {'peak RSS':>10}"
     rows = [header, "-" * len(header)]
     totals = {tool: [0, 0] for tool in tools}
     timing: dict[str, dict[str, tuple[float, int]]] = {}  # model -> tool -> (seconds, peak RSS)
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            for tool in tools:
-                out = Path(tmp) / f"{name}_{len(rows)}.onnx"
+            runs: dict[str, list[dict[str, object]]] = {tool: [] for tool in tools}
+            for rep, tool in itertools.product(range(repeat), tools):
+                out = Path(tmp) / f"{name}_{tools.index(tool)}_{rep}.onnx"
                 env = user_env(toolkit_on_path=True)
                 r = subprocess.run([sys.executable, __file__, "--child", tool, f"zoo:{name}", str(out)],
                                    capture_output=True, text=True, env=env, timeout=3600)
                 lines = [ln for ln in r.stdout.splitlines() if ln.startswith("@@")]
                 m = json.loads(lines[-1][2:]) if lines else {"error": (r.stderr.strip().splitlines()
                                                                         or ["failed"])[-1][:100]}
-                if not m["error"] and out.exists():
-                    timing.setdefault(name, {})[tool] = (float(m["seconds"]), int(m["hwm"]))
-                if m["error"] or not out.exists():
-                    rows.append(f"{name:30} {tool:26} {'no':>4} {'-':>6} {'':>9} failed: {m['error'][:70]}")
+                if not m["error"] and not out.exists():
+                    m["error"] = "no file written"
+                runs[tool].append(m)
+            for tool in tools:
+                failed = [m for m in runs[tool] if m["error"]]
+                if failed:
+                    why = str(failed[0]["error"])[:70]
+                    rows.append(f"{name:30} {tool:26} {'no':>4} {'-':>6} {'':>9} failed: {why}")
                     print(rows[-1], flush=True)
                     continue
+                seconds = statistics.median(float(m["seconds"]) for m in runs[tool])  # type: ignore[arg-type]
+                hwm = int(statistics.median(int(m["hwm"]) for m in runs[tool]))  # type: ignore[call-overload]
+                timing.setdefault(name, {})[tool] = (seconds, hwm)
                 try:
-                    err, rounding = _match(out, f"zoo:{name}")
+                    err, rounding = _match(Path(tmp) / f"{name}_{tools.index(tool)}_0.onnx", f"zoo:{name}")
                 except Exception as exc:  # an exported file ORT cannot run
                     rows.append(f"{name:30} {tool:26} {'yes':>4} {'no':>6} ORT failed: {str(exc)[:60]}")
                     print(rows[-1], flush=True)
@@ -310,7 +323,7 @@ def _zoo_table(names: list[str], tools: tuple[str, ...] = TOOLS) -> None:
                 totals[tool][0] += 1
                 totals[tool][1] += int(ok)
                 rows.append(f"{name:30} {tool:26} {'yes':>4} {verdict:>6} {err:9.1e} "
-                            f"{m['seconds']:7.2f} {m['hwm'] / 2**20:8.0f} M")
+                            f"{seconds:7.2f} {hwm / 2**20:8.0f} M")
                 print(rows[-1], flush=True)
     rows.append("")
     for tool, (files, matching) in totals.items():
@@ -343,6 +356,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=None)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=1, help="--zoo: convert each model this many times with "
+                        "each tool, the tools taking turns, and report the median time and peak RSS")
     parser.add_argument("--zoo", action="store_true", help="the models/pytorch/zoo.py look-alikes, with matching")
     parser.add_argument("--tools", default=None, help=f"comma-separated subset of: {', '.join(TOOLS)} "
                         "(e.g. 'ours,torch.onnx (TorchScript)'), or 'ours (torch.export)': ours without "
@@ -358,7 +373,7 @@ def main() -> None:
                  *(n for n in ([*vision.NAMES, *vision.DETECTORS] if vision is not None else ())  # type: ignore[attr-defined]
                    if not n.startswith("yolo:") or vision.ultralytics_available())]  # type: ignore[attr-defined]
         tools = tuple(t.strip() for t in args.tools.split(",")) if args.tools else TOOLS
-        _zoo_table(args.models.split(",") if args.models else names, tools)
+        _zoo_table(args.models.split(",") if args.models else names, tools, max(1, args.repeat))
         return
     args.models = args.models or ",".join(MODELS)
     import torch
