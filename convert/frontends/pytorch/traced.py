@@ -413,7 +413,7 @@ class _Builder:
         recorded, torchvision's scripted post-processing in a file) expanded into its form's graph,
         as torch's ``make_fx`` records it on the fake values of its tensors (its other arguments
         are constants of the form), a while_loop's functions as graphs of their own; the keypoint
-        decoding (``_DECODINGS``) as one node instead (``_decoding``)."""
+        decoding of float32 heatmaps (``_DECODINGS``) as one node instead (``_decoding``)."""
         import torch
         import torch.fx
         from torch.fx.experimental.proxy_tensor import make_fx
@@ -429,8 +429,7 @@ class _Builder:
         tensors = [v for v in values if isinstance(v, torch.fx.Node)]
         if not tensors:
             raise NotTraceableError(f"convert_tv::{name} of constants")
-        if name in _DECODINGS:
-            self._decoding(name, values, outs)
+        if name in _DECODINGS and self._decoding(name, values, outs):
             return
         numbers = {i: v for i, v in enumerate(values) if not isinstance(v, torch.fx.Node)}  # an IoU, an image size
 
@@ -452,23 +451,24 @@ class _Builder:
             _agrees(name, o, r.meta["val"], symbolic=True)
             self.env[o] = r
 
-    def _decoding(self, name: str, values: list[object], outs: list[object]) -> None:
-        """The keypoint decoding (``_DECODINGS``) as one node of ``convert_tv::decode_heatmaps``,
-        which the lowering writes as a Loop of its own (``ops.detection.decode_heatmaps``): its
-        results' sizes follow from the heatmaps' shape, so no form is traced to find them (make_fx
-        of the while_loop form proves each of its ops' sizes on two symbols from data: 0.6 s)."""
+    def _decoding(self, name: str, values: list[object], outs: list[object]) -> bool:
+        """The keypoint decoding (``_DECODINGS``) of float32 heatmaps as one node of
+        ``convert_tv::decode_heatmaps``, which the lowering writes as a Loop of its own
+        (``ops.detection.decode_heatmaps``): its results' sizes follow from the heatmaps' shape, so
+        no form is traced to find them (make_fx of the while_loop form proves each of its ops' sizes
+        on two symbols from data: 0.6 s). False, and nothing added, for other heatmaps (ONNX
+        Runtime's Resize takes no float64): the form is expanded then."""
         import torch
         import torch.fx
 
         from .tvpost import decode_operator
 
         if len(values) != 2 or not all(isinstance(v, torch.fx.Node) for v in values):
-            raise NotTraceableError(f"convert_tv::{name} of other than two graph tensors")
+            return False
         maps, rois = values
         meta, boxes = maps.meta["val"], rois.meta["val"]  # type: ignore[union-attr]
-        if meta.dim() != 4 or boxes.dim() != 2 or not meta.is_floating_point() or boxes.dtype != meta.dtype:
-            raise NotTraceableError(f"convert_tv::{name} of {meta.dtype} {list(meta.shape)} heatmaps and "
-                                    f"{boxes.dtype} {list(boxes.shape)} boxes")
+        if meta.dim() != 4 or boxes.dim() != 2 or meta.dtype != torch.float32 or boxes.dtype != torch.float32:
+            return False
         op = decode_operator()
         with self._faking():
             results = op(self._fake_of(maps), self._fake_of(rois))  # type: ignore[operator]
@@ -479,6 +479,7 @@ class _Builder:
         for o, r in zip(outs, (keypoints, scores), strict=True):
             _agrees(name, o, r.meta["val"], symbolic=True)  # type: ignore[attr-defined]
             self.env[o] = r
+        return True
 
     def _inline(self, module: object, values: list[object], near: object) -> list[object]:
         """The nodes of ``module`` (a graph of make_fx) copied into this graph on ``values``, its

@@ -146,7 +146,8 @@ def decode_heatmaps(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tenso
     y_int = torch.div(pos - x_int, widest, rounding_mode="floor")
     x = (x_int.float() + 0.5) * (widths / widths_ceil)[:, None] + rois[:, :1]
     y = (y_int.float() + 0.5) * (heights / heights_ceil)[:, None] + rois[:, 1:2]
-    return torch.stack([x, y, torch.ones_like(x)], dim=2), scores
+    # float32 whatever the heatmaps' dtype, as torchvision's (its results are float32 tensors it fills)
+    return torch.stack([x, y, torch.ones_like(x)], dim=2).to(torch.float32), scores.to(torch.float32)
 
 
 def traced_decode_heatmaps(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -321,9 +322,13 @@ def _register() -> None:
 
 def _decode_fake(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``convert_tv::decode_heatmaps``'s results on fake tensors: one keypoint triple and one score
-    per detection and keypoint (the sizes depend on the heatmaps' shape only, not on their data)."""
+    per detection and keypoint (the sizes depend on the heatmaps' shape only, not on their data),
+    float32 as torchvision's."""
+    import torch
+
     count, kinds = maps.shape[:2]
-    return maps.new_empty((count, kinds, 3)), maps.new_empty((count, kinds))
+    return (maps.new_empty((count, kinds, 3), dtype=torch.float32),
+            maps.new_empty((count, kinds), dtype=torch.float32))
 
 
 def decode_operator() -> object:

@@ -541,6 +541,43 @@ def test_keypoint_decoding_is_one_loop_over_each_input_s_count(route: str, tmp_p
     assert equal >= 0.99 * total, (equal, total)
 
 
+def test_keypoint_decoding_of_float64_heatmaps_is_its_loop_of_matrix_products(tmp_path: Path) -> None:
+    """ONNX Runtime's Resize takes no float64: float64 heatmaps are decoded by the form's while_loop
+    (each box's bicubic weights as matrices, no Resize), which matches torchvision's decoding of
+    them: computed in float64, returned in float32 as torchvision's (scores within 1e-6 of their
+    scale, keypoints within float32 rounding on all but near-ties)."""
+    pytest.importorskip("torchvision")
+    from torchvision.models.detection import roi_heads  # noqa: F401 - loaded: the capture replaces what it holds
+
+    from convert.frontends.pytorch import load_module
+    from convert.ir import Options
+
+    gen = torch.Generator().manual_seed(5)
+
+    def inputs(kept: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        maps = torch.randn(16, 17, 56, 56, generator=gen, dtype=torch.float64)
+        xy = torch.rand(16, 2, generator=gen, dtype=torch.float64) * 150
+        rois = torch.cat([xy, xy + torch.rand(16, 2, generator=gen, dtype=torch.float64) * 120 + 0.2], 1)
+        return maps, rois, torch.where(torch.arange(16) < kept, 0.9, 0.1).double()
+
+    net = _KeypointsOfKept().eval()
+    model = load_module(net, inputs(5), Options())
+    (loop,) = [n for n in model.graph if n.op_type == "Loop"]
+    assert "Resize" not in [n.op_type for n in loop.attributes["body"].as_graph()]
+    path = to_onnx(model, tmp_path / "k64.onnx")
+    for kept in (5, 16):
+        feed = inputs(kept)
+        with torch.no_grad():
+            theirs = [t.numpy() for t in net(*feed)]
+        ours = run_onnx(path, {n: t.numpy() for n, t in zip(("maps", "rois", "scores"), feed, strict=True)})
+        assert [o.dtype for o in ours] == [t.dtype for t in theirs] == [np.float32] * 2, kept
+        assert [o.shape for o in ours] == [t.shape for t in theirs], kept
+        assert np.ptp(theirs[1]) > 1.0 and rel_to_scale(ours[1], theirs[1]) <= 1e-6, kept
+        # torchvision's coordinates are float32 arithmetic on float64 heatmaps (a 0-d float64 factor
+        # does not promote), ours float64 rounded to float32: a float32 rounding apart
+        assert np.isclose(ours[0], theirs[0], rtol=1e-6, atol=0).all(axis=2).mean() >= 0.95, kept
+
+
 class _TracedPaste(torch.nn.Module):
     """torchvision's mask paste, as a traced Mask R-CNN holds it (a scripted loop over detections)."""
 

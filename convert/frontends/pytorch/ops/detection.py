@@ -60,7 +60,8 @@ def roi_align(call: OpCall, ctx: LowerContext) -> Value:
 
 
 @lowers("convert_tv.decode_heatmaps", to="Loop(Resize(cubic), ReduceMax, ArgMax)",
-        notes="Keypoint R-CNN's keypoint decoding (torchvision's heatmaps_to_keypoints), one box a step")
+        notes="Keypoint R-CNN's keypoint decoding (torchvision's heatmaps_to_keypoints), one box a step; float32 "
+              "(float64 heatmaps are decoded by the capture's loop of matrix products)")
 def decode_heatmaps(call: OpCall, ctx: LowerContext) -> tuple[Value, Value]:
     """Lower our keypoint decoding (maps [N, K, H, W], rois [N, 4] x1y1x2y2) -> (keypoints [N, K, 3],
     scores [N, K]), as torchvision's ``heatmaps_to_keypoints`` computes them.
@@ -72,8 +73,9 @@ def decode_heatmaps(call: OpCall, ctx: LowerContext) -> tuple[Value, Value]:
     the scores and positions (ScatterND); the positions become coordinates after it.
     """
     meta = call.meta("maps")
-    if meta.rank != 4:
-        raise call.unsupported(f"keypoint heatmaps of rank {meta.rank}, not [N, K, H, W]")
+    if meta.rank != 4 or meta.dtype != DataType.FLOAT:
+        raise call.unsupported(f"keypoint heatmaps of {meta.dtype.name} {list(meta.shape)}, not float32 [N, K, H, W]",
+                               "ONNX Runtime's Resize takes no float64")
     maps, rois = call.tensor("maps"), call.tensor("rois")
     x1, y1, x2, y2 = (ctx.emit("Gather", [rois, ctx.ints(i)], {"axis": 1}) for i in range(4))
     one, half = ctx.scalar_like(1.0, meta), ctx.scalar_like(0.5, meta)
