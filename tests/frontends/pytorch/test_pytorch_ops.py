@@ -488,6 +488,8 @@ UNTESTED = {
        for k in ("operator.gt", "operator.lt", "operator.eq")},
     **{k: "test_pytorch_detection.py (against torchvision's definition, and the detectors end to end)"
        for k in ("torchvision.nms", "torchvision.roi_align")},
+    "convert_tv.decode_heatmaps": "test_pytorch_detection.py::test_keypoint_decoding_is_one_loop_over_each_input_s_"
+                                  "count (against torchvision's heatmaps_to_keypoints; Keypoint R-CNN end to end)",
     **{k: "torch.export records contiguity as a constant in every graph we could make; same converter as "
           "aten.sym_stride" for k in ("aten.sym_is_contiguous", "aten.is_contiguous")},
     **{k: "test_pytorch_grad.py: against torch's backward kernels, and a CNN's input gradient against autograd"
