@@ -486,7 +486,7 @@ class _KeypointsOfKept(torch.nn.Module):
 def test_keypoint_decoding_is_one_loop_over_each_input_s_count(route: str, tmp_path: Path) -> None:
     """Under the fast capture the decoding is one operator of ours in the graph (recorded by the live
     trace; in a traced file, in place of torchvision's scripted loop), lowered as an ONNX Loop that
-    resizes one box's heatmaps a step (Resize, cubic): the file decodes as many boxes as each input
+    resizes one box's heatmaps a step (bicubic weights as matrices): the file decodes as many boxes as each input
     keeps (12 on the example, then 1, 40, 64 and none), of sub-pixel to 400-pixel boxes, as
     torchvision's own ``heatmaps_to_keypoints`` does in eager: scores within 1e-5 of their scale,
     keypoints equal but for near-ties of two resized pixels (then one resized pixel apart)."""
@@ -520,7 +520,7 @@ def test_keypoint_decoding_is_one_loop_over_each_input_s_count(route: str, tmp_p
         torch.jit.save(traced, tmp_path / "k.pt")
         model = load([tmp_path / "k.pt"], Options())
     (loop,) = [n for n in model.graph if n.op_type == "Loop"]
-    assert "Resize" in [n.op_type for n in loop.attributes["body"].as_graph()]  # lowered, not expanded
+    assert loop.attributes["body"].as_graph().name.endswith("decode_step")  # lowered, not expanded
     path = to_onnx(model, tmp_path / "k.onnx")
     equal = total = 0
     for kept, extent in ((1, 50.0), (40, 400.0), (64, 30.0), (0, 50.0)):
@@ -538,12 +538,13 @@ def test_keypoint_decoding_is_one_loop_over_each_input_s_count(route: str, tmp_p
         assert (np.abs(ours[0][..., :2] - theirs[0][..., :2]) <= pixel[:, None] * 1.001 + 1e-4).all(), kept
         same = (ours[0] == theirs[0]).all(axis=2)
         equal, total = equal + int(same.sum()), total + same.size
+    print(f"KEYPOINTS {route}: {equal} of {total} equal to torchvision's")
     assert equal >= 0.99 * total, (equal, total)
 
 
 def test_keypoint_decoding_of_float64_heatmaps_is_its_loop_of_matrix_products(tmp_path: Path) -> None:
-    """ONNX Runtime's Resize takes no float64: float64 heatmaps are decoded by the form's while_loop
-    (each box's bicubic weights as matrices, no Resize), which matches torchvision's decoding of
+    """The Loop of our own is float32: float64 heatmaps are decoded by the form's while_loop (all
+    boxes' bicubic weights as matrices at the largest box's size), which matches torchvision's decoding of
     them: computed in float64, returned in float32 as torchvision's (scores within 1e-6 of their
     scale, keypoints within float32 rounding on all but near-ties)."""
     pytest.importorskip("torchvision")
@@ -563,7 +564,7 @@ def test_keypoint_decoding_of_float64_heatmaps_is_its_loop_of_matrix_products(tm
     net = _KeypointsOfKept().eval()
     model = load_module(net, inputs(5), Options())
     (loop,) = [n for n in model.graph if n.op_type == "Loop"]
-    assert "Resize" not in [n.op_type for n in loop.attributes["body"].as_graph()]
+    assert not loop.attributes["body"].as_graph().name.endswith("decode_step")  # the form's while_loop
     path = to_onnx(model, tmp_path / "k64.onnx")
     for kept in (5, 16):
         feed = inputs(kept)
