@@ -487,7 +487,8 @@ def test_keypoint_decoding_is_one_loop_over_each_input_s_count(route: str, tmp_p
     """Under the fast capture the decoding is one operator of ours in the graph (recorded by the live
     trace; in a traced file, in place of torchvision's scripted loop), lowered as an ONNX Loop that
     resizes one box's heatmaps a step (bicubic weights as matrices): the file decodes as many boxes as each input
-    keeps (12 on the example, then 1, 40, 64 and none), of sub-pixel to 400-pixel boxes, as
+    keeps (12 on the example, then 1, 40, 64 and none), of sub-pixel to 400-pixel boxes (48 x 56
+    heatmaps: Keypoint R-CNN's are 56 x 56, but a height taken for a width would pass there), as
     torchvision's own ``heatmaps_to_keypoints`` does in eager: scores within 1e-5 of their scale,
     keypoints equal but for near-ties of two resized pixels (then one resized pixel apart)."""
     pytest.importorskip("torchvision")
@@ -501,7 +502,7 @@ def test_keypoint_decoding_is_one_loop_over_each_input_s_count(route: str, tmp_p
     gen = torch.Generator().manual_seed(3)
 
     def inputs(kept: int, extent: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        maps = torch.randn(64, 17, 56, 56, generator=gen)
+        maps = torch.randn(64, 17, 48, 56, generator=gen)  # not square: rows and columns kept apart
         xy = torch.rand(64, 2, generator=gen) * 150
         rois = torch.cat([xy, xy + torch.rand(64, 2, generator=gen) * extent + 0.2], 1)
         rois[0, 2:] = rois[0, :2] + 0.4  # under one pixel: clamped to 1
