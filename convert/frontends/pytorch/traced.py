@@ -452,12 +452,12 @@ class _Builder:
             self.env[o] = r
 
     def _decoding(self, name: str, values: list[object], outs: list[object]) -> bool:
-        """The keypoint decoding (``_DECODINGS``) of float32 heatmaps as one node of
-        ``convert_tv::decode_heatmaps``, which the lowering writes as a Loop of its own
+        """The keypoint decoding (``_DECODINGS``) of float32 heatmaps of a fixed height and width as
+        one node of ``convert_tv::decode_heatmaps``, which the lowering writes as a Loop of its own
         (``ops.detection.decode_heatmaps``): its results' sizes follow from the heatmaps' shape, so
         no form is traced to find them (make_fx of the while_loop form proves each of its ops' sizes
-        on two symbols from data: 0.6 s). False, and nothing added, for other heatmaps (ONNX
-        Runtime's Resize takes no float64): the form is expanded then."""
+        on two symbols from data: 0.6 s). False, and nothing added, for other heatmaps, which that
+        Loop does not take (float64, sizes from data): the form is expanded then."""
         import torch
         import torch.fx
 
@@ -467,7 +467,8 @@ class _Builder:
             return False
         maps, rois = values
         meta, boxes = maps.meta["val"], rois.meta["val"]  # type: ignore[union-attr]
-        if meta.dim() != 4 or boxes.dim() != 2 or meta.dtype != torch.float32 or boxes.dtype != torch.float32:
+        if meta.dim() != 4 or boxes.dim() != 2 or meta.dtype != torch.float32 or boxes.dtype != torch.float32 \
+                or not all(isinstance(d, int) for d in meta.shape[2:]):
             return False
         op = decode_operator()
         with self._faking():
