@@ -174,6 +174,7 @@ def _capture_file(paths: Sequence[Path], options: Options) -> tuple[object, list
         if options.dynamic_batch:
             options.diagnostics.warn(f"--dynamic-batch: not supported for TorchScript files ({source}); "
                                      "the batch stays static. Save the model with torch.export instead")
+            options.dynamic_batch = False  # and so it is in the file (the writer would name it `batch`)
         names = script_input_names(script, source)
         traced = traced_input_shapes(path)
         if not options.input_shapes and traced is not None and len(traced) == len(names):

@@ -247,29 +247,38 @@ def _export_dynamic_batch(module: torch.nn.Module, example: Sequence[torch.Tenso
                           source: str) -> object | None:
     """Export with dimension 0 of every input symbolic; None (with a warning) when the model fixes it.
 
-    torch specialises sizes 0 and 1, so a batch-1 example is doubled for the capture.
+    torch specialises sizes 0 and 1, so a batch-1 example is doubled for the capture. When the batch
+    stays static, ``options.dynamic_batch`` is turned off: the file then declares the batch it takes
+    (the writer would otherwise name dimension 0 of every input and output ``batch``).
     """
     import torch
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
     auto = getattr(torch.export.Dim, "AUTO", None)
     if auto is None:
-        options.diagnostics.warn("--dynamic-batch needs torch>=2.6 (torch.export.Dim.AUTO); the batch stays static")
-        return None
+        return _static_batch(options, "--dynamic-batch needs torch>=2.6 (torch.export.Dim.AUTO); the batch stays "
+                                      "static")
     batched = tuple(torch.cat([x, x]) if x.dim() and x.shape[0] == 1 else x for x in example)
     dynamic = tuple({0: auto} if x.dim() else None for x in batched)
     try:
         with torch.no_grad(), quiet_torch():
             program = torch.export.export(module, batched, dynamic_shapes=dynamic, strict=False)
     except Exception as exc:
-        options.diagnostics.warn(f"--dynamic-batch: torch.export could not keep the batch of {source} "
-                                 f"symbolic ({_first_line(exc)}); the batch stays static")
-        return None
+        return _static_batch(options, f"--dynamic-batch: torch.export could not keep the batch of {source} "
+                                      f"symbolic ({_first_line(exc)}); the batch stays static")
     users = [n for n in program.graph.nodes if n.op == "placeholder"][-len(batched):]
-    if not any(not isinstance(n.meta["val"].shape[0], int) for n in users if n.meta["val"].dim()):
-        options.diagnostics.warn(f"--dynamic-batch: {source} fixes its batch size (torch.export specialised "
-                                 "it); the batch stays static")
-        return None
+    # A size torch specialised may still be a SymInt, of a constant expression (a loop over the batch,
+    # `list(x)` in torchvision's detectors, made it 2, the doubled example's): that is a fixed size.
+    if all(is_concrete_int(n.meta["val"].shape[0]) for n in users if n.meta["val"].dim()):
+        return _static_batch(options, f"--dynamic-batch: {source} fixes its batch size (torch.export "
+                                      "specialised it); the batch stays static")
     return program
+
+
+def _static_batch(options: Options, warning: str) -> None:
+    """Warn that the batch stays static, and keep it so in the file (``options.dynamic_batch`` off)."""
+    options.diagnostics.warn(warning)
+    options.dynamic_batch = False
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from _torch_helpers import REL_TO_SCALE, rel_to_scale, run_onnx, to_onnx
 
@@ -558,6 +559,32 @@ def test_symbolic_size_arithmetic(tmp_path: Path) -> None:
         x = torch.randn(batch, 4, 8, 8)
         (ours,) = run_onnx(path, {"x": x.numpy()})
         assert rel_to_scale(ours, module(x).numpy()) <= REL_TO_SCALE
+
+
+class _PerImage(torch.nn.Module):
+    """A loop over the batch in Python (torchvision's detectors take ``list(images)``): torch.export
+    makes the batch the example's, as a SymInt of a constant expression."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([image * 2.0 + 1.0 for image in x])
+
+
+def test_dynamic_batch_a_model_fixes_is_static_in_the_file(tmp_path: Path) -> None:
+    """--dynamic-batch on a model whose code fixes its batch: a warning says so, and the file takes the
+    example's batch, declared as such (it used to declare a dynamic ``batch`` while only the doubled
+    capture example's, 2, ran: the parity check could not run on the user's batch of 1)."""
+    import onnx
+
+    import convert
+
+    x = torch.rand(1, 3, 4)
+    result = convert.convert(_PerImage(), (x,), to="onnx", out=tmp_path / "per_image.onnx", dynamic_batch=True)
+    assert any("fixes its batch size" in w and "stays static" in w for w in result.warnings), result.warnings
+    assert result.report is not None and result.report.passed, result.parity_error
+    graph = onnx.load(tmp_path / "per_image.onnx").graph
+    assert [d.dim_value for d in graph.input[0].type.tensor_type.shape.dim] == [1, 3, 4]
+    (ours,) = run_onnx(tmp_path / "per_image.onnx", {graph.input[0].name: x.numpy()})
+    np.testing.assert_allclose(ours, x.numpy() * 2.0 + 1.0, rtol=1e-6)  # the formula, not our own output
 
 
 def _blocks() -> dict[str, tuple[type, tuple[int, ...]]]:
