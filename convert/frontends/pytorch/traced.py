@@ -461,14 +461,12 @@ class _Builder:
         import torch
         import torch.fx
 
-        from .tvpost import decode_operator
+        from .tvpost import decode_operator, one_loop_decodes
 
         if len(values) != 2 or not all(isinstance(v, torch.fx.Node) for v in values):
             return False
         maps, rois = values
-        meta, boxes = maps.meta["val"], rois.meta["val"]  # type: ignore[union-attr]
-        if meta.dim() != 4 or boxes.dim() != 2 or meta.dtype != torch.float32 or boxes.dtype != torch.float32 \
-                or not all(isinstance(d, int) for d in meta.shape[2:]):
+        if not one_loop_decodes(maps.meta["val"], rois.meta["val"]):  # type: ignore[union-attr]
             return False
         op = decode_operator()
         with self._faking():

@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["converter_handlers", "decode_heatmaps", "decode_operator", "offset_batched_nms", "paste_expanded_masks",
-           "replace_torchvision_scripted", "shape_as_tensor", "traced_decode_heatmaps", "traced_forms"]
+__all__ = ["converter_handlers", "decode_heatmaps", "decode_operator", "offset_batched_nms", "one_loop_decodes",
+           "paste_expanded_masks", "replace_torchvision_scripted", "shape_as_tensor", "traced_decode_heatmaps",
+           "traced_forms"]
 
 _NAMESPACE = "convert_tv"
 _CUBIC = -0.75  # torch's bicubic coefficient
@@ -153,14 +154,34 @@ def decode_heatmaps(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tenso
 def traced_decode_heatmaps(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``decode_heatmaps`` where the capture can take it: under torch's tracer as one operator of
     ours (``convert_tv::decode_heatmaps``, which the fast capture keeps and the lowering writes as a
-    Loop: the tracer cannot record a ``while_loop``, it runs it), otherwise as it is."""
+    Loop: the tracer cannot record a ``while_loop``, it runs it); under torch.export as that operator
+    too where its Loop takes the heatmaps (``one_loop_decodes``: ONNX Runtime runs that Loop 2-4x
+    faster than the form's), otherwise as it is."""
     import torch
 
-    if torch._C._get_tracing_state() is None:
+    if torch._C._get_tracing_state() is None and not (_exporting() and one_loop_decodes(maps, rois)):
         return decode_heatmaps(maps, rois)
     _register()
     keypoints, scores = torch.ops.convert_tv.decode_heatmaps(maps, rois)  # type: ignore[attr-defined]
     return keypoints, scores
+
+
+def _exporting() -> bool:
+    """Whether torch.export (or draft_export) is capturing: its fake kernel gives the operator's sizes."""
+    import torch
+
+    is_exporting = getattr(torch.compiler, "is_exporting", None)  # torch 2.5 and later
+    return bool(is_exporting is not None and is_exporting())
+
+
+def one_loop_decodes(maps: torch.Tensor, rois: torch.Tensor) -> bool:
+    """Whether the lowering's Loop (``ops.detection.decode_heatmaps``) takes these inputs: float32
+    heatmaps [N, K, H, W] of fixed H and W, float32 boxes [N, 4]; others are decoded by the form.
+    Asked by the fast capture (``traced._Builder._decoding``, on fake values) and under torch.export."""
+    import torch
+
+    return (maps.dim() == 4 and rois.dim() == 2 and maps.dtype == torch.float32 and rois.dtype == torch.float32
+            and all(isinstance(d, int) for d in maps.shape[2:]))  # a SymInt is not an int
 
 
 def _decode_kernel(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -482,10 +482,11 @@ class _KeypointsOfKept(torch.nn.Module):
         return roi_heads.heatmaps_to_keypoints(maps[keep], rois[keep])  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("route", ["module", "file"])
+@pytest.mark.parametrize("route", ["module", "file", "export"])
 def test_keypoint_decoding_is_one_loop_over_each_input_s_count(route: str, tmp_path: Path) -> None:
     """Under the fast capture the decoding is one operator of ours in the graph (recorded by the live
-    trace; in a traced file, in place of torchvision's scripted loop), lowered as an ONNX Loop that
+    trace; in a traced file, in place of torchvision's scripted loop), and under torch.export (taken
+    with --dynamic-batch; ``export``: the batch of 64 boxes dynamic), lowered as an ONNX Loop that
     resizes one box's heatmaps a step (bicubic weights as matrices): the file decodes as many boxes as each input
     keeps (12 on the example, then 1, 40, 64 and none), of sub-pixel to 400-pixel boxes (48 x 56
     heatmaps: Keypoint R-CNN's are 56 x 56, but a height taken for a width would pass there), as
@@ -515,6 +516,12 @@ def test_keypoint_decoding_is_one_loop_over_each_input_s_count(route: str, tmp_p
     if route == "module":
         assert isinstance(export_module(net, example, Options(), "KeypointsOfKept"), TracedProgram)
         model = load_module(net, example, Options())
+    elif route == "export":
+        program = export_module(net, example, Options(dynamic_batch=True), "KeypointsOfKept")
+        assert isinstance(program, torch.export.ExportedProgram)
+        decoding = [n for n in program.graph.nodes if "convert_tv" in str(n.target)]
+        assert [str(n.target) for n in decoding] == ["convert_tv.decode_heatmaps.default"]  # one node, no while_loop
+        model = load_module(net, example, Options(dynamic_batch=True))
     else:
         with torch.no_grad():
             traced = torch.jit.trace(net, example, check_trace=False)  # torchvision's scripted loop
