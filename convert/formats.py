@@ -115,7 +115,8 @@ def normalize(name: str) -> str:
 
 
 def _spec(table: dict[str, str], name: str, attr: str) -> object | None:
-    _add_entry_points()
+    if name not in table:  # entry points never replace a name already known (setdefault)
+        _add_entry_points()
     module = table.get(name)
     if module is None:
         return None
@@ -253,6 +254,13 @@ def object_frontend(obj: object) -> FrontendSpec:
     Raises:
         UsageError: no frontend of this installation converts in-memory models.
     """
+    # The formats already known first, in order: asking them needs neither the installed packages'
+    # entry points nor the catalog, whose fingerprint stats the toolkit's sources (4 ms of a 0.1 s
+    # conversion). Entry points only add names after these, so the first match is the same.
+    for name in list(_FRONTENDS):
+        spec = _spec(_FRONTENDS, name, "FRONTEND")
+        if _is_frontend(spec) and spec.load_object is not None:  # type: ignore[attr-defined]
+            return spec  # type: ignore[return-value]
     for name in frontend_names():
         spec = frontend(name)
         if spec.load_object is not None:

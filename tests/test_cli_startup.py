@@ -177,3 +177,29 @@ def test_the_public_api_is_still_there_lazily() -> None:
     assert convert.UsageError is ir.UsageError  # one class, however it was imported first
     with pytest.raises(AttributeError):
         _ = convert.no_such_name
+
+
+# Converts an in-memory module through the API (parity off) in a fresh process and prints whether the
+# format catalog's fingerprint or the installed packages' entry points were asked for.
+_MODULE_CONVERSION = """
+import sys
+import torch
+import convert
+from convert import catalog, formats
+result = convert.convert(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()), (torch.rand(2, 4),),
+                         to="onnx", out=sys.argv[1], check=False)
+print("ROUTE", result.route)
+print("CATALOG", catalog.fingerprint.cache_info().currsize, formats._add_entry_points.cache_info().currsize)
+"""
+
+
+def test_a_module_conversion_reads_no_catalog(tmp_path: Path) -> None:
+    """The API converting an nn.Module finds the PyTorch frontend and the ONNX exporter among the built-in
+    formats: no entry points read, no catalog fingerprint (it stats every source file of the toolkit,
+    4 ms of a 0.1 s conversion; docs/performance.md, eighth round)."""
+    pytest.importorskip("torch")
+    out = subprocess.run([sys.executable, "-c", _MODULE_CONVERSION, str(tmp_path / "m.onnx")], env=_env(tmp_path),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ROUTE pytorch:onnx" in out.stdout and "CATALOG 0 0" in out.stdout, out.stdout
+    assert (tmp_path / "m.onnx").stat().st_size > 0
