@@ -186,8 +186,11 @@ class TorchRuntime:
     def run_float64(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         """Run a float64 copy of the model on ``feeds`` (float inputs widened): the arbiter when an
         output misses the tolerance by float32 rounding. None when that is no float64 run: a model
-        over ``FLOAT64_COPY_LIMIT``, one that cannot be copied or widened, or whose float outputs are
-        not float64 (a graph that casts to float32 itself)."""
+        over ``FLOAT64_COPY_LIMIT``, one that cannot be copied or widened, or one that casts a float
+        output to half precision. An output the model stores in float32 itself (torchvision's keypoint
+        decoding fills float32 tensors whatever its input's dtype) is returned as float32: computed in
+        float64, it is float64's value rounded once, which ``compare.arbitrate_float64`` uses only
+        where the tolerance is far above that rounding (``FLOAT32_ARBITER_MIN_TOL``)."""
         import torch
 
         from convert.frontends.pytorch.lower import output_names
@@ -202,8 +205,8 @@ class TorchRuntime:
         except Exception as exc:  # a model that cannot run in float64: no arbiter, the verdict stands
             logger.info("no float64 run of the source: %s: %s", type(exc).__name__, str(exc).strip()[:200])
             return None
-        if any(t.is_floating_point() and t.dtype != torch.float64 for t in leaves):
-            logger.info("no float64 run of the source: it casts an output back to a narrower float")
+        if any(t.is_floating_point() and t.dtype not in (torch.float64, torch.float32) for t in leaves):
+            logger.info("no float64 run of the source: it casts an output to half precision")
             return None
         return {n: t.detach().cpu().numpy() for n, t in zip(output_names(len(leaves)), leaves, strict=True)}
 

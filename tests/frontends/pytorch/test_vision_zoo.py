@@ -380,3 +380,37 @@ def test_traced_detector_file_matches_eager_as_sets(name: str, tmp_path: Path,
     for seed in (1, 2, 3):
         _detections_agree(name, model, path, feed, inputs(seed)[0], dim=False)
     _detections_agree(name, model, path, feed, inputs(4)[0] * 0.3, dim=True)
+
+
+def test_keypoint_scores_torchvision_stores_in_float32_are_judged_by_the_float64_run(tmp_path: Path) -> None:
+    """torchvision's keypoint decoding fills float32 tensors even when Keypoint R-CNN runs in float64, so
+    the parity check had no float64 run of it ("casts an output back to a narrower float"): keypoint
+    scores 1.5e-4 of scale from eager by float32 rounding alone (torch's own float32 run 9.5e-5 from the
+    float64 run, ours 5.8e-5) were a FAIL at the default tol. A float64 run's float32-stored output now
+    arbitrates at tol >= 1e-5. The relation is recomputed here with numpy from the three runs (rows
+    paired by nearest box); the labels, constant on this random-weight model, are NOT VERIFIED."""
+    import convert
+
+    model, inputs = _zoo().build("det:keypointrcnn_resnet50_fpn")  # type: ignore[attr-defined]
+    (x,) = inputs(1)
+    result = convert.convert(model, (x,), to="onnx", out=tmp_path / "k.onnx", locate=False)
+    verdicts = [o.verdict for o in result.report.outputs]
+    assert verdicts == ["PASS", "PASS", "NOT VERIFIED", "PASS", "PASS"], result.report.table()
+    with torch.no_grad():
+        r32 = [t.numpy().astype(np.float64) for t in model(x)]
+        r64 = [t.numpy().astype(np.float64) for t in copy.deepcopy(model).double()(x.double())]
+    ours = [o.astype(np.float64) for o in run_onnx(tmp_path / "k.onnx", {"x": x.numpy()})]
+
+    def paired(side: list[np.ndarray]) -> np.ndarray:  # side's keypoint scores, row by row with r64's boxes
+        nearest = np.abs(r64[0][:, None, :] - side[0][None, :, :]).sum(2).argmin(1)
+        assert len(set(nearest.tolist())) == len(nearest)  # one to one
+        return side[4][nearest]
+
+    scale = np.abs(r64[4]).max()
+    theirs, ours_err = (float(np.abs(paired(s) - r64[4]).max() / scale) for s in (r32, ours))
+    off_eager = float(np.abs(paired(ours) - paired(r32)).max() / scale)
+    scores = result.report.outputs[4]
+    print(f"KEYPOINT SCORES: ours {ours_err:.2g} from float64, torch float32 {theirs:.2g}, ours {off_eager:.2g} "
+          "from eager")
+    assert ours_err <= 2.0 * theirs  # the float64 rule, in numpy
+    assert scores.by_float64 == (off_eager > 1e-4), scores  # the arbiter decided only what tol alone did not
