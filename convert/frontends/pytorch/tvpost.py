@@ -161,8 +161,7 @@ def traced_decode_heatmaps(maps: torch.Tensor, rois: torch.Tensor) -> tuple[torc
 
     if torch._C._get_tracing_state() is None and not (_exporting() and one_loop_decodes(maps, rois)):
         return decode_heatmaps(maps, rois)
-    _register()
-    keypoints, scores = torch.ops.convert_tv.decode_heatmaps(maps, rois)  # type: ignore[attr-defined]
+    keypoints, scores = decode_operator()(maps, rois)  # type: ignore[operator]
     return keypoints, scores
 
 
