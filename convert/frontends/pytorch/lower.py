@@ -239,6 +239,8 @@ class _Lowering(ControlFlowLowering):
             if node.op != "call_function":
                 continue
             deps = node.all_input_nodes
+            if _reads_only_metadata(node):  # Swin's `x.new_zeros(size)` mask, filled by constants
+                deps = [d for d in deps if d is not node.args[0]]
             if not all(d in foldable for d in deps):
                 # A constant written by a computed value is no longer constant from here on.
                 for w in _written(node):
@@ -297,18 +299,47 @@ class _Lowering(ControlFlowLowering):
 
         hazards: list[object] = []
         writes: dict[object, list[object]] = {}
+        through_views: list[tuple[object, object]] = []  # (write, the view it writes through)
         for node in nodes:
             if node.op != "call_function":
                 continue
             for w in _written(node):
                 r = find(w)
-                if _is_view(r) and node not in hazards and node not in self.foldable:
-                    hazards.append(node)
+                if _is_view(r) and node not in self.foldable:
+                    through_views.append((node, r))
                 writes.setdefault(r, []).append(node)
                 root[node] = r
         groups: dict[object, list[object]] = {}  # each root's members, in graph order (one pass: W x N before)
         for n in nodes:
             groups.setdefault(find(n), []).append(n)
+
+        def sharing(start: object) -> list[object]:
+            """``start``'s class and every view taken of it, transitively, with the classes of those."""
+            found = list(groups.get(start, [start]))
+            seen = set(found)
+            frontier = list(found)
+            while frontier:
+                n = frontier.pop()
+                for u in n.users:  # type: ignore[attr-defined]
+                    if _is_view(u):
+                        for v in groups.get(find(u), [u]):
+                            if v not in seen:
+                                seen.add(v)
+                                found.append(v)
+                                frontier.append(v)
+            return found
+
+        # A write through a view changes its base's memory: rebinding the view is exact only when nothing
+        # reads that memory after the write except through the view itself (GhostNet's `x += shortcut` on
+        # `cat(...)[:, :c]`, whose concatenation is not read again).
+        for m, r in through_views:
+            base = r
+            while _is_view(base):
+                base = find(_view_source(base))
+            own = set(sharing(r))
+            if any(order.get(u, -1) > order[m] for s in sharing(base) if s not in own
+                   for u in s.users) and m not in hazards:  # type: ignore[attr-defined]
+                hazards.append(m)
         for r, muts in writes.items():
             members = groups.get(r, [])
             views: list[object] = []
@@ -400,7 +431,16 @@ class _Lowering(ControlFlowLowering):
             return a
 
         self._snapshot_before_write(node)
-        args: list[object] = list(real(node.args))  # type: ignore[attr-defined, call-overload]
+        if _reads_only_metadata(node) and node.args[0] not in self.consts:  # type: ignore[attr-defined]
+            first = node.args[0].meta["val"]  # type: ignore[attr-defined]
+            like = node.meta["val"].shape if op_key(node.target).endswith("_like") else ()  # type: ignore[attr-defined]
+            self.consts[node.args[0]] = torch.empty(like, dtype=first.dtype)  # type: ignore[attr-defined]
+            try:
+                args: list[object] = list(real(node.args))  # type: ignore[attr-defined, call-overload]
+            finally:
+                del self.consts[node.args[0]]  # type: ignore[attr-defined]
+        else:
+            args = list(real(node.args))  # type: ignore[attr-defined, call-overload]
         kwargs = {k: real(v) for k, v in node.kwargs.items()}  # type: ignore[attr-defined]
         result = node.target(*args, **kwargs)  # type: ignore[attr-defined]
         self.consts[node] = result
@@ -477,6 +517,24 @@ def _used_results(node: object) -> frozenset[int] | None:
     return frozenset(used)
 
 
+# Ops whose result depends on their first argument's dtype and device (the ``_like`` ones also on its
+# shape) and never on its values.
+_METADATA_ONLY = frozenset({"aten.new_zeros", "aten.new_ones", "aten.new_full", "aten.zeros_like", "aten.ones_like",
+                            "aten.full_like"})
+
+
+def _reads_only_metadata(node: object) -> bool:
+    """Return True for a ``_METADATA_ONLY`` op of fixed result shape: folded without the values of
+    its first argument (an empty stand-in of its dtype)."""
+    import torch
+
+    if op_key(node.target) not in _METADATA_ONLY or not node.args:  # type: ignore[attr-defined]
+        return False
+    first, val = getattr(node.args[0], "meta", {}).get("val"), node.meta.get("val")  # type: ignore[attr-defined]
+    return (isinstance(first, torch.Tensor) and isinstance(val, torch.Tensor)
+            and all(isinstance(d, int) for d in val.shape))
+
+
 def _draws_random(node: object) -> bool:
     """Return True for an op torch tags as drawing from its generator (rand, randn, dropout...)."""
     import torch
@@ -525,20 +583,29 @@ def written_bases(nodes: Sequence[object]) -> list[object]:
             continue
         for base in _written(node):
             while getattr(base, "op", None) == "call_function" and (_is_view(base) or _written(base)):
-                base = base.args[0]  # type: ignore[attr-defined]
+                base = _view_source(base) if _is_view(base) else base.args[0]  # type: ignore[attr-defined]
             bases.append(base)
     return bases
 
 
 def _is_view(node: object) -> bool:
-    """Return True when ``node``'s result may share memory with an input (a view op's schema)."""
+    """Return True when ``node``'s result may share memory with an input (a view op's schema, or a
+    piece of the list a view op returns: ``split``, ``unbind``, ``chunk``)."""
     if getattr(node, "op", None) != "call_function":
         return False
+    if node.target is operator.getitem:  # type: ignore[attr-defined]
+        return _is_view(node.args[0])  # type: ignore[attr-defined]
     schema = getattr(node.target, "_schema", None)  # type: ignore[attr-defined]
     if schema is None or not schema.returns:
         return False
     info = schema.returns[0].alias_info
     return info is not None and not info.is_write
+
+
+def _view_source(node: object) -> object:
+    """The tensor view ``node`` is taken of (through ``getitem`` for a piece of a list of views)."""
+    source = node.args[0]  # type: ignore[attr-defined]
+    return source.args[0] if node.target is operator.getitem else source  # type: ignore[attr-defined]
 
 
 def _nbytes(val: object) -> int:

@@ -1446,8 +1446,12 @@ def _sizes_data(node: object) -> bool:
     if namespace != "aten":
         return False
     if name in ("index", "index_put", "index_put_"):
+        import torch
+
         masks = list(node.inputs())[1].node().inputs()  # type: ignore[attr-defined]  # the index list
-        return any(getattr(m.type(), "scalarType", lambda: None)() in ("Bool", "Byte") for m in masks)
+        # None entries (``x[:, idx]``: a whole dimension) have no scalar type: asking raises in torch's C++
+        return any(isinstance(m.type(), torch._C.TensorType) and m.type().scalarType() in ("Bool", "Byte")
+                   for m in masks)
     return _tagged_dynamic(name)
 
 
