@@ -235,11 +235,15 @@ class _Lowering(ControlFlowLowering):
 
     def _find_foldable(self) -> set[object]:
         foldable: set[object] = set(self.consts)
+        # A tensor made by new_zeros & co. and then written in place (Swin's shifted-window mask,
+        # `x.new_zeros(size)` filled region by region) folds when what is written is constant; one
+        # that is not written is left to its converter, as before.
+        written = set(written_bases(list(self.ep.graph.nodes)))  # type: ignore[attr-defined]
         for node in self.ep.graph.nodes:  # type: ignore[attr-defined]
             if node.op != "call_function":
                 continue
             deps = node.all_input_nodes
-            if _reads_only_metadata(node):  # Swin's `x.new_zeros(size)` mask, filled by constants
+            if node in written and _reads_only_metadata(node):
                 deps = [d for d in deps if d is not node.args[0]]
             if not all(d in foldable for d in deps):
                 # A constant written by a computed value is no longer constant from here on.

@@ -714,6 +714,11 @@ def test_a_mask_made_by_new_zeros_and_constants_is_folded_and_matches_eager(tmp_
     assert program is not None
     path, _ = _converted(module, (x,), tmp_path)
     _check(module, path, (torch.randn(2, 3, 6, 5),))
+    import onnx
+    from onnx import numpy_helper
+
+    inits = [numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer]
+    assert any(a.shape == (6, 5) for a in inits)  # the mask, folded with what was written into it
     options = Options(dynamic_batch=True)
     model = load_module(module, (x,), options)
     passes.standard_pipeline()(model)
