@@ -383,6 +383,7 @@ def _damaged(path: Path, exc: BaseException) -> NoReturn:
 
 
 _MEMO_OPS = frozenset(("PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"))
+_RUN = 4096  # opcodes stepped over by one match of the fast path
 
 
 @functools.cache
@@ -400,7 +401,9 @@ def _opcode_runs() -> tuple[dict[int, pickletools.OpcodeInfo], re.Pattern[bytes]
         fast = [op for op in pickletools.opcodes if (op.arg is None or op.arg.n >= 0) and op.name != "STOP"
                 and (op.name not in _MEMO_OPS or (short_memo and op.name in ("BINPUT", "BINGET")))]
         alternatives = [re.escape(op.code.encode("latin-1")) + b"." * (op.arg.n if op.arg else 0) for op in fast]
-        return re.compile(b"(?:" + b"|".join(alternatives) + b")*", re.DOTALL)
+        # At most _RUN opcodes a match: the regex engine keeps state for each repeat of a group until
+        # the match ends (10 MB of BININT1 in one unbounded run took 0.5 GB).
+        return re.compile(b"(?:" + b"|".join(alternatives) + b"){0,%d}" % _RUN, re.DOTALL)
 
     return by_byte, run(False), run(True)
 
@@ -425,7 +428,10 @@ def _walk_pickle(data: bytes) -> None:
     stream = io.BytesIO(data)
     pos, end = 0, len(data)
     while True:
-        pos = run.match(data, pos).end()  # type: ignore[union-attr]  # a star pattern always matches
+        step = run.match(data, pos).end()  # type: ignore[union-attr]  # {0,n} always matches
+        while step != pos:
+            pos = step
+            step = run.match(data, pos).end()  # type: ignore[union-attr]
         if pos >= end:
             raise ValueError("pickle exhausted before seeing STOP")
         op = by_byte.get(data[pos])

@@ -280,3 +280,21 @@ def test_pickle_walk_refuses_what_pickletools_genops_refuses(tmp_path: Path) -> 
     verdicts = {_genops_verdict(c).split(":")[0] for c in cases}
     assert verdicts == {"walked", "refused"}  # the corpus has both kinds
     assert sum(_genops_verdict(c) == "refused: memo" for c in cases) >= 20  # and memo indices past the end
+
+
+def test_pickle_walk_memory_does_not_grow_with_a_run_of_opcodes() -> None:
+    """A debug member may be hundreds of MB of one-byte-argument opcodes: the walk's regular expression
+    steps over at most a few thousand a match, as the regex engine keeps state for each repeat until the
+    match ends (one unbounded match over 10 MB of BININT1 took 0.5 GB)."""
+    import tracemalloc
+
+    from convert.frontends.pytorch.files import _walk_pickle
+
+    data = b"\x80\x02(" + b"K\x01" * 1_000_000 + b"l."
+    tracemalloc.start()
+    try:
+        _walk_pickle(data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * 2**20, f"walking a 2 MB pickle allocated {peak / 2**20:.0f} MiB"
