@@ -428,10 +428,8 @@ def _walk_pickle(data: bytes) -> None:
     stream = io.BytesIO(data)
     pos, end = 0, len(data)
     while True:
-        step = run.match(data, pos).end()  # type: ignore[union-attr]  # {0,n} always matches
-        while step != pos:
+        while (step := run.match(data, pos).end()) != pos:  # type: ignore[union-attr]  # {0,n} always matches
             pos = step
-            step = run.match(data, pos).end()  # type: ignore[union-attr]
         if pos >= end:
             raise ValueError("pickle exhausted before seeing STOP")
         op = by_byte.get(data[pos])

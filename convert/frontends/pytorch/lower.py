@@ -435,16 +435,13 @@ class _Lowering(ControlFlowLowering):
             return a
 
         self._snapshot_before_write(node)
+        args: list[object] = list(real(node.args[1:]))  # type: ignore[attr-defined, call-overload]
         if _reads_only_metadata(node) and node.args[0] not in self.consts:  # type: ignore[attr-defined]
-            first = node.args[0].meta["val"]  # type: ignore[attr-defined]
+            # its first argument's values are never read: an empty stand-in of its dtype (and shape)
             like = node.meta["val"].shape if op_key(node.target).endswith("_like") else ()  # type: ignore[attr-defined]
-            self.consts[node.args[0]] = torch.empty(like, dtype=first.dtype)  # type: ignore[attr-defined]
-            try:
-                args: list[object] = list(real(node.args))  # type: ignore[attr-defined, call-overload]
-            finally:
-                del self.consts[node.args[0]]  # type: ignore[attr-defined]
-        else:
-            args = list(real(node.args))  # type: ignore[attr-defined, call-overload]
+            args.insert(0, torch.empty(like, dtype=node.args[0].meta["val"].dtype))  # type: ignore[attr-defined]
+        elif node.args:  # type: ignore[attr-defined]
+            args.insert(0, real(node.args[0]))  # type: ignore[attr-defined]
         kwargs = {k: real(v) for k, v in node.kwargs.items()}  # type: ignore[attr-defined]
         result = node.target(*args, **kwargs)  # type: ignore[attr-defined]
         self.consts[node] = result
