@@ -19,7 +19,8 @@ from pathlib import Path
 from types import ModuleType
 
 __all__ = ["ConversionError", "ConvertError", "ExportError", "ModelFormatError", "PassError",
-           "UnsupportedOpsError", "UsageError", "errors_module"]
+           "UnsupportedOpsError", "UsageError", "errors_module",
+           "printable", "shown"]
 
 _NAME = "convert.ir.errors"
 
@@ -50,3 +51,5 @@ UnsupportedOpsError = _errors.UnsupportedOpsError
 ConversionError = _errors.ConversionError
 PassError = _errors.PassError
 ExportError = _errors.ExportError
+printable = _errors.printable
+shown = _errors.shown

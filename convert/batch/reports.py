@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import socket
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from convert.ir import UsageError
+from convert.ir import UsageError, shown
 from convert.parity import OutputResult, ParityReport
 
 from .worker import CONVERTED, ERROR, FAIL, PASS, REGRESSED, UNCHECKED, ModelResult
@@ -174,6 +175,10 @@ class BatchResult:
         root = ET.Element("testsuites", name="convert batch", tests=str(tests), failures=str(failures),
                           errors=str(errors), skipped=str(skipped), time=f"{self.seconds:.3f}")
         root.append(suite)
+        for el in root.iter():  # XML 1.0 has no control characters: a name from a file may hold them
+            el.text = _xml_text(el.text)
+            for key, value in el.attrib.items():
+                el.set(key, _xml_text(value) or "")
         ET.indent(root)
         return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
@@ -215,7 +220,7 @@ def _why(row: ModelResult) -> list[str]:
 def failure_message(report: ParityReport, o: OutputResult) -> str:
     """Return one line for an output that failed: its error, its worst element and the first bad layer."""
     idx = ",".join(map(str, o.worst_index))
-    text = (f"output '{o.name}' {o.verdict}: err/scale {_g(o.rel_to_scale)} (tol {report.tol:g}); "
+    text = (f"output {shown(o.name)} {o.verdict}: err/scale {_g(o.rel_to_scale)} (tol {report.tol:g}); "
             f"worst element [{idx}]: reference {o.worst_ref:.9g}, converted {o.worst_got:.9g}")
     if o.note:
         text += f" ({o.note})"
@@ -231,6 +236,13 @@ def failure_message(report: ParityReport, o: OutputResult) -> str:
     return text
 
 
+def _xml_text(text: str | None) -> str | None:
+    """Return ``text`` with the control characters XML 1.0 cannot hold escaped (``\\x01``)."""
+    if text is None:
+        return None
+    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]", lambda m: repr(m.group())[1:-1], text)
+
+
 def _cases(row: ModelResult) -> list[tuple[dict[str, str], str, str, str]]:
     """Return (attributes, kind, message, body) per testcase of a row; kind '' passes."""
     classname = f"convert.batch.{row.name}"
@@ -244,9 +256,9 @@ def _cases(row: ModelResult) -> list[tuple[dict[str, str], str, str, str]]:
         return [(case, "skipped", "converted without a parity check (check = false)", "")]
     cases = []
     for i, o in enumerate(row.report.outputs):
-        case = {"classname": classname, "name": f"{row.name} [{row.route}] output '{o.name}'",
+        case = {"classname": classname, "name": f"{row.name} [{row.route}] output {shown(o.name)}",
                 "time": time if i == 0 else "0.000"}
-        regressed = [m for m in row.regressions if m.startswith(f"output '{o.name}'")]
+        regressed = [m for m in row.regressions if m.startswith(f"output {shown(o.name)}")]
         if not o.passed:
             cases.append((case, "parity", failure_message(row.report, o), row.report.table()))
         elif regressed:
@@ -299,7 +311,7 @@ def regressions(report: ParityReport, base: Mapping[str, float], *, factor: floa
             continue
         limit = factor * max(before, floor)
         if o.rel_to_scale > limit:
-            found.append(f"output '{o.name}' REGRESSED: err/scale {_g(o.rel_to_scale)}, baseline {_g(before)} "
+            found.append(f"output {shown(o.name)} REGRESSED: err/scale {_g(o.rel_to_scale)}, baseline {_g(before)} "
                          f"(limit {factor:g} x max(baseline, {floor:g}) = {_g(limit)})")
     return found
 
@@ -312,7 +324,7 @@ def apply_baseline(rows: Sequence[ModelResult], base: Mapping[str, Mapping[str, 
         if r.report is None:
             continue
         if r.name not in base:
-            notes.append(f"'{r.name}' has no baseline entry; its errors become the baseline when accepted")
+            notes.append(f"{shown(r.name)} has no baseline entry; its errors become the baseline when accepted")
             continue
         r.regressions = regressions(r.report, base[r.name], factor=factor, floor=floor)
         if r.regressions and r.verdict == PASS:

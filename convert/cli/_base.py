@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import select
 import stat
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 import click
 
 from .. import _paths, _signals, formats
-from .._errors import ConvertError, ExportError, UsageError
+from .._errors import ConvertError, ExportError, UsageError, printable
 from .._signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 from .._tolerances import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TOL
 
@@ -56,6 +55,7 @@ __all__ = [
     "silence_stdout",
     "size",
     "stdout_closed",
+    "warn",
     "write_report",
 ]
 
@@ -72,13 +72,18 @@ logger = logging.getLogger("convert")
 # Output helpers
 # ---------------------------------------------------------------------------------------
 def err(message: str) -> None:
-    """Print ``convert: error: MESSAGE`` on stderr."""
-    click.echo(f"convert: error: {message}", err=True)
+    """Print ``convert: error: MESSAGE`` on stderr (one line, long names cut: :func:`one_line`)."""
+    click.echo(f"convert: error: {one_line(message)}", err=True)
 
 
 def note(message: str) -> None:
-    """Print ``convert: note: MESSAGE`` on stderr."""
-    click.echo(f"convert: note: {message}", err=True)
+    """Print ``convert: note: MESSAGE`` on stderr (one line, long names cut: :func:`one_line`)."""
+    click.echo(f"convert: note: {one_line(message)}", err=True)
+
+
+def warn(message: str) -> None:
+    """Print ``convert: warning: MESSAGE`` on stderr (one line, long names cut: :func:`one_line`)."""
+    click.echo(f"convert: warning: {one_line(message)}", err=True)
 
 
 def stdout_closed() -> bool:
@@ -100,8 +105,9 @@ def silence_stdout() -> None:
 
 
 def one_line(message: str) -> str:
-    """Return ``message`` on one line: control characters (a newline inside a name) escaped."""
-    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], message.strip())
+    """Return ``message`` on one line: control characters (a newline inside a name) escaped, a
+    run of over 240 characters without a space (a megabyte-long name from a file) cut in the middle."""
+    return printable(message)
 
 
 def human(n: float) -> str:

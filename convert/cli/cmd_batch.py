@@ -11,7 +11,7 @@ import click
 
 from .. import _signals
 from .._errors import UsageError
-from ._base import check_outputs, common_options, err, guard, interrupt_in, regression_options, write_report
+from ._base import check_outputs, common_options, err, guard, interrupt_in, one_line, regression_options, write_report
 from ._group import cli
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ def _run_batch(ctx: click.Context, **kw: object) -> int:
                 r.verdict = batch.PASS
     click.echo(result.table())
     for note in result.notes:
-        click.echo(f"convert: note: {note}", err=True)
+        click.echo(f"convert: note: {one_line(note)}", err=True)
     for key, path in outputs.items():
         text = {"junit": result.junit, "report": result.to_json, "summary": result.markdown}[key]()
         write_report(path, text.rstrip("\n"), [])

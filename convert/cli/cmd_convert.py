@@ -31,9 +31,11 @@ from ._base import (
     human,
     interrupt_in,
     note,
+    one_line,
     parse_route,
     parse_shapes,
     size,
+    warn,
     write_report,
 )
 from ._group import cli, write_conversion_options
@@ -328,13 +330,13 @@ def _print_result(result: ConversionResult, out: object, report_path: object, ex
     for line in result.notes:
         note(line)
     for warning in result.warnings:
-        click.echo(f"convert: warning: {warning}", err=True)
+        warn(warning)
     if result.report is not None:
         click.echo(result.report.table())
         if report_path:
             write_report(Path(str(report_path)), result.report.to_json(), result.outputs)
     if result.parity_error:
-        click.echo(f"convert: parity NOT CHECKED: {result.parity_error} (--no-check skips it)", err=True)
+        click.echo(f"convert: parity NOT CHECKED: {one_line(result.parity_error)} (--no-check skips it)", err=True)
         verdict = "parity NOT CHECKED"
     elif result.report is None:
         verdict = "parity not checked (--no-check)"

@@ -9,7 +9,7 @@ import click
 
 from .. import catalog, formats
 from .._errors import UsageError
-from ._base import LazyOptionsCommand, click_option, common_options, guard, human, parse_shapes, size
+from ._base import LazyOptionsCommand, click_option, common_options, guard, human, one_line, parse_shapes, size
 from ._group import cli
 
 if TYPE_CHECKING:
@@ -61,10 +61,10 @@ def _run_inspect(ctx: click.Context, **kw: object) -> int:
     click.echo(f"{', '.join(str(p) for p in paths)}  [{fmt}]{opset}")
     click.echo("inputs:")
     for v in model.graph.inputs:
-        click.echo(f"  {v.name}: {v.dtype.name if v.dtype is not None else '?'} {shape(v)}")
+        click.echo(f"  {one_line(v.name)}: {v.dtype.name if v.dtype is not None else '?'} {shape(v)}")
     click.echo("outputs:")
     for v in model.graph.outputs:
-        click.echo(f"  {v.name}: {v.dtype.name if v.dtype is not None else '?'} {shape(v)}")
+        click.echo(f"  {one_line(v.name)}: {v.dtype.name if v.dtype is not None else '?'} {shape(v)}")
     click.echo(f"parameters: {human(float(stats['params']))} ({int(stats['params']):,}) in "  # type: ignore[arg-type]
                f"{len(model.graph.initializers)} tensors, {size(int(stats['bytes']))}")  # type: ignore[arg-type]
     click.echo(f"nodes: {stats['nodes']}")

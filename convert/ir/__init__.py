@@ -26,6 +26,8 @@ from .errors import (
     Unsupported,
     UnsupportedOpsError,
     UsageError,
+    printable,
+    shown,
 )
 from .gcwindow import existing_objects_spared, sparing_existing_objects
 from .io import from_proto, load_file, save_inline_streamed, save_model, serialize_inline
@@ -134,6 +136,7 @@ __all__ = [
     "model_stats",
     "output_key",
     "passes",
+    "printable",
     "replace_value",
     "save_inline_streamed",
     "save_model",
@@ -141,6 +144,7 @@ __all__ = [
     "serialize_inline",
     "set_output_of",
     "set_provenance",
+    "shown",
     "source_files",
     "sparing_existing_objects",
     "to_numpy",

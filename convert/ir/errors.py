@@ -9,6 +9,7 @@ Messages follow the form *what failed: where, why. hint.*
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,7 +22,48 @@ __all__ = [
     "Unsupported",
     "UnsupportedOpsError",
     "UsageError",
+    "printable",
+    "shown",
 ]
+
+# Names come from files: a newline in one would break a one-line message, a megabyte-long one
+# would be a megabyte of message. A name is shown escaped and cut in the middle past this length.
+NAME_LIMIT = 64
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_LONG_RUN = re.compile(r"\S{241,}")
+_MESSAGE_LIMIT = 4000
+
+
+def _escape(text: str) -> str:
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+def _cut(text: str, limit: int) -> str:
+    half = max((limit - 1) // 2, 1)
+    return f"{text[:half]}...{text[-half:]}"
+
+
+def shown(name: object, limit: int = NAME_LIMIT) -> str:
+    """Return a name taken from a file, quoted for a message: control characters escaped
+    (``'a\\nb'``), one longer than ``limit`` cut in the middle with its length said."""
+    text = str(name)
+    escaped = _escape(text)
+    if len(escaped) <= limit:
+        return f"'{escaped}'"
+    return f"'{_cut(escaped, limit)}' ({len(text):,} characters)"
+
+
+def printable(message: str) -> str:
+    """Return ``message`` fit for one line of a terminal: control characters escaped, any run of
+    over 240 characters without a space cut in the middle, the whole cut at 4,000 characters.
+
+    The last guard before a message is printed, for names no converter quoted with :func:`shown`.
+    """
+    text = _escape(message.strip())
+    text = _LONG_RUN.sub(lambda m: f"{_cut(m.group(), 80)} ({len(m.group()):,} characters)", text)
+    if len(text) > _MESSAGE_LIMIT:
+        text = f"{text[:_MESSAGE_LIMIT]}... ({len(text) - _MESSAGE_LIMIT:,} more characters)"
+    return text
 
 
 class ConvertError(Exception):

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import onnx_ir as _ir
 
+from .errors import shown
+
 __all__ = ["INPUT_SHAPE_ORDER", "Provenance", "describe", "get_provenance", "output_key", "set_output_of",
            "set_provenance"]
 
@@ -45,7 +47,7 @@ class Provenance:
         if self.kind:
             parts.append(f"[{self.kind}]")
         if self.layer:
-            parts.append(f"'{self.layer}'")
+            parts.append(shown(self.layer))
         return " ".join(parts)
 
 
@@ -91,9 +93,9 @@ def describe(node: _ir.Node) -> str:
     """Return ``node 'name' (OpType) from <provenance>`` for messages."""
     op = node.op_type if not node.domain else f"{node.domain}::{node.op_type}"
     if node.name:
-        text = f"node '{node.name}' ({op})"
+        text = f"node {shown(node.name)} ({op})"
     else:
         outs = [o.name for o in node.outputs if o.name]
-        text = f"the {op} node producing '{outs[0]}'" if outs else f"an unnamed {op} node"
+        text = f"the {op} node producing {shown(outs[0])}" if outs else f"an unnamed {op} node"
     where = get_provenance(node).where()
     return f"{text} from {where}" if where else text

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .._errors import printable, shown
+
 if TYPE_CHECKING:
     from .locate import Location
 
@@ -161,7 +163,7 @@ class ParityReport:
                 f"{self.dest} on {self.dest_runtime} [{self.dest_device}]"
                 + (f"  ({self.precision} model vs the float32 source)" if self.precision != "fp32" else ""))
         cols = ["output", "shape", "max abs", "max rel", "err/scale", "cosine", "allclose", "result"]
-        rows = [[o.name, "x".join(map(str, o.shape)) or "scalar", *(["-"] * 5 if o.random else [
+        rows = [[_cell(o.name), "x".join(map(str, o.shape)) or "scalar", *(["-"] * 5 if o.random else [
                  f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", f"{o.rel_to_scale:.3g}", f"{o.cosine:.6f}",
                  "yes" if not o.allclose_bad else f"no ({o.allclose_bad} el.)"]),
                  o.verdict + (f" ({o.note})" if o.note else "")] for o in self.outputs]
@@ -183,7 +185,7 @@ class ParityReport:
         large = [o for o in self.outputs if o.passed and o.allclose_bad and not o.random]
         if large:  # a PASS beside "allclose: no" and a large max abs (boxes in pixels): say why that is fine
             o = max(large, key=lambda r: r.ref_scale)
-            out.append(f"why PASS beside allclose 'no': '{o.name}' reaches {o.ref_scale:.3g} (its scale), and its "
+            out.append(f"why PASS beside allclose 'no': {shown(o.name)} reaches {o.ref_scale:.3g} (its scale), and its "
                        f"error is {o.rel_to_scale:.2g} of that, within tol; allclose's atol/rtol are absolute and "
                        "relative per element, which flags large or near-zero elements, so it is shown, not decisive")
         if self.target_refused:
@@ -198,53 +200,62 @@ class ParityReport:
         half = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.half_unjudged]
         tied = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.tied]
         if tied:
-            out.append(f"NOT VERIFIED: the rows of {', '.join(repr(n) for n in tied)} come out of an NMS or top-k "
+            out.append(f"NOT VERIFIED: the rows of {', '.join(shown(n) for n in tied)} come out of an NMS or top-k "
                        "over scores that are all equal on these inputs (see the note): which rows are kept is "
                        "decided by ties. Give real inputs with --inputs FILE.npz (images for a detector).")
         inexact = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.ref_inexact]
         if inexact:
-            out.append(f"NOT VERIFIED: {', '.join(repr(n) for n in inexact)} "
+            out.append(f"NOT VERIFIED: {', '.join(shown(n) for n in inexact)} "
                        f"{'miss' if len(inexact) > 1 else 'misses'} tol, and the reference cannot compute the "
                        "conversion's function exactly on these weights (see the note): the difference may be the "
                        "reference's.")
         if half:
-            out.append(f"NOT VERIFIED: {', '.join(repr(n) for n in half)} of a half-precision model "
+            out.append(f"NOT VERIFIED: {', '.join(shown(n) for n in half)} of a half-precision model "
                        f"{'miss' if len(half) > 1 else 'misses'} tol, and the source framework has no "
                        "half-precision run here to tell what half precision itself costs (see the note). "
                        "Check the float32 conversion, or run the source where it has one (PyTorch).")
         if random:
             verb = "depend" if len(random) > 1 else "depends"
-            out.append(f"NOT VERIFIED: {', '.join(repr(n) for n in random)} {verb} on random draws (see the "
+            out.append(f"NOT VERIFIED: {', '.join(shown(n) for n in random)} {verb} on random draws (see the "
                        "output's note), which no seed makes equal across runtimes; only shapes were compared. "
                        "Pass the noise as an input to check the rest of the model.")
         if unstable:
-            out.append(f"NOT VERIFIED: on {', '.join(repr(n) for n in unstable)} the reference's own kernels "
+            out.append(f"NOT VERIFIED: on {', '.join(shown(n) for n in unstable)} the reference's own kernels "
                        "(its reference and its optimised implementation) disagree by more than the "
                        f"{QUANT_STEPS} quantization steps allowed: the net amplifies int8 rounding, so no "
                        "conversion can be judged on these inputs (see the output's note).")
         if amplified:
-            out.append(f"NOT VERIFIED: on {', '.join(repr(n) for n in amplified)} the source's own float32 run is "
+            out.append(f"NOT VERIFIED: on {', '.join(shown(n) for n in amplified)} the source's own float32 run is "
                        f"more than {FLOAT32_LIMIT:g} x tol from its float64 run: the net amplifies rounding too "
                        "much for any float32 conversion to be judged on these inputs (see the output's note).")
         empty = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and "empty on these inputs" in o.note]
         unverified = [n for n in unverified if n not in empty]
         if empty:
-            out.append(f"NOT VERIFIED: {', '.join(repr(n) for n in empty)} {'are' if len(empty) > 1 else 'is'} "
+            out.append(f"NOT VERIFIED: {', '.join(shown(n) for n in empty)} {'are' if len(empty) > 1 else 'is'} "
                        "empty on both sides on these inputs (a detector that detects nothing on random "
                        "input, say): nothing was compared. Give real inputs with --inputs FILE.npz (images "
                        "for a detector).")
         if unverified:
             constant = [o.name for o in self.outputs if o.name in unverified and "integer output" in o.note]
             out.append(f"NOT VERIFIED: the reference output{'s' if len(unverified) > 1 else ''} "
-                       f"{', '.join(repr(n) for n in unverified)} {'have' if len(unverified) > 1 else 'has'} no "
+                       f"{', '.join(shown(n) for n in unverified)} {'have' if len(unverified) > 1 else 'has'} no "
                        "spread (near zero or constant) on these inputs, so agreement proves nothing. "
                        "Give real inputs with --inputs FILE.npz."
-                       + (f" If {', '.join(repr(n) for n in constant)} is an integer output constant by design "
+                       + (f" If {', '.join(shown(n) for n in constant)} is an integer output constant by design "
                           "(such as a single-class detector's labels), it stays NOT VERIFIED whatever the inputs; "
                           "judge the other outputs by their rows." if constant else ""))
         if self.location is not None:
             out += self.location.lines()
-        return "\n".join(out)
+        return "\n".join(printable(line).rstrip() if line.strip() else line for line in out)
+
+
+_CELL = 40  # an output name longer than this is cut in the middle in the table
+
+
+def _cell(name: str) -> str:
+    """Return an output name for the table: escaped, and quoted with its length where cut."""
+    text = shown(name, _CELL)
+    return text[1:-1] if text.endswith("'") else text
 
 
 def _json_default(obj: object) -> object:

@@ -22,6 +22,7 @@ from convert.ir import (
     TensorType,
     Value,
     from_array,
+    shown,
 )
 from convert.ir.context import FrontendContext
 
@@ -126,14 +127,14 @@ class CaffeContext(FrontendContext):
         if index >= len(layer.blobs):
             found = "no blobs" if not layer.blobs else f"only {len(layer.blobs)} blob(s)"
             raise ModelFormatError(
-                f"{self.weights_file}: layer '{layer.name}' ({layer.type}, {where}) has {found}; "
+                f"{self.weights_file}: layer {shown(layer.name)} ({layer.type}, {where}) has {found}; "
                 f"expected the {what} as blob {index}. Are the prototxt and caffemodel from the same model?"
             )
         arr = layer.blobs[index]
         count = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
         if arr.size != count:
             raise ModelFormatError(
-                f"{self.weights_file}: layer '{layer.name}' ({layer.type}, {where}): {what} blob has shape "
+                f"{self.weights_file}: layer {shown(layer.name)} ({layer.type}, {where}): {what} blob has shape "
                 f"{list(arr.shape)} ({arr.size} values), expected {list(shape)} ({count} values). "
                 "Are the prototxt and caffemodel from the same model?"
             )
@@ -146,4 +147,4 @@ class CaffeContext(FrontendContext):
 
     def error(self, layer: LayerDef, why: str) -> ConversionError:
         """Return a ``ConversionError`` naming ``layer`` and its prototxt line."""
-        return ConversionError(f"layer '{layer.name}' ({layer.type}) at {self.where(layer)}", why)
+        return ConversionError(f"layer {shown(layer.name)} ({layer.type}) at {self.where(layer)}", why)

@@ -23,6 +23,7 @@ from convert.ir import (
     Unsupported,
     UsageError,
     convert_all,
+    shown,
 )
 
 from . import layers_tensor  # noqa: F401  (registers the tensor layers)
@@ -126,7 +127,7 @@ def _convert(net: NetDef, weights_name: str, options: Options) -> Model:
         convert(layer, ctx)
 
     convert_all(net.layers, LAYERS, key=lambda layer: layer.type, call=run, options=options, stage="caffe layers",
-                where=lambda layer: f"layer '{layer.name}' ({layer.type}) at {ctx.where(layer)}")
+                where=lambda layer: f"layer {shown(layer.name)} ({shown(layer.type)[1:-1]}) at {ctx.where(layer)}")
     for name in outputs:
         value = ctx.blobs.get(name)
         if value is None or (value.is_graph_input() and value.name == name):

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from convert.ir import ModelFormatError
+from convert.ir import ModelFormatError, shown
 
 __all__ = ["LayerDef", "NetDef", "layer_lines", "read_caffemodel", "read_prototxt"]
 
@@ -285,7 +285,8 @@ def read_caffemodel(path: Path, net: NetDef) -> None:
             layer.blobs = [_blob_array(b) for b in blobs]
         except ValueError as exc:
             raise ModelFormatError(
-                f"{path.name}: layer '{layer.name}' ({layer.type}): {exc}. Is the caffemodel from this prototxt?"
+                f"{path.name}: layer {shown(layer.name)} ({shown(layer.type)[1:-1]}): {exc}. "
+                "Is the caffemodel from this prototxt?"
             ) from exc
         layer.has_weights = True
     logger.debug("%s: blobs for %d layers", path.name, len(by_name))

@@ -17,6 +17,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from convert import ir
+from convert.ir.errors import shown
 from convert.ir.protocheck import non_text_field
 
 __all__ = ["check_support", "read_onnx", "sniff"]
@@ -228,7 +229,7 @@ def _check_typed_data(where: str, tensor: onnx.TensorProto) -> None:
 
 
 def _node_label(node: onnx.NodeProto) -> str:
-    return f"node '{node.name or (node.output[0] if node.output else '?')}' ({node.op_type})"
+    return f"node {shown(node.name or (node.output[0] if node.output else '?'))} ({shown(node.op_type)[1:-1]})"
 
 
 # Attribute types whose value is one message: an attribute of that type without it is corrupt.

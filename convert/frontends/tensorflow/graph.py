@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from convert.ir import ModelFormatError, UsageError
+from convert.ir import ModelFormatError, UsageError, shown
 
 __all__ = [
     "TFGraph",
@@ -64,7 +64,7 @@ class TFNode:
 
     def where(self) -> str:
         """Return the place of this node for messages."""
-        return f"node '{self.name}' ({self.op})"
+        return f"node {shown(self.name)} ({self.op})"
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ from convert.ir import (
     Unsupported,
     UsageError,
     convert_all,
+    shown,
 )
 from convert.ir.passes import EliminateCommonSubexpressions
 
@@ -114,7 +115,7 @@ def _gaps(graph: TFGraph) -> GapCollector:
         if node.op in CONTROL_FLOW and node.op not in OPS:
             loop_ops.append(node)
         elif node.op not in OPS:
-            gaps.add(node.op, f"{graph.source} node '{node.name}'")
+            gaps.add(node.op, f"{graph.source} node {shown(node.name)}")
     # TF control flow is one gap per loop (or conditional), with the reason it cannot be converted.
     conds = [n for n in loop_ops if n.op == "LoopCond"]
     for cond in conds:
