@@ -65,7 +65,7 @@ def test_a_megabyte_name_is_cut_in_the_table(tmp_path: Path) -> None:
 
 def test_an_unsupported_node_with_a_forged_name_is_one_short_line(tmp_path: Path) -> None:
     src = _relu(tmp_path / "bad.onnx", "y", node_name="n\nconvert: error: forged" + "z" * 100_000, op="Det")
-    code, out, err = _run("onnx:caffe", str(src), "-o", str(tmp_path / "o.prototxt"), "--no-check")
+    code, _, err = _run("onnx:caffe", str(src), "-o", str(tmp_path / "o.prototxt"), "--no-check")
     assert code == 2
     lines = [line for line in err.splitlines() if line.startswith("convert: error")]
     assert len(lines) == 1 and "Det" in lines[0] and "(100," in lines[0], err
