@@ -298,16 +298,33 @@ def not_equal(node: TFNode, ctx: TFContext) -> None:
     ctx.bind(ctx.emit("Not", [ctx.emit("Equal", values)]), layout)
 
 
-@register("FloorMod", maps_to="Mod / x - Floor(x / y) y", notes="integers: Mod (sign of the divisor); floats: "
-          "x - floor(x / y) * y")
+@register("FloorMod", maps_to="Mod(fmod=0) / Mod(fmod=1) + the divisor's sign",
+          notes="integers: Mod (sign of the divisor); floats: C's fmod, plus y where it is non-zero and its "
+                "sign differs from y's, as TF's kernel (exact at every multiple of y, any magnitude)")
 def floor_mod(node: TFNode, ctx: TFContext) -> None:
-    """FloorMod -> Mod(fmod=0) on integers, ``x - Floor(x / y) * y`` on floats (TF's floored remainder)."""
+    """FloorMod -> Mod(fmod=0) on integers; on floats TF's own rule, ``r = fmod(x, y)``, then ``r + y``
+    where ``r != 0`` and ``r`` and ``y`` differ in sign.
+
+    ``fmod`` is exact (IEEE): the remainder of the values as stored. ``x - floor(x / y) * y`` is not:
+    the quotient is rounded, so at a multiple of a divisor float32 cannot hold (``floormod(0.3, 0.1)``:
+    TF 0.1, the formula 0) and where ``x / y`` overflows (``floormod(3e38, 0.5)``: 0, the formula -inf)
+    it is off by a whole divisor or more.
+    """
     (x, y), layout = _binary_inputs(node, ctx, node.inputs[:2])
     dtype = node.dtypes[0] if node.dtypes else None
     if dtype is not None and np.issubdtype(dtype, np.integer):
         ctx.bind(ctx.emit("Mod", [x, y], {"fmod": 0}), layout)
         return
-    ctx.bind(ctx.emit("Sub", [x, ctx.emit("Mul", [ctx.emit("Floor", [ctx.emit("Div", [x, y])]), y])]), layout)
+    ctx.bind(_floored_remainder(ctx, x, y, dtype), layout)
+
+
+def _floored_remainder(ctx: TFContext, x: Value, y: Value, dtype: np.dtype | None) -> Value:
+    """``x mod y`` with the divisor's sign, for floats: ``fmod``, then ``+ y`` where the signs differ."""
+    zero = ctx.builder.const(np.array(0, dtype if dtype is not None and dtype.kind == "f" else np.float32))
+    r = ctx.emit("Mod", [x, y], {"fmod": 1})
+    signs_differ = ctx.emit("Xor", [ctx.emit("Less", [r, zero]), ctx.emit("Less", [y, zero])])
+    wrap = ctx.emit("And", [signs_differ, ctx.emit("Not", [ctx.emit("Equal", [r, zero])])])
+    return ctx.emit("Where", [wrap, ctx.emit("Add", [r, y]), r])
 
 
 @register("ZerosLike", "OnesLike", maps_to="Expand(0 or 1, Shape)", notes="in the input's layout")
