@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
-from convert.ir import ModelFormatError, Options, UsageError
+from convert._archive import read_members
+from convert.ir import ModelFormatError, Options, UsageError, shown
 
 if TYPE_CHECKING:  # pragma: no cover
     import pickletools
@@ -39,11 +40,15 @@ CHECKPOINT = "checkpoint"
 
 
 def classify(path: Path) -> str | None:
-    """Return TORCHSCRIPT, EXPORTED_PROGRAM, CHECKPOINT, or None when ``path`` is no PyTorch file."""
+    """Return TORCHSCRIPT, EXPORTED_PROGRAM, CHECKPOINT, or None when ``path`` is no PyTorch file.
+
+    Raises:
+        ModelFormatError: a damaged zip directory, or one that two zip readers read differently
+            (``convert._archive``: duplicate member names, names with control characters).
+    """
     try:
         if zipfile.is_zipfile(path):
-            with zipfile.ZipFile(path) as zf:
-                names = zf.namelist()
+            names = [info.filename for info in archive_members(path)]
             if any(n.endswith("/constants.pkl") or "/code/" in n for n in names):
                 return TORCHSCRIPT
             if any(n.endswith("/archive_format") or ("/models/" in n and n.endswith(".json"))
@@ -57,10 +62,23 @@ def classify(path: Path) -> str | None:
         return CHECKPOINT if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05") else None
     except OSError:
         return None
-    except (zipfile.BadZipFile, UnicodeDecodeError, ValueError, EOFError, NotImplementedError) as exc:
-        # a damaged zip directory (NotImplementedError: "zip file version 6.4", a flipped version field)
-        raise ModelFormatError(f"{path.name}: a damaged zip archive ({type(exc).__name__}: {exc}). "
-                               "Is the file truncated or corrupt?") from exc
+
+
+def archive_members(path: Path) -> list[zipfile.ZipInfo]:
+    """Return a PyTorch archive's members, refusing one that Python's zipfile and PyTorch's reader
+    would read differently (``convert._archive``). Cached per file state: a conversion asks several times.
+
+    Raises:
+        ModelFormatError: naming the member.
+    """
+    st = path.stat()
+    return list(_members_of(str(path.resolve()), st.st_size, st.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=8)
+def _members_of(path: str, size: int, mtime_ns: int) -> tuple[zipfile.ZipInfo, ...]:
+    del size, mtime_ns  # the cache key: the file as it is now
+    return tuple(read_members(Path(path), what="PyTorch archive"))
 
 
 class _ShapesOnly(pickle.Unpickler):
@@ -105,31 +123,28 @@ _MAX_SMALL_MEMBER = 256 * 2**20
 
 
 def check_archive(path: Path) -> None:
-    """Refuse a zip whose members inflate out of proportion (a 6 MB file expanding to gigabytes).
+    """Refuse a zip whose members inflate out of proportion (a 6 MB file expanding to gigabytes),
+    or that two zip readers would read differently (:func:`archive_members`).
 
     Raises:
         ModelFormatError: naming the member and its sizes.
     """
-    try:
-        with zipfile.ZipFile(path) as zf:
-            infos = zf.infolist()
-    except (OSError, zipfile.BadZipFile) as exc:
-        raise ModelFormatError(f"{path.name}: not a readable zip archive ({exc})") from exc
+    infos = archive_members(path)
     size = path.stat().st_size
     for info in infos:
         if info.flag_bits & 0x1:
-            raise ModelFormatError(f"{path.name}: member '{info.filename}' is flagged encrypted; PyTorch archives "
-                                   "are never encrypted (it is damaged)")
+            raise ModelFormatError(f"{path.name}: member {shown(info.filename)} is flagged encrypted; PyTorch "
+                                   "archives are never encrypted (it is damaged)")
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-            raise ModelFormatError(f"{path.name}: member '{info.filename}' uses compression method "
+            raise ModelFormatError(f"{path.name}: member {shown(info.filename)} uses compression method "
                                    f"{info.compress_type}; PyTorch archives store or deflate their members")
         if info.header_offset + info.compress_size > size or (
                 info.compress_type == zipfile.ZIP_STORED and info.file_size != info.compress_size):
-            raise ModelFormatError(f"{path.name}: member '{info.filename}' claims {info.file_size:,} bytes "
+            raise ModelFormatError(f"{path.name}: member {shown(info.filename)} claims {info.file_size:,} bytes "
                                    f"({info.compress_size:,} stored) in a {size:,}-byte archive; it is damaged")
         if info.file_size > _MAX_SMALL_MEMBER and info.file_size > _MAX_INFLATION * max(info.compress_size, 1):
             raise ModelFormatError(
-                f"{path.name}: member '{info.filename}' inflates from {info.compress_size:,} to "
+                f"{path.name}: member {shown(info.filename)} inflates from {info.compress_size:,} to "
                 f"{info.file_size:,} bytes; refused as an archive bomb"
             )
 
@@ -155,48 +170,90 @@ def archive_mentions(path: Path, needle: bytes) -> bool:
     return False
 
 
-_PAYLOAD_CONFIGS = ("/data/weights/model_weights_config.json", "/data/constants/model_constants_config.json")
+# torch.export.load (torch/export/pt2_archive/_package.py, torch 2.7 to 2.14): for each
+# ``<root>/models/<name>.json`` it unpickles ``data/sample_inputs/<name>.pt``, the legacy
+# ``data/weights/<name>.pt`` or else each weight its ``data/weights/<name>_weights_config.json``
+# marks ``use_pickle``, and the legacy ``data/constants/<name>.pt`` or else the constants its config
+# lists (pickled tensors, TorchBind objects, and ``opaque_obj_*`` through plain ``pickle.loads``).
+# When that fails it falls back to torch <= 2.7's layout, unpickling these top-level members (with
+# ``weights_only=False`` when the safe unpickler refuses them):
+_LEGACY_PICKLES = ("serialized_state_dict.pt", "serialized_constants.pt", "serialized_example_inputs.pt")
+# ... and it dlopen()s the shared library of any AOTInductor package under ``data/aotinductor/``.
+_AOTI_DIR = "data/aotinductor/"
 
 
-def _pickled_members(zf: zipfile.ZipFile) -> list[str]:
-    """The members of a .pt2 that torch.export.load unpickles (sample inputs, pickled weights/constants)."""
+def _archive_root(names: list[str]) -> str:
+    """The folder PyTorch's reader prefixes to every record: the first member's, up to its first '/'."""
+    first = names[0] if names else ""
+    return first.split("/", 1)[0] + "/" if "/" in first else ""
+
+
+def _payload_members(zf: zipfile.ZipFile, root: str, config: str, folder: str, *, constants: bool) -> list[str]:
+    """The members a payload config has torch unpickle: ``folder`` + each such entry's path_name."""
     import json
 
-    names = zf.namelist()
-    found = [n for n in names if "/data/sample_inputs/" in n]
-    for name in names:
-        if not name.endswith(_PAYLOAD_CONFIGS):
+    where = Path(zf.filename).name if zf.filename else "the archive"
+    try:
+        with zf.open(root + config) as fh:
+            if zf.getinfo(root + config).file_size > _MAX_SMALL_MEMBER:
+                raise ValueError(f"{zf.getinfo(root + config).file_size:,} bytes")
+            entries = json.loads(fh.read()).get("config", {})
+    except (ValueError, AttributeError) as exc:
+        raise ModelFormatError(f"{where}: member {shown(root + config)} is not a valid payload config "
+                               f"({exc})") from exc
+    found = []
+    for meta in entries.values() if isinstance(entries, dict) else ():
+        if not isinstance(meta, dict):
             continue
-        folder = name.rsplit("/", 1)[0]
-        try:
-            config = json.loads(zf.read(name)).get("config", {})
-        except (ValueError, AttributeError) as exc:
-            where = Path(zf.filename).name if zf.filename else "the archive"
-            raise ModelFormatError(f"{where}: member {name} is not a valid payload config ({exc})") from exc
-        for meta in config.values() if isinstance(config, dict) else ():
-            if not isinstance(meta, dict):
-                continue
-            constant = name.endswith("model_constants_config.json")
-            if meta.get("use_pickle") or (constant and not meta.get("tensor_meta")):
-                found.append(f"{folder}/{meta.get('path_name', '')}")
+        name = str(meta.get("path_name", ""))
+        pickled = meta.get("use_pickle") or (constants and not name.startswith("tensor_"))
+        if not pickled:
+            continue
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
+            raise ModelFormatError(f"{where}: {shown(root + config)} names payload {shown(name)}, not a file "
+                                   f"of {folder}; the archive is damaged or forged")
+        found.append(root + folder + name)
     return found
 
 
+def _pickled_members(zf: zipfile.ZipFile) -> list[str]:
+    """The members of a .pt2 that torch.export.load unpickles, found as it finds them (above)."""
+    names = zf.namelist()
+    present = set(names)
+    found = [n for n in _LEGACY_PICKLES if n in present]
+    root = _archive_root(names)
+    for name in names:
+        if not (name.startswith(root + "models/") and name.endswith(".json")):
+            continue
+        model = name[len(root + "models/"):-len(".json")]
+        found.append(f"{root}data/sample_inputs/{model}.pt")
+        for kind, constants in (("weights", False), ("constants", True)):
+            legacy = f"{root}data/{kind}/{model}.pt"
+            config = f"data/{kind}/{model}_{kind}_config.json"
+            if legacy in present:
+                found.append(legacy)
+            elif root + config in present:
+                found += _payload_members(zf, root, config, f"data/{kind}/", constants=constants)
+    return [n for n in dict.fromkeys(found) if n in present]  # torch reports missing members itself
+
+
 def check_pt2_payloads(path: Path, *, trust: bool) -> None:
-    """Refuse a .pt2 whose pickled members hold anything but tensors and plain data, unless trusted.
+    """Refuse a .pt2 that would run code from the file when torch.export.load reads it, unless trusted.
 
     ``torch.export.load`` unpickles sample inputs and some weights with the full unpickler, which
-    runs code named in the file. Each such member must load with torch's weights-only unpickler.
+    runs code named in the file, and loads the shared library of an AOTInductor package. Each
+    pickled member must load with torch's weights-only unpickler (read as a stream, its tensors on
+    the meta device: no member is held in memory), and no AOTInductor package may be present.
 
     Raises:
-        UsageError: a member needs the full unpickler and ``--trust-pickle`` was not given.
+        UsageError: the file would run code and ``--trust-pickle`` was not given.
         ModelFormatError: a member cannot be read (a bad CRC, a damaged local header).
     """
     check_archive(path)
     if trust:
         return
     try:
-        _check_pt2_pickles(path)
+        _check_pt2_code(path)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, OSError, UnicodeDecodeError,
             RuntimeError) as exc:
         # a bad CRC or local header, a truncated stream, an unknown compression method, a member flagged
@@ -205,25 +262,60 @@ def check_pt2_payloads(path: Path, *, trust: bool) -> None:
                                f"{str(exc).strip() or 'unreadable'}). Is the file truncated or corrupt?") from exc
 
 
-def _check_pt2_pickles(path: Path) -> None:
-    import io
-
+def _check_pt2_code(path: Path) -> None:
     import torch
 
+    members = archive_members(path)
+    root = _archive_root([i.filename for i in members])
+    aoti = next((i.filename for i in members if i.filename.startswith((root + _AOTI_DIR, _AOTI_DIR))), None)
+    if aoti is not None:
+        raise UsageError(
+            f"{path.name} holds an AOTInductor package ({shown(aoti)}): torch.export.load loads its compiled "
+            "library, which runs native code from the file. If you trust the file, pass --trust-pickle; "
+            "better, save the model with torch.export.save alone")
     with zipfile.ZipFile(path) as zf:
-        for member in _pickled_members(zf):
+        pickled = _pickled_members(zf)
+        _same_records_as_torch(path, zf, pickled)
+        for member in pickled:
             try:
-                data = zf.read(member)
-            except KeyError:
-                continue  # torch.export.load reports missing members itself
-            try:
-                torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+                with zf.open(member) as stream:
+                    torch.load(stream, map_location="meta", weights_only=True)
+            except (zipfile.BadZipFile, zlib.error, EOFError, OSError):
+                raise  # the member is damaged: check_pt2_payloads says so
             except Exception as exc:
+                first = (str(exc).strip().splitlines() or [""])[0] or type(exc).__name__
                 raise UsageError(
-                    f"{path.name}: member '{member}' is a pickle that the safe (weights-only) unpickler refuses "
-                    f"({str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}); loading it "
-                    "would run code from the file. If you trust the file, pass --trust-pickle"
+                    f"{path.name}: member {shown(member)} is a pickle that the safe (weights-only) unpickler "
+                    f"refuses ({first[:300]}); loading it would run code from the file. If you trust the file, "
+                    "pass --trust-pickle"
                 ) from exc
+
+
+def _same_records_as_torch(path: Path, zf: zipfile.ZipFile, members: list[str]) -> None:
+    """Check that PyTorch's own reader finds each checked member at the local header zipfile read.
+
+    The last guard of the differential ``convert._archive`` closes by refusing: whatever torch would
+    read under a checked member's name is what was checked. The legacy top-level members are read
+    by torch with zipfile itself.
+    """
+    import torch
+
+    try:
+        reader = torch._C.PyTorchFileReader(str(path))
+    except RuntimeError:  # torch's reader refuses the archive: torch.export.load falls back to zipfile
+        return
+    root = _archive_root(zf.namelist())
+    for member in members:
+        if not root or not member.startswith(root):
+            continue
+        record = member[len(root):]
+        try:
+            theirs = int(reader.get_record_header_offset(record))
+        except RuntimeError:
+            theirs = -1
+        if theirs != zf.getinfo(member).header_offset:
+            raise ModelFormatError(f"{path.name}: PyTorch's reader finds member {shown(member)} at byte {theirs:,}, "
+                                   f"zipfile at {zf.getinfo(member).header_offset:,}; the archive is refused")
 
 
 def traced_input_shapes(path: Path) -> list[tuple[int, ...]] | None:

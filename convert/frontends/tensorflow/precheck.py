@@ -13,6 +13,7 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+from convert._archive import read_members
 from convert._wire import read_varint as _varint
 from convert.ir import ModelFormatError, UsageError
 
@@ -73,11 +74,11 @@ def precheck(path: Path) -> None:
         return
     suffix = path.suffix.lower()
     if suffix == ".keras":
-        try:
-            with zipfile.ZipFile(path) as archive:
-                names = set(archive.namelist())
-        except (zipfile.BadZipFile, OSError) as exc:
-            raise ModelFormatError(f"{path.name}: not a complete .keras archive (a zip file): {exc}") from None
+        if not zipfile.is_zipfile(path):
+            raise ModelFormatError(f"{path.name}: not a complete .keras archive (a zip file): File is not a "
+                                   "zip file")
+        # duplicate member names refused: what is checked here and what Keras reads must be one member
+        names = {info.filename for info in read_members(path, what=".keras archive")}
         if "config.json" not in names:
             raise ModelFormatError(f"{path.name}: a zip file without Keras' config.json: not a .keras model")
     elif suffix in (".h5", ".hdf5"):

@@ -222,6 +222,7 @@ def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
         CHECKPOINT,
         EXPORTED_PROGRAM,
         TORCHSCRIPT,
+        check_pt2_payloads,
         classify,
         load_checkpoint,
         load_torchscript,
@@ -237,7 +238,10 @@ def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
         from convert.frontends.pytorch.shared import recall_program
 
         # the program the conversion loaded, when it is still as torch loaded it; else read again
-        program = recall_program(options, path) or torch.export.load(path)
+        program = recall_program(options, path)
+        if program is None:  # read here first (`convert check`): checked as the conversion checks it
+            check_pt2_payloads(path, trust=bool(options.get("trust_pickle", False)))
+            program = torch.export.load(path)
         users = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
         vals = {n.name: n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"}
         specs = [TensorSpec(n, np.dtype(str(vals[n].dtype).replace("torch.", "")), tuple(vals[n].shape))
