@@ -34,6 +34,7 @@ from convert.ir import (
     UnsupportedOpsError,
     Value,
     from_array,
+    shown,
 )
 
 from .controlflow import ControlFlowLowering
@@ -159,11 +160,16 @@ def _meta_of(val: object, names: dict[str, str] | None = None) -> object:
     return val
 
 
-def _wrap(tensor: torch.Tensor, name: str, options: Options) -> Value | None:
+def _wrap(tensor: torch.Tensor, name: str, options: Options, source: str = "") -> Value | None:
     """Return an IR tensor sharing ``tensor``'s memory (a copy only when torch's layout forces it)."""
     import torch
 
     t = tensor.detach()
+    if any(d > 2**40 for d in t.shape):  # no array holds such dims, even with no element (numpy refuses them)
+        dims = " x ".join(f"{d:,}" for d in t.shape)
+        where = f"{source}: " if source else ""
+        raise ModelFormatError(f"{where}weight {shown(name)} has dims {dims}; no array can have such dims (the "
+                               "file is damaged or forged)")
     if t.device.type != "cpu":
         t = t.cpu()
     if not t.is_contiguous():
@@ -377,7 +383,7 @@ class _Lowering(ControlFlowLowering):
         import torch
 
         if isinstance(real, torch.Tensor):
-            tensor = _wrap(real, name, self.options)
+            tensor = _wrap(real, name, self.options, self.source)
             return self.builder.initializer(tensor, name)  # type: ignore[arg-type]
         if isinstance(real, (list, tuple)):
             return type(real)(self._const_value(r, f"{name}_{i}") for i, r in enumerate(real))
