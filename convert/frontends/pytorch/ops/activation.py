@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import math
 
-from convert.ir import Value
+from convert.ir import DataType, Value
 
-from ._base import LowerContext, OpCall, lowers, norm_axis
+from ._base import LowerContext, OpCall, TensorMeta, lowers, norm_axis
 
 __all__ = ["clamp", "gelu", "hardtanh", "silu", "softmax"]
 
@@ -29,12 +29,22 @@ for _key, _op in {
     "aten.hardswish": "HardSwish", "aten.exp": "Exp", "aten.log": "Log", "aten.sqrt": "Sqrt",
     "aten.abs": "Abs", "aten.neg": "Neg", "aten.erf": "Erf", "aten.reciprocal": "Reciprocal",
     "aten.sin": "Sin", "aten.cos": "Cos", "aten.floor": "Floor", "aten.ceil": "Ceil",
-    "aten.round": "Round", "aten.sign": "Sign", "aten.logical_not": "Not", "aten.bitwise_not": "Not",
+    "aten.logical_not": "Not",
     "aten.tan": "Tan", "aten.asin": "Asin", "aten.acos": "Acos", "aten.atan": "Atan", "aten.sinh": "Sinh",
     "aten.cosh": "Cosh", "aten.asinh": "Asinh", "aten.acosh": "Acosh", "aten.atanh": "Atanh",
     "aten.isnan": "IsNaN",
 }.items():
     lowers(_key, to=_op)(_unary(_op))  # type: ignore[arg-type]
+
+
+@lowers("aten.bitwise_not", to="Not", notes="booleans (integers are refused: ONNX's BitwiseNot needs opset 18)")
+def bitwise_not(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower ~x of booleans to Not; on integers refused (ONNX's Not takes booleans only)."""
+    meta = call.meta("self")
+    if meta.dtype != DataType.BOOL:
+        raise call.unsupported(f"aten.bitwise_not on {meta.dtype.name.lower()} tensors (ONNX's Not takes booleans; "
+                               "its BitwiseNot needs opset 18)")
+    return ctx.emit("Not", [call.tensor("self")])
 
 
 @lowers("aten.rsqrt", to="Sqrt+Reciprocal")
@@ -126,8 +136,7 @@ def elu(call: OpCall, ctx: LowerContext) -> Value:
     if scale == 1.0 and input_scale == 1.0:
         return ctx.emit("Elu", [x], {"alpha": alpha})
     meta = call.meta("self")
-    e = ctx.emit("Sub", [ctx.emit("Exp", [ctx.emit("Mul", [x, ctx.scalar_like(input_scale, meta)])]),
-                       ctx.scalar_like(1.0, meta)])
+    e = _expm1(ctx, ctx.emit("Mul", [x, ctx.scalar_like(input_scale, meta)]), meta)
     y = ctx.emit("Where", [ctx.emit("Greater", [x, ctx.scalar_like(0.0, meta)]), x,
                          ctx.emit("Mul", [e, ctx.scalar_like(alpha, meta)])])
     return ctx.emit("Mul", [y, ctx.scalar_like(scale, meta)])
@@ -176,17 +185,66 @@ def log_softmax(call: OpCall, ctx: LowerContext) -> Value:
 
 
 
-@lowers("aten.log1p", to="Add+Log")
+@lowers("aten.log1p", to="Add+Log+Div+Mul+Where", notes="accurate near 0 (log(1 + x) * x / ((1 + x) - 1))")
 def log1p(call: OpCall, ctx: LowerContext) -> Value:
-    """Lower log1p to Log(1 + x)."""
+    """Lower log1p to ``log(u) * x / (u - 1)`` with ``u = 1 + x`` (``x`` where ``u`` rounds to 1).
+
+    ``Log(1 + x)`` loses what ``1 + x`` rounds off: log1p(1e-10) came out 0, log1p(1e-7) 19 %
+    high. Dividing by the ``u - 1`` that was actually added cancels that rounding (Goldberg, "What
+    every computer scientist should know about floating-point arithmetic", 1991, theorem 4).
+    """
     x = call.tensor("self")
-    return ctx.emit("Log", [ctx.emit("Add", [x, ctx.scalar_like(1.0, call.meta("self"))])])
+    meta = call.meta("self")
+    one = ctx.scalar_like(1.0, meta)
+    u = ctx.emit("Add", [x, one])
+    scaled = ctx.emit("Mul", [ctx.emit("Log", [u]), ctx.emit("Div", [x, ctx.emit("Sub", [u, one])])])
+    y = ctx.emit("Where", [ctx.emit("Equal", [u, one]), x, scaled])
+    return ctx.emit("Where", [ctx.emit("IsInf", [x], {"detect_negative": 0}), x, y])  # inf / inf
 
 
-@lowers("aten.expm1", to="Exp+Sub")
+def _expm1(ctx: LowerContext, x: Value, meta: TensorMeta) -> Value:
+    """``exp(x) - 1`` accurate near 0: ``(u - 1) * x / log(u)`` with ``u = exp(x)`` (``x`` where ``u``
+    rounds to 1, -1 where ``u - 1`` does, ``u`` where it overflows), as Kahan computes it."""
+    one = ctx.scalar_like(1.0, meta)
+    u = ctx.emit("Exp", [x])
+    um1 = ctx.emit("Sub", [u, one])
+    scaled = ctx.emit("Mul", [um1, ctx.emit("Div", [x, ctx.emit("Log", [u])])])
+    y = ctx.emit("Where", [ctx.emit("Equal", [um1, ctx.scalar_like(-1.0, meta)]), um1, scaled])
+    y = ctx.emit("Where", [ctx.emit("Equal", [u, one]), x, y])
+    return ctx.emit("Where", [ctx.emit("IsInf", [u], {"detect_negative": 0}), u, y])
+
+
+@lowers("aten.expm1", to="Exp+Sub+Log+Div+Mul+Where", notes="accurate near 0 ((e^x - 1) * x / log(e^x))")
 def expm1(call: OpCall, ctx: LowerContext) -> Value:
-    """Lower expm1 to Exp(x) - 1."""
-    return ctx.emit("Sub", [ctx.emit("Exp", [call.tensor("self")]), ctx.scalar_like(1.0, call.meta("self"))])
+    """Lower expm1 accurately near 0 (``_expm1``; ``Exp(x) - 1`` gave expm1(1e-10) = 0)."""
+    return _expm1(ctx, call.tensor("self"), call.meta("self"))
+
+
+@lowers("aten.round", to="Round / Mul+Round+Div", notes="decimals as torch: round(x * 10^d) / 10^d (d < 0: "
+        "round(x / 10^-d) * 10^-d); half to even")
+def round_(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower round to Round (half to even, as torch); with ``decimals`` d, as torch's kernel computes
+    it in the input's precision: ``round(x * 10^d) / 10^d``, or ``round(x / 10^-d) * 10^-d`` for d < 0."""
+    x = call.tensor("self")
+    decimals = int(call.get("decimals", 0))  # type: ignore[call-overload]
+    if decimals == 0:
+        return ctx.emit("Round", [x])
+    meta = call.meta("self")
+    ten = ctx.scalar_like(float(10.0 ** abs(decimals)), meta)
+    if decimals > 0:
+        return ctx.emit("Div", [ctx.emit("Round", [ctx.emit("Mul", [x, ten])]), ten])
+    return ctx.emit("Mul", [ctx.emit("Round", [ctx.emit("Div", [x, ten])]), ten])
+
+
+@lowers("aten.sign", to="Sign (+IsNaN+Where)", notes="sign(NaN) is 0, as in torch")
+def sign(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower sign to Sign; on floats a NaN gives 0, as torch's ``(0 < x) - (x < 0)`` (ONNX: NaN)."""
+    x = call.tensor("self")
+    y = ctx.emit("Sign", [x])
+    meta = call.meta("self")
+    if not meta.dtype.is_floating_point():
+        return y
+    return ctx.emit("Where", [ctx.emit("IsNaN", [x]), ctx.scalar_like(0.0, meta), y])
 
 
 @lowers("aten.log2", "aten.log10", to="Log+Div")

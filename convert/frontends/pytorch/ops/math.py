@@ -10,7 +10,7 @@ from convert.ir import DataType, Value, transposed
 
 from ._base import LowerContext, OpCall, TensorMeta, lowers, norm_axis
 
-__all__ = ["addmm", "div", "linear", "matmul", "mean", "remainder"]
+__all__ = ["addmm", "div", "floor_divide", "floored_quotient", "linear", "matmul", "mean", "remainder"]
 
 
 def _operand(call: OpCall, ctx: LowerContext, name: str, like: TensorMeta) -> Value:
@@ -64,46 +64,118 @@ def _binary(op_type: str, *, reverse: bool = False) -> object:
     return convert
 
 
+def _logical(op_type: str) -> object:
+    binary = _binary(op_type)
+
+    def convert(call: OpCall, ctx: LowerContext) -> Value:
+        if not call.op.startswith("aten.logical_"):
+            _booleans_only(call)
+            return binary(call, ctx)  # type: ignore[operator,no-any-return]
+        # logical_*: any dtype, read as x != 0 (ONNX's And/Or/Xor take booleans)
+        operands = []
+        for name in ("self", "other"):
+            value, meta = call.args.get(name), call.metas.get(name)
+            if isinstance(value, Value):
+                is_bool = isinstance(meta, TensorMeta) and meta.dtype == DataType.BOOL
+                operands.append(value if is_bool else ctx.emit("Cast", [value], {"to": DataType.BOOL}))
+            else:
+                operands.append(ctx.const(np.asarray(bool(value))))
+        return ctx.emit(op_type, operands)
+
+    convert.__doc__ = f"Lower to {op_type} (logical_*: operands read as x != 0; bitwise forms: booleans only)."
+    return convert
+
+
+def _booleans_only(call: OpCall) -> None:
+    """Refuse a bitwise op on integer tensors: ONNX's And/Or/Xor/Not take booleans only, and its
+    BitwiseAnd... need opset 18 (the IR is opset 17); the file would not load."""
+    for name in ("self", "other"):
+        meta = call.metas.get(name)
+        if isinstance(meta, TensorMeta) and meta.dtype != DataType.BOOL:
+            raise call.unsupported(f"{call.op} on {meta.dtype.name.lower()} tensors (bitwise: ONNX's And, Or, Xor and "
+                                   "Not take booleans; its Bitwise* ops need opset 18)")
+
+
 for _keys, _op in {
     ("aten.add",): "Add", ("aten.sub",): "Sub", ("aten.mul",): "Mul",
     ("aten.maximum",): "Max", ("aten.minimum",): "Min", ("aten.eq",): "Equal", ("aten.lt",): "Less",
     ("aten.gt",): "Greater", ("aten.le",): "LessOrEqual", ("aten.ge",): "GreaterOrEqual",
+}.items():
+    lowers(*_keys, to=_op)(_binary(_op))  # type: ignore[arg-type]
+for _keys, _op in {
     ("aten.logical_and", "aten.__and__", "aten.bitwise_and"): "And",
     ("aten.logical_or", "aten.__or__", "aten.bitwise_or"): "Or",
     ("aten.logical_xor", "aten.__xor__", "aten.bitwise_xor"): "Xor",
 }.items():
-    lowers(*_keys, to=_op)(_binary(_op))  # type: ignore[arg-type]
+    lowers(*_keys, to=_op, notes="logical_*: any dtype (x != 0); bitwise forms: booleans (integers are "
+           "refused: ONNX's Bitwise* ops need opset 18)")(_logical(_op))  # type: ignore[arg-type]
 lowers("aten.rsub", to="Sub")(_binary("Sub", reverse=True))  # type: ignore[arg-type]
 
 
 
-@lowers("aten.remainder", to="Div+Floor+Mul+Sub / Mod", notes="Python semantics (sign of the divisor)")
+@lowers("aten.remainder", to="Mod(fmod=1)+Where / Mod", notes="Python semantics (sign of the divisor)")
 def remainder(call: OpCall, ctx: LowerContext) -> Value:
-    """Lower remainder: x - floor(x / y) * y for floats (ONNX Mod needs fmod=1 there), Mod for ints."""
+    """Lower remainder as torch computes it: ``r = fmod(a, b)``, plus ``b`` where ``r`` is non-zero and
+    its sign differs from ``b``'s (floats; ``fmod`` is exact where ``a - floor(a / b) * b`` rounds the
+    quotient: remainder(-3.9, 0.1) is 0.09999996, the formula 0); Mod(fmod=0) for integers."""
     like = call.out_meta
     a = _cast(ctx, _operand(call, ctx, "self", like), call.metas.get("self"), like)
     b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), like)
     if like.dtype.is_floating_point():
-        q = ctx.emit("Floor", [ctx.emit("Div", [a, b])])
-        return ctx.emit("Sub", [a, ctx.emit("Mul", [q, b])])
+        r = ctx.emit("Mod", [a, b], {"fmod": 1})
+        return ctx.emit("Where", [_wraps(ctx, r, b, like), ctx.emit("Add", [r, b]), r])
     return ctx.emit("Mod", [a, b], {"fmod": 0})
 
 
-@lowers("aten.div", to="Div", notes="rounding_mode 'floor'/'trunc' add Floor/Cast")
+def _wraps(ctx: LowerContext, r: Value, b: Value, like: TensorMeta) -> Value:
+    """Where a truncated remainder ``r`` of a division by ``b`` is non-zero and of the other sign than
+    ``b``: there the floored quotient is one less than the truncated one (and the remainder ``r + b``)."""
+    zero = ctx.scalar_like(0, like)
+    signs_differ = ctx.emit("Xor", [ctx.emit("Less", [r, zero]), ctx.emit("Less", [b, zero])])
+    return ctx.emit("And", [signs_differ, ctx.emit("Not", [ctx.emit("Equal", [r, zero])])])
+
+
+def floored_quotient(ctx: LowerContext, a: Value, b: Value, like: TensorMeta) -> Value:
+    """``a`` divided by ``b`` rounded towards -inf, as torch computes it.
+
+    Integers: the truncated quotient ``q``, less one where ``a - q * b`` wraps (no intermediate that
+    can overflow: ``(a - Mod(a, b)) / b`` did, -2147483647 // 7 came out positive). Floats: torch's
+    (and Python's) rule, which divides the exact ``a - fmod(a, b)`` rather than flooring the rounded
+    ``a / b``: -3.9 // 0.1 is -40 there, floor(-3.9 / 0.1) = floor(-39.0) is -39. ``div = (a -
+    fmod(a, b)) / b``, less one where the remainder wraps; its floor, plus one where ``div`` is more
+    than half above it; a zero takes the sign of ``a / b``; a zero divisor gives ``a / b``.
+    """
+    if not like.dtype.is_floating_point():
+        q = ctx.emit("Div", [a, b])
+        r = ctx.emit("Sub", [a, ctx.emit("Mul", [q, b])])
+        return ctx.emit("Sub", [q, ctx.emit("Cast", [_wraps(ctx, r, b, like)], {"to": like.dtype})])
+    zero = ctx.scalar_like(0.0, like)
+    mod = ctx.emit("Mod", [a, b], {"fmod": 1})
+    div = ctx.emit("Div", [ctx.emit("Sub", [a, mod]), b])
+    div = ctx.emit("Sub", [div, ctx.emit("Cast", [_wraps(ctx, mod, b, like)], {"to": like.dtype})])
+    floor = ctx.emit("Floor", [div])
+    above_half = ctx.emit("Greater", [ctx.emit("Sub", [div, floor]), ctx.scalar_like(0.5, like)])
+    floor = ctx.emit("Add", [floor, ctx.emit("Cast", [above_half], {"to": like.dtype})])
+    quotient = ctx.emit("Div", [a, b])
+    signed_zero = ctx.emit("Mul", [quotient, zero])  # |a / b| < 1 where div is 0: finite
+    y = ctx.emit("Where", [ctx.emit("Equal", [div, zero]), signed_zero, floor])
+    return ctx.emit("Where", [ctx.emit("Equal", [b, zero]), quotient, y])
+
+
+@lowers("aten.div", to="Div", notes="rounding_mode 'floor' as floor_divide; 'trunc' adds Floor/Abs/Sign (floats)")
 def div(call: OpCall, ctx: LowerContext) -> Value:
-    """Lower div to Div; rounding_mode='floor' adds Floor (float) ."""
+    """Lower div to Div; rounding_mode='floor' as floor_divide (``floored_quotient``), 'trunc' to
+    Sign(q) * Floor(|q|) on floats (integer Div truncates already)."""
     like = call.out_meta
     a = _cast(ctx, _operand(call, ctx, "self", like), call.metas.get("self"), like)
     b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), like)
     mode = call.args.get("rounding_mode")
-    if not like.dtype.is_floating_point():  # integer Div truncates; floor needs the remainder's sign
-        if mode == "floor":
-            return ctx.emit("Div", [ctx.emit("Sub", [a, ctx.emit("Mod", [a, b], {"fmod": 0})]), b])
+    if mode == "floor":
+        return floored_quotient(ctx, a, b, like)
+    if not like.dtype.is_floating_point():  # integer Div truncates
         return ctx.emit("Div", [a, b])
     y = ctx.emit("Div", [a, b])
-    if mode == "floor":
-        y = ctx.emit("Floor", [y])
-    elif mode == "trunc":
+    if mode == "trunc":
         y = ctx.emit("Mul", [ctx.emit("Floor", [ctx.emit("Abs", [y])]), ctx.emit("Sign", [y])])
     return y
 
@@ -251,16 +323,13 @@ def ne(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.emit("Not", [ctx.emit("Equal", [a, b])])
 
 
-@lowers("aten.floor_divide", to="Div+Floor / Mod+Sub+Div", notes="rounds towards -inf, as torch does")
+@lowers("aten.floor_divide", to="Mod(fmod=1)+Div+Floor / Div+Mul+Sub", notes="rounds towards -inf, as torch does")
 def floor_divide(call: OpCall, ctx: LowerContext) -> Value:
-    """Lower floor_divide: Floor(a / b) for floats; (a - Mod(a, b)) / b (exact) for integers."""
+    """Lower floor_divide as torch computes it (``floored_quotient``)."""
     like = call.out_meta
     a = _cast(ctx, _operand(call, ctx, "self", like), call.metas.get("self"), like)
     b = _cast(ctx, _operand(call, ctx, "other", like), call.metas.get("other"), like)
-    if like.dtype.is_floating_point():
-        return ctx.emit("Floor", [ctx.emit("Div", [a, b])])
-    r = ctx.emit("Mod", [a, b], {"fmod": 0})
-    return ctx.emit("Div", [ctx.emit("Sub", [a, r]), b])
+    return floored_quotient(ctx, a, b, like)
 
 
 @lowers("aten._local_scalar_dense", "aten.item", to="Reshape (0-d)",
@@ -279,21 +348,34 @@ def fmod(call: OpCall, ctx: LowerContext) -> Value:
     return ctx.emit("Mod", [a, b], {"fmod": 1})
 
 
-@lowers("aten.atan2", to="Atan+Div+Where", notes="quadrant fixed with Where; atan2(0, 0) = 0")
+@lowers("aten.atan2", to="Atan+Div+Where", notes="quadrant from the signs, signed zeros and infinities as torch")
 def atan2(call: OpCall, ctx: LowerContext) -> Value:
-    """Lower atan2(y, x) to atan(y / x) corrected by pi for x < 0 (sign of y), pi/2 for x = 0."""
+    """Lower atan2(y, x) to atan(y / x), plus pi with y's sign where x's sign bit is set.
+
+    The sign bits are read as C's ``signbit`` does (``v < 0 or 1 / v < 0``: -0 counts), so that
+    atan2(-0, -1) is -pi and atan2(0, -0) is pi, as in torch (the ``x == 0`` and ``y < 0`` tests of a
+    plain formula give pi and 0). Where both are zero, x becomes +-1 (the quotient then is y's signed
+    zero); where both are infinite, both become +-1 (the quotient +-1: +-pi/4, +-3pi/4).
+    """
     like = call.out_meta
     y = _cast(ctx, call.tensor("self"), call.metas.get("self"), like)
     x = _cast(ctx, call.tensor("other"), call.metas.get("other"), like)
-    zero = ctx.scalar_like(0.0, like)
-    pi = ctx.scalar_like(np.pi, like)
-    base = ctx.emit("Atan", [ctx.emit("Div", [y, ctx.emit("Where", [ctx.emit("Equal", [x, zero]),
-                                                               ctx.scalar_like(1.0, like), x])])])
-    negative_y = ctx.emit("Less", [y, zero])
-    shift = ctx.emit("Where", [negative_y, ctx.emit("Neg", [pi]), pi])
-    result = ctx.emit("Where", [ctx.emit("Less", [x, zero]), ctx.emit("Add", [base, shift]), base])
-    half = ctx.emit("Mul", [ctx.emit("Sign", [y]), ctx.scalar_like(np.pi / 2, like)])
-    return ctx.emit("Where", [ctx.emit("Equal", [x, zero]), half, result])
+    zero, one = ctx.scalar_like(0.0, like), ctx.scalar_like(1.0, like)
+
+    def signbit(v: Value) -> Value:
+        return ctx.emit("Or", [ctx.emit("Less", [v, zero]), ctx.emit("Less", [ctx.emit("Div", [one, v]), zero])])
+
+    def unit(negative: Value) -> Value:
+        return ctx.emit("Where", [negative, ctx.scalar_like(-1.0, like), one])
+
+    neg_x, neg_y = signbit(x), signbit(y)
+    both_zero = ctx.emit("And", [ctx.emit("Equal", [x, zero]), ctx.emit("Equal", [y, zero])])
+    both_inf = ctx.emit("And", [ctx.emit("IsInf", [x]), ctx.emit("IsInf", [y])])
+    x = ctx.emit("Where", [ctx.emit("Or", [both_zero, both_inf]), unit(neg_x), x])
+    y = ctx.emit("Where", [both_inf, unit(neg_y), y])
+    base = ctx.emit("Atan", [ctx.emit("Div", [y, x])])
+    pi = ctx.emit("Where", [neg_y, ctx.scalar_like(-np.pi, like), ctx.scalar_like(np.pi, like)])
+    return ctx.emit("Add", [base, ctx.emit("Where", [neg_x, pi, zero])])
 
 
 def _pnorm(ctx: LowerContext, diff: Value, p: float, like: TensorMeta) -> Value:

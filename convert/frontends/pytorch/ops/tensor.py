@@ -11,7 +11,8 @@ import numpy as np
 
 from convert.ir import ConversionError, DataType, Value
 
-from ._base import LowerContext, OpCall, lowers, norm_axis
+from ._base import LowerContext, OpCall, TensorMeta, lowers, norm_axis
+from .math import floored_quotient
 
 __all__ = ["cat", "getitem", "identity", "reshape", "split"]
 
@@ -427,8 +428,17 @@ def _sym_arith(op_type: str) -> object:
     return convert
 
 
+@lowers("operator.floordiv", to="Div+Mul+Sub (int64)", notes="only with a symbolic size operand; rounds towards "
+        "-inf, as Python does")
+def sym_floordiv(call: OpCall, ctx: LowerContext) -> Value:
+    """Lower ``//`` of symbolic sizes as Python rounds it, towards -inf: (n - 5) // 3 is -1 at n = 4
+    (ONNX's integer Div truncates, to 0; a slice end or a factor computed so was off)."""
+    a, b = call.args.get("self"), call.args.get("index")
+    return floored_quotient(ctx, _sym_operand(ctx, a), _sym_operand(ctx, b), TensorMeta((), DataType.INT64))
+
+
 for _key, _op in {"operator.mul": "Mul", "operator.add": "Add", "operator.sub": "Sub",
-                  "operator.floordiv": "Div", "operator.mod": "Mod", "operator.ge": "GreaterOrEqual",
+                  "operator.mod": "Mod", "operator.ge": "GreaterOrEqual",
                   "operator.le": "LessOrEqual", "operator.gt": "Greater", "operator.lt": "Less",
                   "operator.eq": "Equal"}.items():
     lowers(_key, to=f"{_op} (int64)", notes="only with a symbolic size operand")(_sym_arith(_op))  # type: ignore[arg-type]
