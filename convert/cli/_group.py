@@ -47,13 +47,14 @@ Other commands:
 
 EPILOG = """\b
 Exit status: 0 converted and parity passed (or --no-check); 1 converted but parity
-failed or could not run (e.g. the source framework is not installed); 2 could not
-convert (usage, malformed or unsupported model; one line per problem); 3 internal
-error: a bug in convert, reported as such (--debug shows the traceback); 130 interrupted
-(Ctrl-C), 141 stdout was closed early (`convert inspect m.onnx | head -1`; nothing is
-printed about it), 143 terminated (SIGTERM). A framework that is not installed is exit 2,
-with the extra to install.
-Nothing is left at the output path when it could not convert.
+failed, was NOT VERIFIED or could not run (its reference framework is not installed,
+say); 2 could not convert (one line per problem, nothing written), a framework needed
+to read the model that is not installed included (the line names the extra, e.g. pip
+install 'convert-toolkit[torch]'); 3 internal error (a bug in convert, never your
+model's fault: one line asking for a report, the traceback with --debug); 130
+interrupted by Ctrl-C and 143 by SIGTERM (the message says what is on disk: nothing,
+the output kept but NOT checked, or written and checked); 141 when whatever reads
+stdout stops early (convert inspect m.onnx | head -1: no message, as yes | head -1).
 """
 
 # The conversion's options shown under "Parity options" rather than with the common ones.

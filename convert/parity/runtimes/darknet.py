@@ -436,8 +436,10 @@ class OpenCVDarknet(_Base):
         try:
             import cv2
         except ImportError as exc:
-            raise UsageError("the Darknet runtime needs libdarknet or OpenCV: pip install 'opencv-python-headless<5'"
-                             ) from exc
+            from convert.formats import install_hint
+
+            raise UsageError(f"the Darknet runtime needs libdarknet (Debian's darknet package) or "
+                             f"{install_hint('cv2')}") from exc
         if not hasattr(cv2, "dnn") or not hasattr(cv2.dnn, "readNetFromDarknet"):
             raise UsageError("this OpenCV has no Darknet importer (OpenCV 5 removed it): pip install "
                              "'opencv-python-headless<5'")

@@ -1,0 +1,152 @@
+"""The first hour, round three (#52): what a new user trips on, through the real command in a subprocess.
+
+No input accepted that yields a broken file, one statement of the exit statuses, a quiet mode
+that is quiet, the summary word of the verdict, output paths that say what they write, the
+input's real format, and the hints that agree with each other.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import models_onnx
+import onnx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_CFG = ROOT / "models" / "darknet" / "yolov4-tiny.cfg"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+
+
+def _run(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "convert", *args], capture_output=True, text=True, timeout=600,
+                          cwd=cwd, env=_env(**env))
+
+
+def _errors(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("convert: error:")]
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    path = tmp_path / "m.onnx"
+    onnx.save(models_onnx.conv_net(), str(path))
+    return path
+
+
+def _plain(markdown: str) -> str:
+    """Markdown's bold and code marks removed, whitespace collapsed."""
+    return " ".join(markdown.replace("**", "").replace("`", "").split())
+
+
+# ---- item 5: one statement of the exit statuses, the README's, in `convert --help` too
+def test_help_states_the_readme_exit_statuses(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("The exit status says what happened:")
+    statement = _plain(readme[start:readme.index("\n\n", start)]).removeprefix("The exit status says what happened: ")
+    r = _run(tmp_path, "--help")
+    assert r.returncode == 0, r.stderr
+    helped = _plain(r.stdout[r.stdout.index("Exit status:"):]).removeprefix("Exit status: ")
+    assert helped == statement
+    # one statement: the missing framework is said once, under 2 (reading) and 1 (the check's reference)
+    assert helped.count("not installed") == 2 and "exit 2" not in helped
+
+
+# ---- item 16: the help lists -h once; dir(convert) is the API
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["help"], ["onnx:onnx", "--help"], ["check", "--help"],
+                                  ["batch", "--help"], ["inspect", "--help"]],
+                         ids=["help", "h", "help-cmd", "convert", "check", "batch", "inspect"])
+def test_help_option_listed_once(tmp_path: Path, args: list[str]) -> None:
+    r = _run(tmp_path, *args)
+    assert r.returncode == 0, r.stderr
+    assert len(re.findall(r"^\s+-h, --help\b", r.stdout, re.M)) == 1, r.stdout
+
+
+def test_dir_of_the_package_is_its_api() -> None:
+    import convert
+
+    assert "annotations" not in dir(convert)
+    assert set(convert.__all__) <= set(dir(convert))
+
+
+def test_caffe_doc_names_every_source_format() -> None:
+    from convert import formats
+
+    shown = {"onnx": "ONNX", "pytorch": "PyTorch", "tensorflow": "TensorFlow", "tflite": "TFLite",
+             "darknet": "Darknet", "paddle": "Paddle", "caffe": "Caffe"}
+    first = (ROOT / "docs" / "caffe.md").read_text().split("\n\n")[1]
+    assert all(re.search(rf"\b{shown[n]}\b", first) for n in formats.frontend_names()), first
+
+
+def test_models_caffe_readme_does_not_call_a_converting_net_refused() -> None:
+    row = next(ln for ln in (ROOT / "models" / "caffe" / "README.md").read_text().splitlines()
+               if ln.startswith("| mobilenet_ssd |") and "Caffe -> Caffe" not in ln and "real Caffe" not in ln)
+    assert "refused" not in row.split("|")[3], row  # tests/frontends/caffe/test_deploy_nets.py converts it
+
+
+# Makes the modules named in $BLOCK_MODULES unimportable, as in an environment without them.
+_SITECUSTOMIZE = """
+import os, sys
+_BLOCKED = set(filter(None, os.environ.get("BLOCK_MODULES", "").split(",")))
+class _NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in _BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
+def _without(tmp_path: Path, modules: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run the command with ``modules`` unimportable and no real Caffe."""
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+    return subprocess.run([sys.executable, "-m", "convert", *args], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path, env={**_env(**env), "PYTHONPATH": f"{site}{os.pathsep}{ROOT}",
+                                             "BLOCK_MODULES": modules, "CONVERT_CAFFE_HOME": str(tmp_path / "none"),
+                                             "CONVERT_CAFFE_PYTHON": "", "CONVERT_CAFFE_BVLC_PYTHON": ""})
+
+
+# ---- item 15: one install hint per package, everywhere; a route whose destination's check needs an extra is starred
+def test_caffe_destination_check_is_starred_and_hinted_alike(tmp_path: Path, model: Path) -> None:
+    r = _without(tmp_path, "cv2", "formats")
+    assert r.returncode == 0, r.stderr
+    hint = "pip install 'convert-toolkit[caffe]' (or real Caffe: scripts/build_caffe)"
+    dest = next(ln for ln in r.stdout.split("destinations:")[1].splitlines() if ln.split()[:1] == ["caffe"])
+    assert f"[the parity check needs OpenCV: {hint}]" in dest, r.stdout
+    routes = r.stdout.split("routes:")[1]
+    assert "onnx->caffe*" in routes and "onnx->onnx*" not in routes and "pytorch->caffe*" in routes, routes
+    r = _without(tmp_path, "cv2", "onnx:caffe", "m.onnx", "-o", "m.prototxt")
+    assert r.returncode == 1, r.stderr
+    said = next(ln for ln in r.stderr.splitlines() if "parity NOT CHECKED" in ln)
+    assert f"OpenCV: {hint}" in said and "opencv-python-headless" not in said, said
+
+
+def test_tflite_reference_has_an_extra() -> None:
+    import tomllib
+
+    from convert import formats
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(dep.startswith("ai-edge-litert") for dep in extras["tflite"])
+    said = formats.missing_framework(ModuleNotFoundError(name="ai_edge_litert"))
+    assert said is not None and said.endswith("pip install 'convert-toolkit[tflite]'")
+    source = (ROOT / "convert" / "parity" / "runtimes" / "tflite.py").read_text()
+    assert "'convert-toolkit[tflite]'" in source and "pip install ai-edge-litert" not in source
+
+
+# ---- item 16: a Caffe file OpenCV cannot run says how to get the Caffe that runs it
+def test_upsample_not_checked_names_build_caffe(tmp_path: Path) -> None:
+    r = _run(tmp_path, "darknet:caffe", str(TINY_CFG), "--random-weights", "--caffe-upsample-layer", "-o", "t/",
+             CONVERT_CAFFE_RUNTIME="opencv")
+    assert r.returncode == 1, r.stderr
+    said = next(ln for ln in r.stderr.splitlines() if "parity NOT CHECKED" in ln)
+    assert "Upsample" in said and "scripts/build_caffe" in said and "--no-check" in said, said
