@@ -58,7 +58,8 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    # ``annotations`` is the __future__ import's name, not part of the API
+    return sorted((set(globals()) | set(_LAZY)) - {"annotations"})
 
 
 __all__ = [

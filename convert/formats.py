@@ -30,6 +30,7 @@ __all__ = [
     "frontend",
     "frontend_info",
     "frontend_names",
+    "install_hint",
     "missing_extras",
     "missing_framework",
     "normalize",
@@ -64,7 +65,7 @@ _OPTIONAL = {
     "paddle2onnx": ("paddle2onnx", "'convert-toolkit[paddle2onnx]'"),
     "tensorflow": ("TensorFlow", "'convert-toolkit[tensorflow]'"),
     "keras": ("Keras (with TensorFlow)", "'convert-toolkit[tensorflow]'"),
-    "ai_edge_litert": ("LiteRT", "ai-edge-litert"),
+    "ai_edge_litert": ("LiteRT", "'convert-toolkit[tflite]'"),
     "cv2": ("OpenCV", "'convert-toolkit[caffe]'"),
     "ray": ("Ray", "'convert-toolkit[ray]'"),
     "yaml": ("PyYAML", "'convert-toolkit[yaml]'"),
@@ -82,6 +83,12 @@ _NEEDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "darknet": ("check", ("cv2",)),  # or Debian's libdarknet, which find_spec cannot see
     "tflite": ("check", ("ai_edge_litert", "tensorflow")),
 }
+# What a destination's parity check needs (the converted file runs in it).
+_DEST_NEEDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "caffe": ("check", ("cv2",)),
+}
+# Real Caffe (scripts/build_caffe) runs Caffe files without OpenCV.
+_REAL_CAFFE = "or real Caffe: scripts/build_caffe"
 ALIASES = {"torch": "pytorch", "pt": "pytorch", "paddlepaddle": "paddle", "pd": "paddle",
            "tf": "tensorflow", "keras": "tensorflow", "litert": "tflite"}
 
@@ -217,13 +224,15 @@ def exporter_names() -> list[str]:
             if _cached("exporters", n) is not None or _is_exporter(_spec(_EXPORTERS, n, "EXPORTER"))]
 
 
-def missing_extras(name: str) -> tuple[str, str] | None:
+def missing_extras(name: str, *, destination: bool = False) -> tuple[str, str] | None:
     """Return ``(what, message)`` when format ``name`` needs a package this installation lacks.
 
     ``what`` is ``"read"`` (it cannot be converted at all) or ``"check"`` (it converts, but its
-    parity check cannot run). Looks the package up with ``find_spec``: nothing is imported.
+    parity check cannot run). ``destination``: as a destination (the converted file's runtime).
+    Looks the package up with ``find_spec``: nothing is imported.
     """
-    need = _NEEDS.get(normalize(name))
+    key = normalize(name)
+    need = (_DEST_NEEDS if destination else _NEEDS).get(key)
     if need is None:
         return None
     what, modules = need
@@ -233,8 +242,22 @@ def missing_extras(name: str) -> tuple[str, str] | None:
                 return None
         except (ImportError, ValueError):
             continue
-    label, install = _OPTIONAL[modules[0]]
-    return what, f"needs {label}: pip install {install}"
+    caffe = key == "caffe"
+    if caffe:
+        from ._caffe_home import find_caffe
+
+        if find_caffe() is not None:
+            return None
+    return what, f"needs {install_hint(modules[0])}" + (f" ({_REAL_CAFFE})" if caffe else "")
+
+
+def install_hint(module: str) -> str:
+    """Return what to install for optional package ``module``: ``PyTorch: pip install 'convert-toolkit[torch]'``.
+
+    The one place the CLI, the runtimes and ``convert formats`` take an install hint from.
+    """
+    label, install = _OPTIONAL[module]
+    return f"{label}: pip install {install}"
 
 
 def routes() -> list[tuple[str, str]]:

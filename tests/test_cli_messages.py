@@ -37,10 +37,12 @@ def model(tmp_path: Path) -> Path:
 
 
 # ---- convert formats: aligned, and which routes need an extra that is not installed
-def test_formats_are_aligned_and_name_missing_extras(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_formats_are_aligned_and_name_missing_extras(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("torch", "cv2")
                         else real(name, *a))
+    monkeypatch.setenv("CONVERT_CAFFE_HOME", str(tmp_path))  # no real Caffe either
+    monkeypatch.delenv("CONVERT_CAFFE_PYTHON", raising=False)
     code, out, _ = _run("formats")
     assert code == 0
     listing = out.split("routes:")[0].splitlines()
@@ -51,7 +53,8 @@ def test_formats_are_aligned_and_name_missing_extras(monkeypatch: pytest.MonkeyP
     pytorch = next(ln for ln in rows if ln.split()[0] == "pytorch")
     assert "[needs PyTorch: pip install 'convert-toolkit[torch]']" in pytorch
     caffe = next(ln for ln in rows if ln.split()[0] == "caffe")
-    assert "[the parity check needs OpenCV: pip install 'convert-toolkit[caffe]']" in caffe
+    assert ("[the parity check needs OpenCV: pip install 'convert-toolkit[caffe]' (or real Caffe: "
+            "scripts/build_caffe)]") in caffe
     assert "pytorch->onnx*" in out and "onnx->onnx*" not in out and "(* needs an extra" in out
 
 

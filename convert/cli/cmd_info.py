@@ -31,14 +31,17 @@ def formats_cmd() -> None:
             tail = f"  [{extra[1]}]" if extra[0] == "read" else f"  [the parity check {extra[1]}]"
         click.echo(f"  {name:{width}s}{formats.frontend_info(name).description}{tail}")
     click.echo("destinations:")
+    missing_dest = {n: formats.missing_extras(n, destination=True) for n in dests}
     for name in dests:
-        click.echo(f"  {name:{width}s}{formats.exporter_info(name).description}")
+        extra = missing_dest[name]
+        tail = f"  [the parity check {extra[1]}]" if extra is not None else ""
+        click.echo(f"  {name:{width}s}{formats.exporter_info(name).description}{tail}")
     click.echo("routes:")  # one line per source, so that the list stays readable as formats are added
     for src in sources:
-        mark = "*" if missing[src] else ""
-        click.echo("  " + "  ".join(f"{src}->{d}{mark}" for s, d in formats.routes() if s == src))
-    if any(missing.values()):
-        click.echo("  (* needs an extra that is not installed: see its source above)")
+        click.echo("  " + "  ".join(f"{src}->{d}{'*' if missing[src] or missing_dest[d] else ''}"
+                                    for s, d in formats.routes() if s == src))
+    if any(missing.values()) or any(missing_dest.values()):
+        click.echo("  (* needs an extra that is not installed: see its source or destination above)")
 
 
 def ops_table(fmt: str, markdown: bool = False) -> str:
@@ -86,7 +89,7 @@ def _format_help(name: str) -> str:
             continue
         info = info_of(name)
         files = ", ".join(info.suffixes) if kind == "source" else ", ".join((info.suffix, *info.companions))
-        extra = formats.missing_extras(name) if kind == "source" else None
+        extra = formats.missing_extras(name, destination=kind == "destination")
         with formatter.section(f"{name} as a {kind}"):
             formatter.write_text(info.description)
             formatter.write_text(f"Files: {files}")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from convert._caffe_home import CAFFE_DIALECTS, find_caffe
 from convert.ir import Options, UsageError
 from convert.parity.runtime import Runtime, TensorSpec
 
@@ -42,30 +43,13 @@ _TIMEOUT = 600
 _GLOG_FATAL = re.compile(r"^F\d{8} ")
 
 
-# the two real Caffes: the folder under ~/.cache/convert-caffe, the variable naming another, the report's name
-_DIALECTS = {
-    "ssd": ("python", "CONVERT_CAFFE_PYTHON", "Caffe (brocolli-caffe 9.0.2, SSD fork)"),
-    "bvlc": ("bvlc/python", "CONVERT_CAFFE_BVLC_PYTHON", "Caffe (BVLC master 99bd997)"),
-}
+_DIALECTS = CAFFE_DIALECTS  # the two real Caffes (convert/_caffe_home.py)
 # What only BVLC master reads (the pooling field round_mode, the layers Clip and Swish), and what only
 # the SSD fork reads (its layers, the pooling field ceil_mode): decided on the parsed net, whatever
 # the file's line layout.
 _BVLC_LAYERS = frozenset({"Clip", "Swish"})
 _FORK_LAYERS = frozenset({"Permute", "Normalize", "PriorBox", "DetectionOutput", "ReLU6", "Upsample"})
 _OUR_BVLC = "# Written by convert-toolkit, Caffe flavor 'bvlc'"
-
-
-def find_caffe(dialect: str = "ssd") -> Path | None:
-    """Return the folder holding real Caffe's ``_caffe.so`` for ``dialect`` (``ssd``: the SSD fork,
-    ``bvlc``: BVLC master), or None when it is not built here."""
-    sub, var, _ = _DIALECTS[dialect]
-    env = os.environ.get(var)
-    home = Path(os.environ.get("CONVERT_CAFFE_HOME", Path.home() / ".cache" / "convert-caffe"))
-    for base in ([Path(env)] if env else []) + [home / sub]:
-        for folder in (base / "caffe", base):
-            if (folder / "_caffe.so").is_file():
-                return folder
-    return None
 
 
 def written_for(prototxt: Path) -> str:

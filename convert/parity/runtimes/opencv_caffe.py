@@ -68,6 +68,10 @@ def net_io(netdef: object) -> tuple[list[TensorSpec], list[str], dict[str, tuple
     return inputs, [t for t in order if not consumed[t]], writer
 
 
+# Layers of the SSD fork that OpenCV DNN 4.x has no implementation of.
+_NOT_IN_OPENCV = frozenset({"Upsample"})
+
+
 class OpenCVCaffeRuntime:
     """A Caffe net loaded in OpenCV DNN (CPU)."""
 
@@ -75,12 +79,20 @@ class OpenCVCaffeRuntime:
         try:
             import cv2
         except ImportError as exc:
-            raise UsageError("the Caffe runtime needs OpenCV: pip install 'opencv-python-headless>=4.8,<5'") from exc
+            from convert.formats import install_hint
+
+            raise UsageError(f"the Caffe runtime needs {install_hint('cv2')} (or real Caffe: scripts/build_caffe)"
+                             ) from exc
         if not hasattr(cv2, "dnn") or not hasattr(cv2.dnn, "readNetFromCaffe"):
             raise UsageError("this OpenCV has no readNetFromCaffe (OpenCV 5 removed it): install opencv<5")
         from convert.frontends.caffe.reader import read_prototxt
 
         netdef = read_prototxt(Path(prototxt))
+        absent = [layer for layer in netdef.layers if layer.type in _NOT_IN_OPENCV]
+        if absent:  # OpenCV would fail only when the net first runs, with "Can't create layer"
+            raise UsageError(f"OpenCV DNN cannot create the SSD fork's {absent[0].type} layer ('{absent[0].name}' "
+                             f"in {Path(prototxt).name}): checking this file needs real Caffe, which "
+                             "scripts/build_caffe builds (CPU, about 10 minutes); --no-check skips the check")
         text = Path(prototxt).read_text()
         translated = translate_round_mode(text)
         try:

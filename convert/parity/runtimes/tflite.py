@@ -44,8 +44,9 @@ def _interpreter_class() -> tuple[type, object, str]:
     try:
         tf = tf_module()
     except UsageError as exc:
-        raise UsageError("the TFLite parity reference needs LiteRT or TensorFlow: pip install ai-edge-litert "
-                         "(or 'convert-toolkit[tensorflow]'), or pass --no-check") from exc
+        raise UsageError("the TFLite parity reference needs LiteRT or TensorFlow: pip install "
+                         "'convert-toolkit[tflite]' (LiteRT) or 'convert-toolkit[tensorflow]', or pass --no-check"
+                         ) from exc
     return (tf.lite.Interpreter, getattr(tf.lite.experimental, "OpResolverType", None),  # type: ignore[attr-defined]
             f"TFLite interpreter (TensorFlow {tf.__version__})")  # type: ignore[attr-defined]
 
