@@ -20,6 +20,7 @@ import numpy as np
 from convert.frontends.tensorflow.context import NCHW, TF, TFContext, nchw_axis
 from convert.frontends.tensorflow.graph import TFNode
 from convert.frontends.tensorflow.ops import OPS as TF_OPS
+from convert.frontends.tensorflow.ops.math import binary_inputs
 from convert.frontends.tensorflow.ops.nn import conv_pads, conv_transpose_pads, dilated_source
 from convert.ir import DataType, ModelFormatError, RefusedError, Registry, Value
 from convert.ir.tensors import lazy
@@ -258,7 +259,7 @@ _SAME_NAME = {
     "LOGISTIC": "Sigmoid", "TANH": "Tanh", "RELU": "Relu", "RELU6": "Relu6", "ELU": "Elu", "EXP": "Exp",
     "LOG": "Log", "SQRT": "Sqrt", "RSQRT": "Rsqrt", "NEG": "Neg", "ABS": "Abs", "SIN": "Sin", "COS": "Cos",
     "FLOOR": "Floor", "CEIL": "Ceil", "ROUND": "Round", "SQUARE": "Square",
-    "ADD": "AddV2", "SUB": "Sub", "MUL": "Mul", "DIV": "RealDiv", "MAXIMUM": "Maximum", "MINIMUM": "Minimum",
+    "ADD": "AddV2", "SUB": "Sub", "MUL": "Mul", "DIV": "RealDiv",
     "POW": "Pow", "SQUARED_DIFFERENCE": "SquaredDifference", "ADD_N": "AddN",
     "MEAN": "Mean", "SUM": "Sum", "REDUCE_MAX": "Max", "REDUCE_MIN": "Min", "REDUCE_PROD": "Prod",
     "PAD": "Pad", "PADV2": "PadV2", "TRANSPOSE": "Transpose", "EXPAND_DIMS": "ExpandDims",
@@ -272,6 +273,16 @@ for _name, _tf in _SAME_NAME.items():
         register(_name, maps_to=next(r.maps_to for r in TF_OPS.support() if r.op == _tf))(_as_tf(_tf))
 
 register("LEAKY_RELU", maps_to="LeakyRelu")(_as_tf("LeakyRelu"))
+
+
+@register("MAXIMUM", "MINIMUM", maps_to="Where(Greater / Less)",
+          notes="a NaN first operand gives the second, as TFLite's kernel (a > b ? a : b)")
+def maximum_minimum(node: TFNode, ctx: TFContext) -> None:
+    """MAXIMUM / MINIMUM -> Where(a > b, a, b) / Where(a < b, a, b), TFLite's own rule: a NaN in the
+    first operand gives the second (ONNX's Max and Min, and TensorFlow's, give NaN)."""
+    (a, b), layout = binary_inputs(node, ctx, node.inputs[:2])
+    test = ctx.emit("Greater" if node.op == "MAXIMUM" else "Less", [a, b])
+    ctx.bind(ctx.emit("Where", [test, a, b]), layout)
 register("BATCH_MATMUL", maps_to="MatMul", notes="adj_x/adj_y honoured")(_as_tf("BatchMatMulV2"))
 register("MIRROR_PAD", maps_to="Pad", notes="REFLECT only")(
     _as_tf("MirrorPad", lambda n, c: {"mode": "REFLECT" if n.attrs.get("mode") == 0 else "SYMMETRIC"}))
@@ -564,11 +575,38 @@ def shape(node: TFNode, ctx: TFContext) -> None:
                                   node.dtypes), ctx)
 
 
-@register("CAST", maps_to="Cast")
+# TFLite's CAST from float32 saturates to these integer types, and a NaN becomes the third number
+# (its interpreter, default and reference kernels alike, TF 2.21); to int8 and int64 it is C's cast,
+# as ONNX Runtime's and TensorFlow's (-3.7 to uint8: TFLite 0, a C cast 253).
+_SATURATING_CASTS = {np.dtype(np.uint8): (0, 255, 0), np.dtype(np.int16): (-32768, 32767, 0),
+                     np.dtype(np.int32): (-(2**31), 2**31 - 1, 2**31 - 1)}
+
+
+@register("CAST", maps_to="Cast", notes="float32 to uint8, int16, int32 saturates (NaN: 0, 0, INT32_MAX), "
+          "as TFLite's kernel")
 def cast(node: TFNode, ctx: TFContext) -> None:
-    """CAST -> Cast to the output tensor's type, in the input's layout."""
+    """CAST -> Cast to the output tensor's type, in the input's layout; from float32 to uint8, int16
+    or int32 clipped to the type's range first, a NaN replaced, as TFLite's kernel saturates."""
     x, layout = ctx.get_any(node.inputs[0])
-    ctx.bind(ctx.emit("Cast", [x], {"to": DataType.from_numpy(node.dtypes[0])}), layout)
+    to = np.dtype(node.dtypes[0])
+    onnx_to = DataType.from_numpy(to)
+    if x.dtype != DataType.FLOAT or to not in _SATURATING_CASTS:
+        ctx.bind(ctx.emit("Cast", [x], {"to": onnx_to}), layout)
+        return
+    lo, hi, nan_value = _SATURATING_CASTS[to]
+
+    def f32(v: float) -> Value:
+        return ctx.builder.const(np.array(v, np.float32))
+
+    nan = ctx.emit("IsNaN", [x])
+    if hi < 2**24:  # the bounds are float32 numbers: clip, then cast
+        clipped = ctx.emit("Clip", [ctx.emit("Where", [nan, f32(nan_value), x]), f32(lo), f32(hi)])
+        ctx.bind(ctx.emit("Cast", [clipped], {"to": onnx_to}), layout)
+        return
+    # int32: 2^31 - 1 is no float32; whatever is at least 2^31 (or NaN) takes the top value
+    top = ctx.emit("Or", [nan, ctx.emit("GreaterOrEqual", [x, f32(2.0**31)])])
+    y = ctx.emit("Cast", [ctx.emit("Max", [x, f32(float(lo))])], {"to": onnx_to})
+    ctx.bind(ctx.emit("Where", [top, ctx.builder.const(np.array(nan_value, to)), y]), layout)
 
 
 def _quantize(node: TFNode, ctx: TFContext) -> None:

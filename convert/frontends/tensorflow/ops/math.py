@@ -14,7 +14,7 @@ from convert.frontends.tensorflow.graph import TFNode
 from convert.frontends.tensorflow.ops import Converter, register
 from convert.ir import DataType, RefusedError, Value
 
-__all__: list[str] = []
+__all__ = ["binary_inputs"]
 
 _UNARY = {
     "Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Elu": "Elu", "Selu": "Selu", "Softplus": "Softplus",
@@ -66,7 +66,7 @@ def square(node: TFNode, ctx: TFContext) -> None:
     ctx.bind(ctx.emit("Mul", [x, x]), layout)
 
 
-def _binary_inputs(node: TFNode, ctx: TFContext, names: list[str]) -> tuple[list[Value], str]:
+def binary_inputs(node: TFNode, ctx: TFContext, names: list[str]) -> tuple[list[Value], str]:
     """Return the inputs of an elementwise op in one common layout, and that layout."""
     ncl = any(ctx.layouts(n) == {NCL} for n in names) and all(
         ctx.rank(n) == 3 or (ctx.const(n) is not None and ctx.const(n).ndim <= 3) for n in names)  # type: ignore[union-attr]
@@ -97,7 +97,7 @@ def _binary_inputs(node: TFNode, ctx: TFContext, names: list[str]) -> tuple[list
 
 def _binary(onnx_op: str) -> Converter:
     def convert(node: TFNode, ctx: TFContext) -> None:
-        values, layout = _binary_inputs(node, ctx, node.inputs[:2])
+        values, layout = binary_inputs(node, ctx, node.inputs[:2])
         ctx.bind(ctx.emit(onnx_op, values), layout)
 
     convert.__doc__ = f"-> {onnx_op} (numpy broadcasting), in NCHW when an input is held so."
@@ -141,7 +141,7 @@ def add(node: TFNode, ctx: TFContext) -> None:
         ctx.bind(ctx.emit(op_type, [x, w, b], attrs), NCHW)
         ctx.convs[f"{node.name}:0"] = (x, w, attrs, channels, oihw, total, op_type)
         return
-    values, layout = _binary_inputs(node, ctx, node.inputs[:2])
+    values, layout = binary_inputs(node, ctx, node.inputs[:2])
     ctx.bind(ctx.emit("Add", values), layout)
 
 
@@ -167,14 +167,14 @@ def mul(node: TFNode, ctx: TFContext) -> None:
         ctx.bind(ctx.emit(op_type, inputs, attrs), NCHW)
         ctx.convs[f"{node.name}:0"] = (x, weight, attrs, channels, scaled, bias, op_type)
         return
-    values, layout = _binary_inputs(node, ctx, node.inputs[:2])
+    values, layout = binary_inputs(node, ctx, node.inputs[:2])
     ctx.bind(ctx.emit("Mul", values), layout)
 
 
 @register("SquaredDifference", maps_to="Mul(Sub, Sub)")
 def squared_difference(node: TFNode, ctx: TFContext) -> None:
     """SquaredDifference -> (a - b) * (a - b)."""
-    values, layout = _binary_inputs(node, ctx, node.inputs[:2])
+    values, layout = binary_inputs(node, ctx, node.inputs[:2])
     d = ctx.emit("Sub", values)
     ctx.bind(ctx.emit("Mul", [d, d]), layout)
 
@@ -182,7 +182,7 @@ def squared_difference(node: TFNode, ctx: TFContext) -> None:
 @register("AddN", maps_to="Sum")
 def add_n(node: TFNode, ctx: TFContext) -> None:
     """AddN -> Sum."""
-    values, layout = _binary_inputs(node, ctx, list(node.inputs))
+    values, layout = binary_inputs(node, ctx, list(node.inputs))
     ctx.bind(ctx.emit("Sum", values), layout)
 
 
@@ -266,7 +266,7 @@ _COMPARE = {"Less": "Less", "Greater": "Greater", "LessEqual": "LessOrEqual", "G
 
 def _compare(onnx_op: str) -> Converter:
     def convert(node: TFNode, ctx: TFContext) -> None:
-        values, layout = _binary_inputs(node, ctx, node.inputs[:2])
+        values, layout = binary_inputs(node, ctx, node.inputs[:2])
         ctx.bind(ctx.emit(onnx_op, values), layout)
 
     convert.__doc__ = f"-> {onnx_op} (numpy broadcasting), in the inputs' common layout."
@@ -280,21 +280,21 @@ for _tf, _onnx in _COMPARE.items():
 @register("SelectV2", maps_to="Where", notes="numpy broadcasting (Keras' Embedding wraps negative ids with it)")
 def select_v2(node: TFNode, ctx: TFContext) -> None:
     """SelectV2(cond, a, b) -> Where(cond, a, b), in the inputs' common layout."""
-    values, layout = _binary_inputs(node, ctx, node.inputs[:3])
+    values, layout = binary_inputs(node, ctx, node.inputs[:3])
     ctx.bind(ctx.emit("Where", values), layout)
 
 
 @register("LogicalAnd", "LogicalOr", maps_to="And / Or", notes="numpy broadcasting")
 def logical(node: TFNode, ctx: TFContext) -> None:
     """LogicalAnd / LogicalOr -> And / Or, in the inputs' common layout."""
-    values, layout = _binary_inputs(node, ctx, node.inputs[:2])
+    values, layout = binary_inputs(node, ctx, node.inputs[:2])
     ctx.bind(ctx.emit("And" if node.op == "LogicalAnd" else "Or", values), layout)
 
 
 @register("NotEqual", maps_to="Not(Equal)", notes="numpy broadcasting (Keras' Embedding(mask_zero=True) mask)")
 def not_equal(node: TFNode, ctx: TFContext) -> None:
     """NotEqual -> Not(Equal(a, b)), in the inputs' common layout."""
-    values, layout = _binary_inputs(node, ctx, node.inputs[:2])
+    values, layout = binary_inputs(node, ctx, node.inputs[:2])
     ctx.bind(ctx.emit("Not", [ctx.emit("Equal", values)]), layout)
 
 
@@ -310,7 +310,7 @@ def floor_mod(node: TFNode, ctx: TFContext) -> None:
     TF 0.1, the formula 0) and where ``x / y`` overflows (``floormod(3e38, 0.5)``: 0, the formula -inf)
     it is off by a whole divisor or more.
     """
-    (x, y), layout = _binary_inputs(node, ctx, node.inputs[:2])
+    (x, y), layout = binary_inputs(node, ctx, node.inputs[:2])
     dtype = node.dtypes[0] if node.dtypes else None
     if dtype is not None and np.issubdtype(dtype, np.integer):
         ctx.bind(ctx.emit("Mod", [x, y], {"fmod": 0}), layout)
