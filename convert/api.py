@@ -358,7 +358,8 @@ def convert(
         try:
             result.report = _run_parity_kept(written, lambda: run_parity(
                 fmt, paths, ex.name, written, options=opts, atol=atol, rtol=rtol, inputs=feeds, seed=seed,
-                source_runtime=src_runtime, tol=tol, locate=locate))
+                source_runtime=src_runtime, tol=tol, locate=locate,
+                seeded=inputs is None and ir.EXAMPLE_FEEDS not in opts.extra))
         except ir.ConvertError as exc:
             result.parity_error = f"the parity check failed to run: {exc}"
     if result.report is not None:  # the report records the seed whenever the inputs were seeded

@@ -150,3 +150,63 @@ def test_upsample_not_checked_names_build_caffe(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stderr
     said = next(ln for ln in r.stderr.splitlines() if "parity NOT CHECKED" in ln)
     assert "Upsample" in said and "scripts/build_caffe" in said and "--no-check" in said, said
+
+
+def _constant_output_model(path: Path) -> Path:
+    """y = x * 0 + 1: a reference without spread, whatever the input (NOT VERIFIED)."""
+    import numpy as np
+    from onnx import numpy_helper, parser
+
+    m = parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+    g (float[1, 4] x) => (float[1, 4] y) { z = Mul (x, zero)  y = Add (z, one) }""")
+    m.graph.initializer.extend([numpy_helper.from_array(np.zeros(1, np.float32), "zero"),
+                                numpy_helper.from_array(np.ones(1, np.float32), "one")])
+    onnx.save(m, str(path))
+    return path
+
+
+# ---- item 7: the summary word is the verdict's; a long note does not widen the table
+def test_not_verified_is_summarised_as_such(tmp_path: Path) -> None:
+    _constant_output_model(tmp_path / "c.onnx")
+    r = _run(tmp_path, "onnx:onnx", "c.onnx", "-o", "o.onnx")
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[-1].startswith("NOT VERIFIED onnx:onnx |") and lines[-1].endswith("parity NOT VERIFIED "
+                                                                                  "(CPUExecutionProvider)"), lines[-1]
+    table = lines[1:4]  # header, rule, the row
+    assert table[0].startswith("output") and all(len(ln) <= 100 for ln in table), table
+    assert all(ln == ln.rstrip() for ln in lines), [ln for ln in lines if ln != ln.rstrip()]
+    assert "NOT VERIFIED (1)" in table[2] and lines[4].strip().startswith("(1) y: reference is degenerate")
+
+
+# ---- item 8: -q prints the table and the summary line, nothing else (warnings and errors aside)
+def test_quiet_is_the_table_and_the_summary(tmp_path: Path) -> None:
+    r = _run(tmp_path, "darknet:onnx", str(TINY_CFG), "--random-weights", "-o", "t.onnx", "-q")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("parity: darknet on ") and lines[1].startswith("output")
+    assert len(lines) == 3 + 2 + 1 and lines[-1].startswith("OK darknet:onnx |"), r.stdout  # 2 outputs
+    assert r.stderr == "", r.stderr  # no lineage note, no loaded line, no progress
+    r = _run(tmp_path, "check", "t.onnx", "--against", "t.onnx", "-q")
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 3 + 2 + 1 and "PASS:" not in r.stdout, r.stdout
+
+
+# ---- item 14: a model whose output is constant whatever the input is not blamed on the inputs; nor does
+# locate invent a difference after a NOT VERIFIED
+def test_constant_model_hint_and_locate_without_difference(tmp_path: Path) -> None:
+    _constant_output_model(tmp_path / "c.onnx")
+    r = _run(tmp_path, "onnx:onnx", "c.onnx", "-o", "o.onnx", "--locate")
+    assert r.returncode == 1, r.stderr
+    said = next(ln for ln in r.stdout.splitlines() if ln.startswith("NOT VERIFIED: the reference output 'y'"))
+    assert "Nor on a second, differently seeded draw" in said and "whatever the input" in said, said
+    assert not said.endswith("Give real inputs with --inputs FILE.npz."), said
+    located = next(ln for ln in r.stdout.splitlines() if ln.startswith("locate:"))
+    assert located.endswith("no output failed either: there is no difference to locate"), located
+    assert "any difference arises after" not in r.stdout
+    # with given inputs there is no second draw: the hint stays the inputs'
+    import numpy as np
+
+    np.save(tmp_path / "x.npy", np.ones((1, 4), np.float32))
+    r = _run(tmp_path, "onnx:onnx", "c.onnx", "-o", "o.onnx", "--inputs", "x.npy")
+    assert "Give real inputs with --inputs FILE.npz." in r.stdout and "second" not in r.stdout, r.stdout

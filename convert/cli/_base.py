@@ -55,6 +55,7 @@ __all__ = [
     "silence_stdout",
     "size",
     "stdout_closed",
+    "summary_word",
     "warn",
     "write_report",
 ]
@@ -125,6 +126,16 @@ def size(n: int) -> str:
     if n >= 1024**2:
         return f"{n / 1024**2:.1f} MiB"
     return f"{n / 1024:.1f} KiB"
+
+
+def summary_word(report: object, not_checked: bool = False) -> str:
+    """Return the first word of a summary line: OK (passed, or not asked to check), else the verdict's
+    own words (FAIL, NOT VERIFIED), or NOT CHECKED when the check asked for could not run."""
+    if not_checked:
+        return "NOT CHECKED"
+    if report is None or report.passed:  # type: ignore[attr-defined]
+        return "OK"
+    return str(report.verdict)  # type: ignore[attr-defined]
 
 
 def plural(n: int, word: str) -> str:

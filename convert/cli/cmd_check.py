@@ -22,6 +22,7 @@ from ._base import (
     parse_shapes,
     plural,
     regression_options,
+    summary_word,
     write_report,
 )
 from ._group import cli
@@ -73,13 +74,14 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
         inputs=kw["inputs"], seed=int(kw["seed"]), locate=kw["locate"],  # type: ignore[arg-type]
         input_shapes=parse_shapes(kw["input_shape"]), device=kw["device"],  # type: ignore[arg-type]
     )
-    click.echo(report.table())
+    click.echo(report.table(quiet=bool(kw.get("quiet"))))
     if kw.get("report"):
         write_report(Path(str(kw["report"])), report.to_json(), [])
     regressed = _check_baseline(report, kw)
     ok = report.passed and not regressed
     notes = len(report.notes)
-    click.echo(f"{'OK' if ok else 'FAIL'} check {report.source}:{report.dest} | "
+    word = "FAIL" if regressed and report.passed else summary_word(report)  # the verdict's word
+    click.echo(f"{word} check {report.source}:{report.dest} | "
                f"{plural(len(report.outputs), 'output')} | parity {report.verdict} ({report.dest_device}"
                + (f"; {notes} NOTE{'S' if notes > 1 else ''}: see above" if notes else "") + ")"
                + (f" | REGRESSED vs {kw['baseline']}" if regressed else ""))

@@ -35,6 +35,7 @@ from ._base import (
     parse_route,
     parse_shapes,
     size,
+    summary_word,
     warn,
     write_report,
 )
@@ -187,7 +188,8 @@ def _convert_options(func):  # type: ignore[no-untyped-def]
                           "onnxruntime-gpu) and the source in its framework when it has a GPU build "
                           "(PyTorch, TensorFlow, Paddle); CUDA runs are exact fp32 (TF32 off). An ONNX "
                           "source runs on the CPU."),
-        click.option("-q", "--quiet", is_flag=True, help="Only the parity table and the summary line."),
+        click.option("-q", "--quiet", is_flag=True,
+                     help="Only the parity table and the summary line (warnings and errors still on stderr)."),
         click.option("--tol", type=float, default=DEFAULT_TOL, show_default=True,
                      help="Parity verdict: an output passes when max|ours-ref| / max|ref| <= TOL (error relative "
                           "to the output's scale, which float32 rounding in deep nets respects) and the reference "
@@ -291,7 +293,7 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
     result: ConversionResult | None = None
     try:
         result = _convert(paths, dst, src_fmt, out, quiet, progress, options, kw)
-        return _print_result(result, out, report_path, outputs.existing())  # type: ignore[arg-type]
+        return _print_result(result, out, report_path, outputs.existing(), quiet)  # type: ignore[arg-type]
     except BaseException as exc:
         interrupt = interrupt_in(exc)
         if interrupt is None:
@@ -326,13 +328,14 @@ def _convert(paths: list[Path], dst: str, src_fmt: str, out: object, quiet: bool
         progress.close()
 
 
-def _print_result(result: ConversionResult, out: object, report_path: object, existing: set[Path]) -> int:
-    for line in result.notes:
+def _print_result(result: ConversionResult, out: object, report_path: object, existing: set[Path],
+                  quiet: bool = False) -> int:
+    for line in [] if quiet else result.notes:  # -q: the table, the summary line, warnings and errors
         note(line)
     for warning in result.warnings:
         warn(warning)
     if result.report is not None:
-        click.echo(result.report.table())
+        click.echo(result.report.table(quiet=quiet))
         if report_path:
             write_report(Path(str(report_path)), result.report.to_json(), result.outputs)
     if result.parity_error:
@@ -344,10 +347,10 @@ def _print_result(result: ConversionResult, out: object, report_path: object, ex
         notes = len(result.report.notes)
         verdict = (f"parity {result.report.verdict} ({result.report.dest_device}"
                    + (f"; {notes} NOTE{'S' if notes > 1 else ''}: see above" if notes else "") + ")")
-    status = "OK" if result.ok else "FAIL"
+    status = summary_word(result.report, bool(result.parity_error))
     main_out = " + ".join(str(p) for p in result.outputs) if result.outputs else "-"
     replaced = [p for p in result.outputs if p.resolve() in existing]
-    if replaced and out is None:
+    if replaced and out is None and not quiet:
         note(f"replaced the existing {' + '.join(str(p) for p in replaced)} (the default output path; "
              "-o writes elsewhere)")
     _signals.phase("summary")  # test hook (convert/_signals.py)

@@ -31,6 +31,7 @@ from .compare import (
     mark_inexact,
     match_outputs,
     needs_float64,
+    no_spread,
     only_padding,
 )
 from .locate import Location
@@ -224,8 +225,12 @@ def run_parity(
     tol: float = DEFAULT_TOL,
     locate: bool | None = None,
     dest_runtime: Runtime | None = None,
+    seeded: bool | None = None,
 ) -> ParityReport:
     """Run both models on the same inputs and compare every output.
+
+    ``seeded``: the inputs were drawn from ``seed`` (None: when ``inputs`` is None); an output without
+    spread is then drawn once more, to tell a model whose output is constant from unlucky inputs.
 
     ``source_runtime`` / ``dest_runtime``: runtimes already open on the two models (``open_runtime``),
     so that checking several input sets loads each model once; None opens them from the paths.
@@ -279,12 +284,31 @@ def run_parity(
         said = explain(feeds, {r: got[g] for r, g in pairs}, tol, report.passed)
         if said:
             report.notes.append(said)
+    if seeded or (seeded is None and inputs is None):  # an output without spread on another draw too: the model's
+        report.constant_anyway = _constant_on_another_draw(src, options, seed, pairs, report)
     # A half-precision model differs from the float32 source at every layer: no layer stands out.
     failed = any(not o.passed and not o.random for o in report.outputs) and precision == "fp32"
     if locate or (locate is None and failed):
         report.location = _locate(source_format, source_paths, dest_format, dest_paths, src, feeds, dst_feeds,
                                   options, tol)
+        report.location.outputs_differ = any(o.verdict == "FAIL" for o in report.outputs)
     return report
+
+
+def _constant_on_another_draw(src: Runtime, options: Options, seed: int, pairs: Sequence[tuple[str, str]],
+                              report: ParityReport) -> list[str]:
+    """Return the NOT VERIFIED outputs without spread that have none on a second seeded draw either:
+    the model's own output is constant or near zero (zero or random weights), not the inputs' doing.
+    One more run of the source, only when such an output exists."""
+    flat = [r for o, (r, _) in zip(report.outputs, pairs, strict=True)
+            if o.verdict == "NOT VERIFIED" and o.degenerate and "empty on these inputs" not in o.note]
+    if not flat:
+        return []
+    try:
+        again = _run(src, "the source model", resolve_inputs(src, None, options, seed=seed + 1))
+    except ConvertError:  # no second opinion: the hint stays the inputs'
+        return []
+    return [r for r in flat if r in again and no_spread(np.asarray(again[r]))]
 
 
 def _compare_as_sets(dst: Runtime, ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray],

@@ -38,6 +38,7 @@ __all__ = [
     "mark_inexact",
     "match_outputs",
     "needs_float64",
+    "no_spread",
     "only_padding",
 ]
 
@@ -125,6 +126,8 @@ class ParityReport:
     target_refused: str = ""
     #: ... and the refusal is a limit of what is installed here, not of the target: NOT VERIFIED, not FAIL.
     refusal_is_ours: bool = False
+    #: Outputs without spread on a second seeded draw too: constant whatever the input (their weights').
+    constant_anyway: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -157,20 +160,28 @@ class ParityReport:
                     item[key] = None
         return json.dumps(data, indent=2, default=_json_default)
 
-    def table(self) -> str:
-        """Return a plain-text table, one row per output."""
+    def table(self, *, quiet: bool = False) -> str:
+        """Return a plain-text table, one row per output, and the lines that say what it means.
+
+        An output's note longer than ``_NOTE_INLINE`` characters is numbered in its row and said
+        below the table, so that the table keeps its width. ``quiet``: the table alone (``-q``).
+        """
         head = (f"parity: {self.source} on {self.source_runtime} [{self.source_device}]  vs  "
                 f"{self.dest} on {self.dest_runtime} [{self.dest_device}]"
                 + (f"  ({self.precision} model vs the float32 source)" if self.precision != "fp32" else ""))
         cols = ["output", "shape", "max abs", "max rel", "err/scale", "cosine", "allclose", "result"]
+        below: list[str] = []  # the long notes, numbered
         rows = [[_cell(o.name), "x".join(map(str, o.shape)) or "scalar", *(["-"] * 5 if o.random else [
                  f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", f"{o.rel_to_scale:.3g}", f"{o.cosine:.6f}",
                  "yes" if not o.allclose_bad else f"no ({o.allclose_bad} el.)"]),
-                 o.verdict + (f" ({o.note})" if o.note else "")] for o in self.outputs]
+                 _result_cell(o, below)] for o in self.outputs]
         widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
         line = "  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))
         out = [head, line, "  ".join("-" * w for w in widths)]
         out += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
+        out += below
+        if quiet:
+            return "\n".join(printable(line).rstrip() for line in out)
         verdict = self.verdict
         shapes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in self.inputs.items())
         by64 = sum(o.passed and o.by_float64 for o in self.outputs)
@@ -240,7 +251,11 @@ class ParityReport:
             out.append(f"NOT VERIFIED: the reference output{'s' if len(unverified) > 1 else ''} "
                        f"{', '.join(shown(n) for n in unverified)} {'have' if len(unverified) > 1 else 'has'} no "
                        "spread (near zero or constant) on these inputs, so agreement proves nothing. "
-                       "Give real inputs with --inputs FILE.npz."
+                       + ("Nor on a second, differently seeded draw: the model's own output is constant or near "
+                          "zero whatever the input (zero, random or untrained weights, say), so other inputs "
+                          "(--inputs FILE.npz) will hardly help; check the model with its trained weights."
+                          if set(unverified) <= set(self.constant_anyway) else
+                          "Give real inputs with --inputs FILE.npz.")
                        + (f" If {', '.join(shown(n) for n in constant)} is an integer output constant by design "
                           "(such as a single-class detector's labels), it stays NOT VERIFIED whatever the inputs; "
                           "judge the other outputs by their rows." if constant else ""))
@@ -250,6 +265,18 @@ class ParityReport:
 
 
 _CELL = 40  # an output name longer than this is cut in the middle in the table
+_NOTE_INLINE = 40  # an output's note longer than this is said below the table, not in its row
+
+
+def _result_cell(o: OutputResult, below: list[str]) -> str:
+    """Return the result cell of ``o``: its verdict, with its note when short, else the note's number
+    (the note itself appended to ``below``)."""
+    if not o.note:
+        return o.verdict
+    if len(o.note) <= _NOTE_INLINE:
+        return f"{o.verdict} ({o.note})"
+    below.append(f"  ({len(below) + 1}) {_cell(o.name)}: {o.note}")
+    return f"{o.verdict} ({len(below)})"
 
 
 def _cell(name: str) -> str:
@@ -427,6 +454,16 @@ def mark_inexact(result: OutputResult, reason: str) -> OutputResult:
         return result
     note = (result.note + "; " if result.note else "") + reason
     return replace(result, note=note, ref_inexact=True, differs=False)
+
+
+def no_spread(ref: np.ndarray) -> bool:
+    """Whether a reference output is degenerate as ``compare_one`` judges it: near zero, or constant."""
+    r64 = np.asarray(ref, dtype=np.float64)
+    finite = r64[np.isfinite(r64)]
+    if finite.size == 0:
+        return True
+    scale = float(np.abs(finite).max())
+    return scale < 1e-6 or float(finite.std()) <= 1e-6 * scale
 
 
 def needs_float64(result: OutputResult, ref: np.ndarray, *, as_set: bool = False) -> bool:

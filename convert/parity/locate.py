@@ -116,6 +116,8 @@ class Location:
     first_bad: LayerCheck | None = None
     checks: list[LayerCheck] = field(default_factory=list)
     unavailable: str = ""  # why nothing could be localised
+    #: Whether an output of the check FAILed: when none did, no layer in tolerance hides a difference.
+    outputs_differ: bool = True
 
     def lines(self) -> list[str]:
         """Return the report's lines for the terminal."""
@@ -127,6 +129,9 @@ class Location:
             if not self.checks:
                 return [f"{head}: no layer could be paired"]
             top = max(self.checks, key=lambda c: c.error)
+            if top.error <= self.tol and not self.outputs_differ:
+                return [f"{head}; every one is within tol={self.tol:g} of its scale, and no output failed "
+                        "either: there is no difference to locate", *self._reordered_line()]
             if top.error <= self.tol:
                 return [f"{head}; every one is within tol={self.tol:g} of its scale, so any difference arises "
                         "after the last compared layer (an output head, or a layer without counterpart)",

@@ -201,7 +201,8 @@ def test_constant_integer_output_is_not_verified_and_says_why() -> None:
     assert [o.verdict for o in report.outputs] == ["PASS", "NOT VERIFIED"]
     assert "integer output" in report.outputs[1].note
     text = report.table()
-    assert report.verdict == "NOT VERIFIED" and text.splitlines()[5].startswith("NOT VERIFIED: 1/2 outputs"), text
+    # the verdict line follows the table and its numbered long notes
+    assert report.verdict == "NOT VERIFIED" and text.splitlines()[6].startswith("NOT VERIFIED: 1/2 outputs"), text
     assert "single-class detector's labels" in text
 
 
