@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from convert import formats
@@ -155,8 +155,9 @@ def parse_manifest(data: Mapping[str, object], *, base: Path, path: Path | None 
         label = f"{where}: model #{i}" + (f" '{entry['name']}'" if isinstance(entry.get("name"), str) else "")
         _check_keys(entry, label, allow_name=True)
         merged = {**defaults, **entry}
-        merged["options"] = {**_table(defaults.get("options"), label), **_table(entry.get("options"), label)}
+        merged["options"] = _table(entry.get("options"), label)
         spec = _spec(merged, base, label)
+        spec = _with_defaults(spec, _default_options(defaults, f"{where}: [defaults]"))
         if spec.name in seen:
             raise UsageError(f"{label}: the name '{spec.name}' is already used by model #{seen[spec.name]}; "
                              "give each model a unique name")
@@ -166,6 +167,39 @@ def parse_manifest(data: Mapping[str, object], *, base: Path, path: Path | None 
     if not isinstance(output, str) or not output:
         raise UsageError(f"{where}: 'output' must be a folder name")
     return Manifest(path=Path(path) if path else base, models=tuple(models), output=(base / output))
+
+
+def _format_options() -> set[str]:
+    """Every option some format takes (``caffe_flavor``, ``decode`` ...), by its keyword name."""
+    names = {o.dest for n in formats.frontend_names() for o in formats.frontend_info(n).options}
+    names |= {o.dest for n in formats.exporter_names() for o in formats.exporter_info(n).options}
+    return names | {"device", *_OPTION_KEYS}
+
+
+def _default_options(defaults: Mapping[str, object], label: str) -> dict[str, object]:
+    """The ``options`` of ``[defaults]``; one that no format takes (a misspelling) is refused here."""
+    options = _table(defaults.get("options"), label)
+    unknown = sorted(set(options) - _format_options())
+    if unknown:
+        raise UsageError(f"{label}: no format takes the option(s) {', '.join(map(repr, unknown))} "
+                         "(`convert --help` lists each format's options)")
+    return options
+
+
+def _with_defaults(spec: ModelSpec, defaults: dict[str, object]) -> ModelSpec:
+    """Give ``spec`` the default options its route takes (``caffe_flavor`` only where it converts to Caffe):
+    a default applies to the routes that take it; the model's own options win and are all kept."""
+    if not defaults:
+        return spec
+    source = spec.source
+    if source is None:  # guessed from the files, as the conversion will
+        try:
+            source = formats.detect_format([Path(p) for p in spec.files])
+        except UsageError:  # the row says why when it runs: every default goes along
+            return replace(spec, options={**defaults, **spec.options})
+    takes = {o.dest for o in formats.frontend_info(source).options}
+    takes |= {o.dest for o in formats.exporter_info(spec.dest).options} | {"device", *_OPTION_KEYS}
+    return replace(spec, options={**{k: v for k, v in defaults.items() if k in takes}, **spec.options})
 
 
 def _check_keys(entry: Mapping[str, object], label: str, *, allow_name: bool) -> None:

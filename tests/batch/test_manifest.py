@@ -66,7 +66,8 @@ def test_toml_defaults_paths_and_options(tmp_path: Path) -> None:
     assert m.output == tmp_path / "converted"
     assert (a.name, a.source, a.dest, a.files) == ("a", "pytorch", "onnx", (str(tmp_path / "nets/a.pt2"),))
     assert a.tol == 1e-5 and a.input_shapes == {"x": (1, 3, 64, 64)} and a.locate is None
-    assert a.options == {"caffe_flavor": "bvlc", "opset": 13}  # defaults' options merged, dashes read as _
+    # a default option applies to the routes that take it (#52 item 2): pytorch->onnx takes no caffe_flavor
+    assert a.options == {"opset": 13}
     assert yolo.name == "yolo" and yolo.route == "darknet:caffe"  # the name defaults to the first file's stem
     assert yolo.files == (str(tmp_path / "yolo.cfg"), str(tmp_path / "yolo.weights"))
     assert yolo.tol == 3e-5 and yolo.input_shapes == {"data": (1, 3, 416, 416)}
@@ -120,3 +121,30 @@ def test_pool_size_rule(tmp_path: Path) -> None:
     assert pool_size(specs, cores=2, mem_available=64 * gib) == 2  # cores bound it
     assert pool_size(specs[:1], cores=8, mem_available=64 * gib) == 1  # models bound it
     assert pool_size(specs, cores=8, mem_available=gib) == 1  # never 0
+
+
+def test_docs_manifests_give_each_route_the_defaults_it_takes(tmp_path: Path) -> None:
+    """docs/batch.md's own manifests (#52 item 2): [defaults] caffe_flavor reaches the darknet->caffe model
+    only; the pytorch:onnx model, which takes no such option, no longer fails 'unknown option(s)'."""
+    import re
+
+    from convert import api, formats
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "batch.md").read_text()
+    blocks = re.findall(r"```(toml|yaml)\n(.*?)```", doc, re.S)
+    assert [kind for kind, _ in blocks] == ["toml", "yaml"]
+    for kind, text in blocks:
+        if kind == "yaml":
+            pytest.importorskip("yaml")
+        m = load_manifest(_write(tmp_path, f"m.{kind}", text))
+        by_name = {s.name: s for s in m.models}
+        assert by_name["resnet50"].options == {} and by_name["yolov4-tiny"].options == {"caffe_flavor": "bvlc"}
+        for spec in m.models:  # the options each conversion gets are ones its route takes
+            specs = [formats.frontend(spec.source or ""), formats.exporter(spec.dest)]
+            api.make_options(specs, spec.options)
+
+
+def test_default_option_no_format_takes_is_refused(tmp_path: Path) -> None:
+    text = '[defaults]\noptions = { caffe_flavour = "bvlc" }\n[[models]]\nroute = "onnx:onnx"\nfiles = "a.onnx"\n'
+    with pytest.raises(UsageError, match=r"\[defaults\]: no format takes the option\(s\) 'caffe_flavour'"):
+        load_manifest(_write(tmp_path, "m.toml", text))
