@@ -257,6 +257,7 @@ def convert(
     seed: int = 0,
     tol: float = DEFAULT_TOL,
     locate: bool | None = None,
+    on: str | Sequence[str] | None = None,
     fold_batchnorm: bool = True,
     validate: bool = False,
     progress: ir.ProgressFn | None = None,
@@ -279,6 +280,8 @@ def convert(
         seed: the seed of the random parity inputs.
         locate: compare every layer's output to name the first the converted model gets wrong
             (``report.location``); None (the default) does so when parity fails.
+        on: deployment targets (``"openvino,ncnn"`` or a list; ``convert.targets``) to check the
+            converted file in after the usual check: one ``report.targets`` entry per target.
         fold_batchnorm: fold BatchNormalization into the preceding Conv.
         validate: validate the graph after every pass (slower; for debugging).
         progress: ``progress(step, done, total)`` for long steps.
@@ -297,6 +300,7 @@ def convert(
     if dest is None:
         raise ir.UsageError("convert() needs to= (the destination format, e.g. 'onnx' or 'caffe')")
     ex = formats.exporter(dest)
+    on_targets = _targets_asked(on, ex.name, check)
     module_src = not isinstance(src, (str, Path, list, tuple))
     if module_src:
         fe = formats.object_frontend(src)
@@ -367,6 +371,12 @@ def convert(
         result.report.seed = seed if seeded else None
         if seeded and src_runtime is not None and feeds is not None:
             result.report.method += seeded_input_method(src_runtime, feeds)
+        if on_targets and feeds is not None:
+            from .targets.check import check_targets
+
+            result.report.targets = _run_parity_kept(written, lambda: check_targets(  # type: ignore[arg-type, return-value]
+                on_targets, source_format=fmt, source_paths=paths, dest_format=ex.name, dest_paths=written,
+                source_runtime=src_runtime, feeds=feeds, options=opts, tol=tol, atol=atol, rtol=rtol, locate=locate))
     result.seconds = time.perf_counter() - start
     result.notes = list(opts.diagnostics.notes)
     result.warnings = list(opts.diagnostics.warnings)
@@ -411,12 +421,14 @@ def verify(
     seed: int = 0,
     tol: float = DEFAULT_TOL,
     locate: bool | None = None,
+    on: str | Sequence[str] | None = None,
     **options: object,
 ) -> ParityReport:
     """Compare a model already converted with its source, each in its own runtime.
 
     ``locate`` (None: only when parity fails) names the first source layer whose output the
-    converted model gets wrong, in ``report.location``.
+    converted model gets wrong, in ``report.location``. ``on``: deployment targets to check the
+    converted file in as well (``report.targets``).
     """
     src_paths, dst_paths = _paths(src), _paths(converted)
     fmt = formats.normalize(format) if format else formats.detect_format(src_paths)
@@ -431,8 +443,36 @@ def verify(
     feeds = Path(inputs) if isinstance(inputs, (str, Path)) else inputs
     from .parity import run_parity
 
-    return run_parity(fmt, src_paths, dfmt, dst_paths, options=opts, atol=atol, rtol=rtol, inputs=feeds, seed=seed,
-                      tol=tol, locate=locate)
+    on_targets = _targets_asked(on, dfmt, True)
+    if not on_targets:
+        return run_parity(fmt, src_paths, dfmt, dst_paths, options=opts, atol=atol, rtol=rtol, inputs=feeds,
+                          seed=seed, tol=tol, locate=locate)
+    from .parity import open_runtime, resolve_inputs, seeded_input_method, source_options
+    from .targets.check import check_targets
+
+    src_runtime = open_runtime(fmt, src_paths, source_options(fmt, opts))
+    given = resolve_inputs(src_runtime, feeds, opts, seed=seed)
+    report = run_parity(fmt, src_paths, dfmt, dst_paths, options=opts, atol=atol, rtol=rtol, inputs=given,
+                        seed=seed, tol=tol, locate=locate, source_runtime=src_runtime)
+    if feeds is None:  # seeded inputs, given to the check as arrays: the report says so as without --on
+        report.seed = seed
+        report.method += seeded_input_method(src_runtime, given)
+    report.targets = check_targets(on_targets, source_format=fmt, source_paths=src_paths, dest_format=dfmt,
+                                   dest_paths=dst_paths, source_runtime=src_runtime, feeds=given, options=opts,
+                                   tol=tol, atol=atol, rtol=rtol, locate=locate)
+    return report
+
+
+def _targets_asked(on: str | Sequence[str] | None, dest_format: str, check: bool) -> list[str]:
+    """Return the deployment targets of ``on``, refused before any work where they cannot run."""
+    from . import targets
+
+    names = targets.parse_targets(on)
+    if names and not check:
+        raise ir.UsageError(f"--on {','.join(names)} checks the converted file against the source: it needs the "
+                            "parity check (drop --no-check)")
+    targets.check_available(names, formats.normalize(dest_format))
+    return names
 
 
 def routes() -> list[tuple[str, str]]:

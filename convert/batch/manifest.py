@@ -43,6 +43,7 @@ MODEL_KEYS = {
     "seed": "seed of the random parity inputs (default 0)",
     "check": "run the parity check (default true)",
     "locate": "name the first bad layer: true, false, or absent (only on failure)",
+    "on": "deployment targets to check the converted file in too: 'openvino,ncnn' or a list (docs/targets.md)",
     "fold_bn": "fold BatchNormalization into convolutions (default true)",
     "timeout": "seconds the model may take in the local pool; then its worker is killed and the row is ERROR",
     "opset": "ONNX opset to write",
@@ -72,6 +73,7 @@ class ModelSpec:
     seed: int = 0
     check: bool = True
     locate: bool | None = None
+    on: tuple[str, ...] = ()
     fold_bn: bool = True
     timeout: float | None = None
     options: dict[str, object] = field(default_factory=dict)
@@ -298,6 +300,12 @@ def _spec(merged: dict[str, object], base: Path, label: str) -> ModelSpec:
     locate = merged.get("locate")
     if locate is not None and not isinstance(locate, bool):
         raise UsageError(f"{label}: 'locate' must be true or false")
+    on = merged.get("on", [])
+    if not isinstance(on, (str, list)) or not all(isinstance(t, str) for t in ([on] if isinstance(on, str) else on)):
+        raise UsageError(f"{label}: 'on' must name deployment targets: 'openvino,ncnn' or a list of names")
+    from convert.targets import parse_targets
+
+    targets = tuple(parse_targets(on))
     seed = merged.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise UsageError(f"{label}: 'seed' must be an integer")
@@ -311,7 +319,7 @@ def _spec(merged: dict[str, object], base: Path, label: str) -> ModelSpec:
         input_shapes=_shapes(merged.get("input_shape"), label),
         tol=_float(merged, "tol", DEFAULT_TOL, label), atol=_float(merged, "atol", DEFAULT_ATOL, label),
         rtol=_float(merged, "rtol", DEFAULT_RTOL, label), seed=seed,
-        check=bool(merged.get("check", True)), locate=locate, fold_bn=bool(merged.get("fold_bn", True)),
+        check=bool(merged.get("check", True)), locate=locate, on=targets, fold_bn=bool(merged.get("fold_bn", True)),
         timeout=_float(merged, "timeout", 0.0, label) or None,
         options=options,
     )

@@ -213,6 +213,8 @@ def _why(row: ModelResult) -> list[str]:
         out.append(row.error)
     if row.verdict == FAIL and row.report is not None:
         out += [failure_message(row.report, o) for o in row.report.outputs if not o.passed]
+        out += [f"on {t.label} {t.verdict}: " + " ".join(line.split(":", 1)[-1].strip() for line in t.lines()[:3])
+                for t in row.report.targets if not t.passed]
     out += row.regressions
     return out
 
@@ -265,6 +267,13 @@ def _cases(row: ModelResult) -> list[tuple[dict[str, str], str, str, str]]:
             cases.append((case, "regression", regressed[0], "\n".join(regressed)))
         else:
             cases.append((case, "", "", ""))
+    for t in row.report.targets:  # one testcase per deployment target (and precision)
+        case = {"classname": classname, "name": f"{row.name} [{row.route}] on {t.label}", "time": f"{t.seconds:.3f}"}
+        if t.verdict == "PASS":
+            cases.append((case, "", "", ""))
+        else:
+            said = " ".join(t.lines()) or t.verdict
+            cases.append((case, "target", f"{t.label} {t.verdict}: {said}", "\n".join(t.lines())))
     return cases
 
 

@@ -112,6 +112,7 @@ def run_model(spec: ModelSpec, out_dir: str, progress: ProgressFn | None = None)
         result = api.convert(
             list(spec.files), to=spec.dest, out=target, format=spec.source, check=spec.check,
             atol=spec.atol, rtol=spec.rtol, tol=spec.tol, inputs=spec.inputs, seed=spec.seed, locate=spec.locate,
+            on=list(spec.on) or None,
             fold_batchnorm=spec.fold_bn, progress=progress, **options,
         )
     except ir.ConvertError as exc:

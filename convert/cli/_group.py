@@ -58,7 +58,7 @@ stdout stops early (convert inspect m.onnx | head -1: no message, as yes | head 
 """
 
 # The conversion's options shown under "Parity options" rather than with the common ones.
-PARITY_FLAGS = ("tol", "atol", "rtol", "locate")
+PARITY_FLAGS = ("tol", "atol", "rtol", "locate", "on")
 _GLOBAL_OPTION = re.compile(r"-v+|--verbose|--debug")  # accepted before the command too: `convert -v inspect m.onnx`
 
 

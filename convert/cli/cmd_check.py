@@ -73,6 +73,8 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
         atol=float(kw["atol"]), rtol=float(kw["rtol"]), tol=float(kw["tol"]),  # type: ignore[arg-type]
         inputs=kw["inputs"], seed=int(kw["seed"]), locate=kw["locate"],  # type: ignore[arg-type]
         input_shapes=parse_shapes(kw["input_shape"]), device=kw["device"],  # type: ignore[arg-type]
+        on=kw.get("on"),  # type: ignore[arg-type]
+        **lineage,
     )
     click.echo(report.table(quiet=bool(kw.get("quiet"))))
     if kw.get("report"):
@@ -134,6 +136,9 @@ def _check_baseline(report: ParityReport, kw: dict[str, object]) -> bool:
               help="Compare every layer's output in both runtimes and name the first source layer the "
                    "converted model gets wrong (file:line, both values' statistics). Default: only when "
                    "parity fails.")
+@click.option("--on", "on", metavar="TARGET[,TARGET]", default=None,
+              help="Also check the converted file in these deployment toolchains: openvino, rknn, ncnn, tensorrt "
+                   "(GPU only). One row per target; a target's FAIL fails the check.")
 @click.option("--input-shape", multiple=True, metavar="NAME=1,3,224,224")
 @click.option("--inputs", type=click.Path(path_type=Path), metavar="FILE.npz")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -155,6 +160,7 @@ def check_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> No
     convert check 'onnx->caffe' model.onnx --against model.prototxt --against model.caffemodel
     convert check yolov4.cfg yolov4.weights --against yolov4.onnx
     convert check model.pt2 --against model.onnx --locate     # the first layer that differs, even on PASS
+    convert check model.pt2 --against model.onnx --on openvino,ncnn   # and in the deployment toolchains
     convert check m.onnx --against m.prototxt --against m.caffemodel --baseline accepted.json
     """
     guard(_run_check, ctx, debug, verbose=verbose, **kw)

@@ -203,6 +203,11 @@ def _convert_options(func):  # type: ignore[no-untyped-def]
                      help="Compare every layer's output in both runtimes and name the first source layer the "
                           "converted model gets wrong (file:line, both values' statistics). Default: only when "
                           "parity fails."),
+        click.option("--on", "on", metavar="TARGET[,TARGET]", default=None,
+                     help="Also check the converted file in these deployment toolchains, after the usual check: "
+                          "openvino, rknn (the Rockchip NPU simulator), ncnn, tensorrt (GPU only); comma-separated. "
+                          "One row per target; a target's FAIL fails the check. Extras: convert-toolkit[openvino], "
+                          "[ncnn], [rknn]."),
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -321,6 +326,7 @@ def _convert(paths: list[Path], dst: str, src_fmt: str, out: object, quiet: bool
             paths, to=dst, out=out, format=src_fmt, check=bool(kw.pop("check")),
             atol=float(kw.pop("atol")), rtol=float(kw.pop("rtol")), tol=float(kw.pop("tol")),  # type: ignore[arg-type]
             inputs=kw.pop("inputs"), seed=int(kw.pop("seed")), locate=kw.pop("locate"),  # type: ignore[arg-type]
+            on=kw.pop("on", None),  # type: ignore[arg-type]
             fold_batchnorm=bool(kw.pop("fold_bn")), validate=bool(kw.get("debug_flag")),
             progress=progress, on_loaded=on_loaded, **options,
         )

@@ -25,6 +25,8 @@ import numpy as np
 from .._errors import printable, shown
 
 if TYPE_CHECKING:
+    from convert.targets.base import TargetResult
+
     from .locate import Location
 
 __all__ = [
@@ -126,13 +128,17 @@ class ParityReport:
     target_refused: str = ""
     #: ... and the refusal is a limit of what is installed here, not of the target: NOT VERIFIED, not FAIL.
     refusal_is_ours: bool = False
+    #: The converted file checked in deployment toolchains (``--on``): one ``convert.targets.base.TargetResult``
+    #: per target and precision; a target's FAIL fails the report like any output's.
+    targets: list[TargetResult] = field(default_factory=list)
     #: Outputs without spread on a second seeded draw too: constant whatever the input (their weights').
     constant_anyway: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         """True when every output passed (and there was at least one), in the runtime the file is for."""
-        return bool(self.outputs) and all(o.passed for o in self.outputs) and not self.target_refused
+        return (bool(self.outputs) and all(o.passed for o in self.outputs) and not self.target_refused
+                and all(t.passed for t in self.targets))
 
     @property
     def verdict(self) -> str:
@@ -141,6 +147,8 @@ class ParityReport:
         if self.passed:
             return "PASS"
         if self.target_refused and not self.refusal_is_ours:
+            return "FAIL"
+        if any(t.verdict == "FAIL" for t in self.targets):
             return "FAIL"
         if self.outputs and all(o.verdict != "FAIL" for o in self.outputs):
             return "NOT VERIFIED"
@@ -152,6 +160,7 @@ class ParityReport:
         data["passed"] = self.passed
         data["verdict"] = self.verdict
         data["location"] = self.location.to_dict() if self.location is not None else None
+        data["targets"] = [t.to_dict() for t in self.targets]
         data["criterion"] = "max|ours-ref| / max|ref| <= tol, reference spread required"
         for item, out in zip(data["outputs"], self.outputs, strict=True):
             item["verdict"] = out.verdict
@@ -182,7 +191,7 @@ class ParityReport:
         out += below
         if quiet:
             return "\n".join(printable(line).rstrip() for line in out)
-        verdict = self.verdict
+        verdict = replace(self, targets=[]).verdict if self.targets else self.verdict  # the targets': below
         shapes = ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in self.inputs.items())
         by64 = sum(o.passed and o.by_float64 for o in self.outputs)
         settled = (f" or, {by64} of them, at most {FLOAT64_MARGIN:g}x as far from the source's float64 run as "
@@ -261,6 +270,10 @@ class ParityReport:
                           "judge the other outputs by their rows." if constant else ""))
         if self.location is not None:
             out += self.location.lines()
+        if self.targets:
+            from convert.targets.base import targets_table
+
+            out += targets_table(self.targets)
         return "\n".join(printable(line).rstrip() if line.strip() else line for line in out)
 
 

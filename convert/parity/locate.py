@@ -522,12 +522,18 @@ def _pair(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray], *,
 
 def locate(source_format: str, source_paths: Sequence[Path], dest_format: str, dest_paths: Sequence[Path],
            runtime: Runtime, feeds: Mapping[str, np.ndarray], dest_feeds: Mapping[str, np.ndarray],
-           options: Options, tol: float) -> Location:
-    """Compare every source layer's output with its counterpart; return the first out of ``tol``."""
+           options: Options, tol: float, *, dest_layers: Callable[..., dict[str, tuple[str, list[np.ndarray]]]]
+           | None = None) -> Location:
+    """Compare every source layer's output with its counterpart; return the first out of ``tol``.
+
+    ``dest_layers``: computes the converted side's layers instead of ONNX Runtime or the Caffe
+    runtime (a deployment target's toolchain, ``convert.targets.check``), with the signature of
+    the ``_DESTS`` functions.
+    """
     src, dst = normalize(source_format), normalize(dest_format)
     result = Location(tol=tol)
     source = _SOURCES.get(src)
-    dest = _DESTS.get(dst)
+    dest = dest_layers or _DESTS.get(dst)
     if source is None:
         result.unavailable = f"the {src} runtime cannot expose intermediate layers"
         return result
