@@ -21,6 +21,7 @@ import numpy as np
 from . import formats, ir
 from ._paths import check_writable, default_output, missing_folders
 from ._tolerances import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TOL
+from ._words import did_you_mean, speaks_python
 
 if TYPE_CHECKING:  # the check itself is imported where it runs: a conversion without it does not
     from .parity import ParityReport
@@ -31,6 +32,9 @@ PathLike = str | Path
 Sources = PathLike | Sequence[PathLike]
 
 _OPTION_FIELDS = {"input_shapes", "strict", "dynamic_batch", "opset", "external_data"}
+# convert()'s own keywords: a misspelling of one reaches **options and is answered with "did you mean".
+_KEYWORDS = {"to", "dst", "out", "format", "check", "atol", "rtol", "inputs", "seed", "tol", "locate",
+             "fold_batchnorm", "validate", "progress", "on_loaded"}
 
 
 class InterruptedAfterWrite(KeyboardInterrupt):
@@ -87,7 +91,9 @@ def make_options(
     unknown = [k for k in values if k not in _OPTION_FIELDS and k not in known]
     if unknown:
         choices = ", ".join(sorted(_OPTION_FIELDS | known))
-        raise ir.UsageError(f"unknown option(s) {', '.join(unknown)}; this route takes: {choices}")
+        anywhere = _OPTION_FIELDS | known | _KEYWORDS  # a misspelled keyword of convert() lands here too
+        guesses = "".join(did_you_mean(k, anywhere) for k in unknown)
+        raise ir.UsageError(f"unknown option(s) {', '.join(unknown)}{guesses}; this route takes: {choices}")
     for key, value in values.items():
         if key in _OPTION_FIELDS:
             if value is not None:
@@ -100,6 +106,7 @@ def make_options(
     return opts
 
 
+@speaks_python
 def load(src: Sources, *, format: str | None = None, **options: object) -> ir.Model:
     """Read a model into the IR without reading its weights.
 
@@ -137,6 +144,7 @@ def _load(fe: ir.FrontendSpec, paths: Sequence[Path], opts: ir.Options) -> ir.Mo
     return fe.load(paths, opts)
 
 
+@speaks_python
 def save(model: ir.Model, path: PathLike, *, format: str | None = None, **options: object) -> list[Path]:
     """Write ``model`` to ``path`` in ``format`` (guessed from the suffix when omitted).
 
@@ -241,6 +249,7 @@ def write_error(exc: OSError, target: Path) -> ir.ExportError:
     return ir.ExportError(f"cannot write '{target}': {exc.strerror or exc}. Nothing was written.")
 
 
+@speaks_python  # errors say out=, opset=, input_shapes=, not -o, --opset, --input-shape
 @ir.sparing_existing_objects  # the caller's objects are not re-walked by each full collection
 def convert(
     src: Sources | object,
@@ -409,6 +418,7 @@ def _run_parity_kept(written: Sequence[Path], run: Callable[[], ParityReport]) -
         raise InterruptedAfterWrite(written) from exc
 
 
+@speaks_python
 def verify(
     src: Sources,
     converted: Sources,

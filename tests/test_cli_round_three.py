@@ -210,3 +210,29 @@ def test_constant_model_hint_and_locate_without_difference(tmp_path: Path) -> No
     np.save(tmp_path / "x.npy", np.ones((1, 4), np.float32))
     r = _run(tmp_path, "onnx:onnx", "c.onnx", "-o", "o.onnx", "--inputs", "x.npy")
     assert "Give real inputs with --inputs FILE.npz." in r.stdout and "second" not in r.stdout, r.stdout
+
+
+# ---- item 13: the Python API speaks Python (keywords, not flags) and suggests a misspelled keyword
+def test_api_errors_say_keywords_and_the_cli_flags(tmp_path: Path, model: Path) -> None:
+    import convert
+
+    with pytest.raises(convert.UsageError) as caught:
+        convert.convert(model, to="onnx", out=model)
+    said = str(caught.value)
+    assert said.endswith("choose another path with out=") and not re.search(r"(?<![\w-])-o\b", said), said
+    with pytest.raises(convert.UsageError) as caught:
+        convert.convert(model, to="onnx", out=tmp_path / "o.onnx", input_shapes={"x": (1, 3, 32)})
+    assert str(caught.value).startswith("input_shapes['x']: rank 3"), caught.value
+    with pytest.raises(convert.UsageError) as caught:
+        convert.convert([TINY_CFG], to="onnx", out=tmp_path / "y.onnx")
+    assert "random_weights=True" in str(caught.value) and "--random-weights" not in str(caught.value)
+    r = _run(tmp_path, "onnx:onnx", "m.onnx", "-o", "m.onnx")  # the same refusals in the CLI keep its flags
+    assert r.returncode == 2 and _errors(r.stderr)[0].endswith("choose another path with -o"), r.stderr
+
+
+@pytest.mark.parametrize("keyword,meant", [("outt", "out"), ("random_weight", "random_weights"), ("opst", "opset")])
+def test_api_suggests_a_misspelled_keyword(tmp_path: Path, model: Path, keyword: str, meant: str) -> None:
+    import convert
+
+    with pytest.raises(convert.UsageError, match=rf"unknown option\(s\) {keyword} \(did you mean '{meant}'\?\)"):
+        convert.convert(model, to="onnx", out=tmp_path / "o.onnx", **{keyword: 1})

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from convert import api, formats, ir
+from convert._words import cli_words
 from convert.parity import ParityReport
 
 from .manifest import ModelSpec
@@ -98,6 +99,7 @@ def peak_rss() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
+@cli_words()  # a row's error is said as the command line says it
 def run_model(spec: ModelSpec, out_dir: str, progress: ProgressFn | None = None) -> ModelResult:
     """Convert ``spec`` into ``out_dir/<name>/`` with its parity check; never raises for the model's sake."""
     reset_peak_rss()

@@ -22,6 +22,7 @@ from .. import _paths, _signals, formats
 from .._errors import ConvertError, ExportError, UsageError, printable
 from .._signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 from .._tolerances import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TOL
+from .._words import cli_words
 
 __all__ = [
     "DEFAULT_ATOL",
@@ -380,7 +381,8 @@ def guard(func, ctx: click.Context, debug: bool, **kw: object) -> None:  # type:
     """Run a command's body: ConvertError -> one line, exit 2; an interrupt -> 130/143; a bug -> exit 3."""
     setup_logging(int(kw.get("verbose") or 0), debug)
     try:
-        code = func(ctx, **kw)
+        with cli_words():  # the API calls made here keep the command line's words in their errors
+            code = func(ctx, **kw)
     except ConvertError as exc:
         if debug:
             raise

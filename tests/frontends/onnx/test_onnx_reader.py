@@ -131,7 +131,7 @@ def test_unknown_ops_are_listed_together(tmp_path: Path) -> None:
     path = tmp_path / "u.onnx"
     onnx.save(onnx.parser.parse_model(text), str(path))
     _expect(path, convert.UnsupportedOpsError, "2 unsupported ops", "FooBar x2", "my.domain::Gizmo",
-            "convert ops onnx")
+            "convert.supported_ops('onnx')")  # the API's words for `convert ops onnx` (#52 item 13)
 
 
 def test_missing_input_file(tmp_path: Path) -> None:
