@@ -73,6 +73,11 @@ def default_output(paths: Sequence[Path], ex: _HasSuffix, out: str | Path | None
     else:
         target = Path(out)
         if target.is_dir() or str(out).endswith(("/", os.sep)):  # `-o newdir/` names a folder, made if need be
+            if not str(out).endswith(("/", os.sep)) and any(p.is_dir() and target.resolve() == p.resolve()
+                                                            for p in paths):
+                raise UsageError(f"-o {out} is the folder of the model being converted: nothing is written into "
+                                 f"it unasked. Write -o {out}/ to put {stem}{ex.suffix} there, or name a file "
+                                 f"(-o {out}{ex.suffix})")
             target = target / (stem + ex.suffix)
     if any(target.resolve() == p.resolve() for p in paths if p.exists()):
         raise UsageError(f"the output {target} would overwrite the input; choose another path with -o")

@@ -121,6 +121,8 @@ def load(src: Sources, *, format: str | None = None, **options: object) -> ir.Mo
     """
     paths = _paths(src)
     fmt = formats.normalize(format) if format else formats.detect_format(paths)
+    if format:
+        formats.refuse_claimed_mismatch(fmt, paths, "onnx")
     fe = formats.frontend(fmt)
     opts = make_options([fe], options)
     return _load(fe, paths, opts)
@@ -321,6 +323,8 @@ def convert(
     else:
         paths = _paths(src)  # type: ignore[arg-type]
         fmt = formats.normalize(format) if format else formats.detect_format(paths)
+        if format:  # files of another format than the one named: say which they are
+            formats.refuse_claimed_mismatch(fmt, paths, ex.name)
         fe = formats.frontend(fmt)
         opts = make_options([fe, ex], options, progress=progress)
         model = _load(fe, paths, opts)
@@ -354,6 +358,7 @@ def convert(
     target = default_output(paths, ex, out) if paths else Path(out or ("model" + ex.suffix))
     refuse_overwrite(_files_read(paths, model), written_candidates(target, ex))
     check_writable(target, "the output")
+    _warn_suffix(target, ex, opts)
     ir.passes.standard_pipeline(fold_batchnorm=fold_batchnorm, validate=validate)(model)
     plan = _check_export(ex, model, opts)
     written = _write_making_folders(target, opts, lambda: plan.write(target) if plan is not None
@@ -390,6 +395,27 @@ def convert(
     result.notes = list(opts.diagnostics.notes)
     result.warnings = list(opts.diagnostics.warnings)
     return result
+
+
+def _warn_suffix(target: Path, ex: ir.ExporterSpec, opts: ir.Options) -> None:
+    """Warn when the output's name ends in a suffix that is not the destination format's (an ONNX file
+    written as ``wrong.prototxt``). A Caffe output's name is a base: only another format's suffix counts."""
+    suffix = target.suffix.lower()
+    if suffix in (ex.suffix, *ex.companions):
+        return
+    if ex.companions:
+        others = {s for n in formats.exporter_names() for s in (formats.exporter_info(n).suffix,
+                                                                 *formats.exporter_info(n).companions)}
+        others |= {s for n in formats.frontend_names() for s in formats.frontend_info(n).suffixes}
+        if suffix not in others:
+            return
+        opts.diagnostics.warn(f"the output name '{target.name}' ends in '{suffix}', another format's suffix: "
+                              f"{ex.name} is written as '{target.name}{ex.suffix}' + "
+                              f"'{target.name}{ex.companions[0]}'")
+        return
+    said = f"ends in '{target.suffix}'" if suffix else "has no suffix"
+    opts.diagnostics.warn(f"the output '{target}' {said}, not '{ex.suffix}': the {ex.name} file is written "
+                          "under that name all the same")
 
 
 def _fix_free_batch(model: ir.Model, opts: ir.Options) -> None:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALIASES",
+    "claimed_format_mismatch",
     "detect_format",
     "exporter",
     "exporter_info",
@@ -34,7 +35,9 @@ __all__ = [
     "missing_extras",
     "missing_framework",
     "normalize",
+    "noun",
     "object_frontend",
+    "refuse_claimed_mismatch",
     "register_exporter",
     "register_frontend",
     "routes",
@@ -303,6 +306,59 @@ def missing_framework(exc: BaseException) -> str | None:
         return None
     what, install = _OPTIONAL[exc.name]
     return f"this needs {what}, which is not installed (no module named '{exc.name}'): pip install {install}"
+
+
+# How a message names a file of each format: "m.onnx is an ONNX model, not a Darknet cfg".
+_NOUNS = {"onnx": "an ONNX model", "darknet": "a Darknet cfg", "caffe": "a Caffe deploy prototxt",
+          "pytorch": "a PyTorch file", "paddle": "a Paddle inference model", "tensorflow": "a TensorFlow model",
+          "tflite": "a TFLite flatbuffer"}
+
+
+def noun(name: str) -> str:
+    """Return how a message names a file of format ``name`` ('a Darknet cfg')."""
+    return _NOUNS.get(normalize(name), f"a {name} model")
+
+
+def claimed_format_mismatch(claimed: str, paths: Sequence[Path]) -> str | None:
+    """Return the format the files ``paths`` are when it is not ``claimed`` (a route naming the wrong
+    source: `convert darknet:onnx m.onnx`), or None when they may well be ``claimed``'s.
+
+    They may be when one has a suffix the claimed format reads, its sniffer takes one, or the files
+    are not recognised at all (the frontend then says what it expected).
+    """
+    claimed = normalize(claimed)
+    existing = [Path(p) for p in paths if Path(p).exists()]
+    if not existing or claimed not in frontend_names():
+        return None
+    if any(p.suffix.lower() in frontend_info(claimed).suffixes for p in existing):
+        return None
+    try:
+        detected = detect_format(existing)
+    except UsageError:
+        return None
+    if detected == claimed:
+        return None
+    for p in existing:
+        try:
+            if frontend(claimed).sniff(p):
+                return None
+        except (OSError, ValueError):
+            continue
+    return detected
+
+
+def refuse_claimed_mismatch(claimed: str, paths: Sequence[Path], dest: str) -> None:
+    """Refuse a source format the files are not, naming the one they are (before any output path check).
+
+    Raises:
+        UsageError: ``m.onnx is an ONNX model, not a Darknet cfg: convert it as onnx (onnx:onnx)``.
+    """
+    detected = claimed_format_mismatch(claimed, paths)
+    if detected is not None:
+        shown = ", ".join(str(p) for p in paths)
+        raise UsageError(f"{shown} {'is' if len(paths) == 1 else 'are'} {noun(detected)}, not "
+                         f"{noun(claimed)}: convert {'it' if len(paths) == 1 else 'them'} as {detected} "
+                         f"({detected}:{normalize(dest)}), or name no source format to have it detected")
 
 
 def detect_format(paths: Sequence[Path]) -> str:

@@ -236,3 +236,48 @@ def test_api_suggests_a_misspelled_keyword(tmp_path: Path, model: Path, keyword:
 
     with pytest.raises(convert.UsageError, match=rf"unknown option\(s\) {keyword} \(did you mean '{meant}'\?\)"):
         convert.convert(model, to="onnx", out=tmp_path / "o.onnx", **{keyword: 1})
+
+
+# ---- item 11: an output name in another format's suffix is warned; the model's own folder is not written into
+def test_output_suffix_of_another_format_is_warned(tmp_path: Path, model: Path) -> None:
+    r = _run(tmp_path, "onnx:onnx", "m.onnx", "-o", "wrong.prototxt", "--no-check")
+    assert r.returncode == 0, r.stderr
+    assert ("convert: warning: the output 'wrong.prototxt' ends in '.prototxt', not '.onnx': the onnx file is "
+            "written under that name all the same") in r.stderr.splitlines(), r.stderr
+    r = _run(tmp_path, "onnx:caffe", "m.onnx", "-o", "net.onnx", "--no-check")
+    assert r.returncode == 0 and (tmp_path / "net.onnx.prototxt").is_file(), r.stderr
+    assert "the output name 'net.onnx' ends in '.onnx', another format's suffix" in r.stderr, r.stderr
+    for args in (["onnx:onnx", "m.onnx", "-o", "fine.onnx"], ["onnx:caffe", "m.onnx", "-o", "net"]):
+        r = _run(tmp_path, *args, "--no-check")
+        assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+
+
+def test_the_source_folder_is_not_written_into_unasked(tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "inference.json").write_text("{}")
+    r = _run(tmp_path, "paddle:caffe", "model/", "-o", "model", "--input-shape", "x=1,3,8,8")
+    assert r.returncode == 2, r.stderr
+    assert _errors(r.stderr) == ["convert: error: -o model is the folder of the model being converted: nothing is "
+                                 "written into it unasked. Write -o model/ to put model.prototxt there, or name a "
+                                 "file (-o model.prototxt)"], r.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["inference.json"]
+
+
+# ---- item 12: the input's real format is said before any output-path check
+@pytest.mark.parametrize("route,name,said", [
+    ("darknet:onnx", "m.onnx", "m.onnx is an ONNX model, not a Darknet cfg: convert it as onnx (onnx:onnx)"),
+    ("onnx:onnx", "yolov4-tiny.cfg", "yolov4-tiny.cfg is a Darknet cfg, not an ONNX model: convert it as darknet "
+                                     "(darknet:onnx)"),
+    ("caffe:onnx", "m.onnx", "m.onnx is an ONNX model, not a Caffe deploy prototxt"),
+], ids=["darknet-given-onnx", "onnx-given-cfg", "caffe-given-onnx"])
+def test_the_input_real_format_is_said(tmp_path: Path, model: Path, route: str, name: str, said: str) -> None:
+    (tmp_path / "yolov4-tiny.cfg").write_text(TINY_CFG.read_text())
+    r = _run(tmp_path, route, name)  # the default output of m.onnx -> onnx would overwrite the input
+    assert r.returncode == 2, r.stderr
+    errors = _errors(r.stderr)
+    assert len(errors) == 1 and said in errors[0] and "overwrite" not in errors[0], r.stderr
+    import convert
+
+    with pytest.raises(convert.UsageError, match=re.escape(said.split(":")[0])):  # the API says the same
+        convert.convert(tmp_path / name, to="onnx", out=tmp_path / "o.onnx", format=route.split(":")[0])

@@ -279,6 +279,8 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
         "device": kw.pop("device"),
     }
     src_fmt = src or formats.detect_format(paths)
+    if src:  # before the output path's checks: the real problem first (`convert darknet:onnx m.onnx`)
+        formats.refuse_claimed_mismatch(src, paths, dst)
     options.update(_route_options(src_fmt, dst, kw))  # an unknown format is refused here, cheaply
     out = kw.pop("output")
     report_path = kw.pop("report")
