@@ -114,6 +114,8 @@ def save_onnx(model: ir.Model, path: Path, options: ir.Options) -> list[Path]:
             f"(reductions, normalisations, softmax, exp/log: see docs/precision.md), {counts['weights']} "
             f"weights in {precision}, inputs and outputs "
             f"{'in ' + precision if options.get('half_io', False) else 'kept fp32'}")
+    if not model.graph.name:  # ONNX requires one; a source may have none (a SavedModel's mangled signature)
+        model.graph.name = "main_graph"
     # IR 4 dropped the rule that initializers must be graph inputs; folding adds initializers.
     ir_needed = max(_min_ir_version(opset), 4)
     model.ir_version = ir_needed

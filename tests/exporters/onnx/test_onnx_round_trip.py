@@ -133,3 +133,24 @@ def test_adapter_on_a_graph_output(tmp_path: Path) -> None:
     feeds = {"x": np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)}
     ref, got = _run(src, feeds)[0], _run(out, feeds)[0]
     assert float(np.abs(ref - got).max()) / float(np.abs(ref).max()) <= ATOL_FP32
+
+
+def test_a_graph_without_a_name_gets_one(tmp_path: Path) -> None:
+    """A source whose graph has no name (found by the #48 fuzz campaign: a SavedModel whose signature's
+    fields were renumbered) was refused by the ONNX checker, 'Field name of graph is required', after
+    the whole conversion; the writer names it."""
+    import onnx.helper as oh
+    from onnx import TensorProto
+
+    x = oh.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = oh.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    model = oh.make_model(oh.make_graph([oh.make_node("Neg", ["x"], ["y"])], "", [x], [y]),
+                          opset_imports=[oh.make_opsetid("", 17)])
+    model.ir_version = 8
+    src = tmp_path / "nameless.onnx"
+    onnx.save(model, str(src))
+    out = tmp_path / "o.onnx"
+    convert.convert(src, to="onnx", out=out, check=False)
+    assert onnx.load(str(out)).graph.name == "main_graph"
+    feed = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(ort.InferenceSession(str(out)).run(None, {"x": feed})[0], -feed)
