@@ -13,8 +13,8 @@ import pytest
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 ROOT = Path(__file__).resolve().parents[1]
-# The extras scripts/test installs ('.[test,all,ray,yaml,hf,vision]').
-TEST_EXTRAS = ("test", "all", "ray", "yaml", "hf", "vision")
+# The extras scripts/test installs (".[test,all,ray,yaml,hf,vision,openvino,ncnn]").
+TEST_EXTRAS = ("test", "all", "ray", "yaml", "hf", "vision", "openvino", "ncnn")
 # Import names whose package cannot be looked up when it is not installed here.
 KNOWN = {"cv2": "opencv-python-headless", "google": "protobuf", "yaml": "pyyaml", "paddle": "paddlepaddle",
          "grpc_tools": "grpcio-tools", "tensorflow": "tensorflow-cpu"}

@@ -13,7 +13,7 @@ target     toolchain (package)                                          reads
 openvino   OpenVINO's CPU plugin (``openvino``), default and f32        ONNX
 rknn       Rockchip's rknn-toolkit2 simulator, in its own venv          ONNX, Caffe
 ncnn       ncnn (``ncnn``), the ONNX file brought in by pnnx            ONNX
-tensorrt   TensorRT, only where a CUDA GPU is present                   ONNX
+tensorrt   TensorRT: refused here (no GPU); not built for a GPU yet     ONNX
 =========  ===========================================================  =======================
 
 The registry below is all that ``import convert`` loads: each target's module is imported when it
@@ -51,7 +51,7 @@ TARGETS: dict[str, TargetInfo] = {
         TargetInfo("openvino", "convert.targets.openvino", "OpenVINO", ("openvino",), "openvino", ("onnx",)),
         TargetInfo("rknn", "convert.targets.rknn", "rknn-toolkit2", (), "rknn", ("onnx", "caffe")),
         TargetInfo("ncnn", "convert.targets.ncnn", "ncnn", ("ncnn", "pnnx"), "ncnn", ("onnx",)),
-        TargetInfo("tensorrt", "convert.targets.tensorrt", "TensorRT", ("tensorrt",), "tensorrt", ("onnx",)),
+        TargetInfo("tensorrt", "convert.targets.tensorrt", "TensorRT", (), "tensorrt", ("onnx",)),
     )
 }
 
@@ -87,6 +87,8 @@ def check_available(names: Sequence[str], dest_format: str) -> None:
             raise UsageError(f"--on {name}: {info.toolchain} does not read {dest_format} files (it reads "
                              f"{' and '.join(f.upper() if f == 'onnx' else f.capitalize() for f in info.formats)}); "
                              "convert to onnx for this target")
+        if name == "tensorrt":
+            _needs_gpu()
         for package in info.packages:
             try:
                 found = importlib.util.find_spec(package) is not None
@@ -95,8 +97,6 @@ def check_available(names: Sequence[str], dest_format: str) -> None:
             if not found:
                 raise UsageError(f"--on {name}: {info.toolchain} is not installed "
                                  f"(pip install 'convert-toolkit[{info.extra}]')")
-        if name == "tensorrt":
-            _needs_gpu()
         if name == "rknn":
             from .rknn import check_setup
 

@@ -39,23 +39,27 @@ def main(argv: list[str]) -> int:
         feeds = [(str(n), data[f"arr_{i}"]) for i, n in enumerate(data["names"])]
     rknn = RKNN(verbose=False)
     platform = str(req.get("platform", "rk3588"))
-    if rknn.config(target_platform=platform) != 0:
-        return _refused(req, info, log_path, f"config(target_platform={platform!r})")
-    if req["format"] == "caffe":
-        ret = rknn.load_caffe(model=req["model"], blobs=req["weights"])
-        step = "load_caffe"
-    else:
-        ret = rknn.load_onnx(model=req["model"], inputs=[n for n, _ in feeds],
-                             input_size_list=[list(x.shape) for _, x in feeds])
-        step = "load_onnx"
-    if ret != 0:
-        return _refused(req, info, log_path, step)
-    if rknn.build(do_quantization=False) != 0:
-        return _refused(req, info, log_path, "build")
-    if rknn.init_runtime() != 0:
-        return _refused(req, info, log_path, "init_runtime (simulator)")
     inputs = [np.ascontiguousarray(x.astype(np.float32) if x.dtype.kind == "f" else x) for _, x in feeds]
-    outs = rknn.inference(inputs=inputs, data_format=["nchw"] * len(inputs))
+    steps = [(f"config(target_platform={platform!r})", lambda: rknn.config(target_platform=platform))]
+    if req["format"] == "caffe":
+        steps.append(("load_caffe", lambda: rknn.load_caffe(model=req["model"], blobs=req["weights"])))
+    else:
+        steps.append(("load_onnx", lambda: rknn.load_onnx(model=req["model"], inputs=[n for n, _ in feeds],
+                                                          input_size_list=[list(x.shape) for _, x in feeds])))
+    steps += [("build", lambda: rknn.build(do_quantization=False)),
+              ("init_runtime (simulator)", lambda: rknn.init_runtime())]
+    for step, call in steps:
+        # The toolkit logs its error and returns -1, or exits the process (SystemExit) on some errors.
+        try:
+            ret = call()
+        except (SystemExit, Exception):
+            ret = -1
+        if ret != 0:
+            return _refused(req, info, log_path, step)
+    try:
+        outs = rknn.inference(inputs=inputs, data_format=["nchw"] * len(inputs))
+    except (SystemExit, Exception):
+        outs = None
     if outs is None:
         return _refused(req, info, log_path, "inference")
     names = list(req["output_names"])
@@ -74,9 +78,11 @@ def _refused(req: dict[str, object], info: dict[str, object], log_path: str, ste
     with open(log_path, errors="replace") as fh:
         lines = [_ANSI.sub("", ln).strip() for ln in fh.read().splitlines()]
     lines = [ln for ln in lines if ln and "it/s]" not in ln]
-    errors = [ln[2:].strip() for ln in lines if ln.startswith("E ")]
+    errors = [ln[2:].strip() for ln in lines if ln.startswith("E ") and "Traceback" not in ln]
     raised = [ln for ln in lines if re.match(r"^[A-Za-z_.]*(Error|Exception): ", ln)]
     why = (errors[:1] or raised[-1:] or lines[-1:] or ["no message"])[0]
+    head = step.split("(")[0].split()[0] + ":"
+    why = why[len(head):].strip() if why.startswith(head) else why  # the toolkit names the step too
     info["refused"] = f"rknn-toolkit2 {info.get('version', '')} refused the file at {step}: {why}"
     return _done(req, info, {})
 

@@ -131,8 +131,9 @@ class TargetResult:
         head = f"  {self.label}:"
         out: list[str] = []
         if self.unsupported:
-            out.append(f"{head} FAIL: {self.toolchain}'s importer lacks {len(self.unsupported)} op"
-                       f"{'s' if len(self.unsupported) > 1 else ''} of this file: " + "; ".join(self.unsupported))
+            kinds = len(self.unsupported)
+            out.append(f"{head} FAIL: {self.toolchain}'s importer lacks {kinds} op{'s' if kinds > 1 else ''} of this "
+                       "file (each with how many it met, and where they came from): " + "; ".join(self.unsupported))
         if self.refused:
             out.append(f"{head} FAIL: {printable(self.refused)}")
         if self.report is not None:
@@ -297,25 +298,25 @@ class OnnxFile:
 
 def describe_unsupported(found: Sequence[tuple[str, str]], onnx_file: OnnxFile | None) -> list[str]:
     """Turn the toolchain's ``(op type, tensor or node name)`` gaps into lines, one per op type with
-    its count and each node's source layer (at most 5 named per type)."""
-    by_type: dict[str, list[str]] = {}
+    how many the toolchain named and where each came from (the node and its source layer; at most
+    5 named per type). A gap named only by its type (a layer pnnx left unconverted) is traced to
+    the file's nodes of that type."""
+    by_type: dict[str, tuple[int, list[str]]] = {}
     for op_type, name in found:
-        where = name
-        if onnx_file is not None:
-            node = onnx_file.producer_of(name) if name else None
-            if node is None:
-                node = next((n for n in onnx_file.model.graph if n.name == name), None)
-            if node is None:
-                nodes = onnx_file.nodes_of_type(op_type)
-                where = "; ".join(onnx_file.where(n) for n in nodes[:5]) if nodes else f"'{name}'"
-            else:
-                op_type = node.op_type  # type: ignore[attr-defined]
-                where = onnx_file.where(node)
-        by_type.setdefault(op_type, [])
-        if where not in by_type[op_type]:
-            by_type[op_type].append(where)
+        node = None
+        if onnx_file is not None and name:
+            node = onnx_file.producer_of(name) or next((n for n in onnx_file.model.graph if n.name == name), None)
+        if node is not None:
+            op_type = node.op_type  # type: ignore[attr-defined]
+            wheres = [onnx_file.where(node)]  # type: ignore[union-attr]
+        elif onnx_file is not None and onnx_file.nodes_of_type(op_type):
+            wheres = [onnx_file.where(n) for n in onnx_file.nodes_of_type(op_type)]
+        else:
+            wheres = [f"'{printable(name)}'"]
+        count, seen = by_type.get(op_type or "?", (0, []))
+        by_type[op_type or "?"] = (count + 1, seen + [w for w in wheres if w not in seen])
     out = []
-    for op_type, wheres in by_type.items():
+    for op_type, (count, wheres) in by_type.items():
         shown_ = ", ".join(wheres[:5]) + (f", and {len(wheres) - 5} more" if len(wheres) > 5 else "")
-        out.append(f"{op_type} x{len(wheres)} ({shown_})")
+        out.append(f"{op_type} x{count} ({shown_})")
     return out

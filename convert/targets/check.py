@@ -121,7 +121,7 @@ def _check_one(name: str, src: _Remembered, onnx_file: OnnxFile | None, *, sourc
 
     start = time.perf_counter()
     tc = target_module(name).toolchain(options)  # type: ignore[attr-defined]
-    blank = TargetResult(target=name, toolchain=tc.toolchain)
+    blank = TargetResult(target=name, toolchain=tc.toolchain, precision=tc.precision, device=tc.device)
     specs = tc.inputs(dest_format, dest_paths, onnx_file)
     order = tc.outputs(dest_format, dest_paths, onnx_file)
     dst_feeds = _rename_feeds(feeds, list(src.inputs()), specs)

@@ -32,6 +32,8 @@ class NcnnToolchain:
     target = "ncnn"
     toolchain = "ncnn"
     exposes_layers = False
+    precision = "fp32"
+    device = "CPU"
 
     def __init__(self) -> None:
         """Start without a file."""

@@ -32,6 +32,8 @@ class OpenVinoToolchain:
     target = "openvino"
     toolchain = "OpenVINO"
     exposes_layers = True
+    precision = "-"
+    device = "CPU"
 
     def inputs(self, dest_format: str, paths: Sequence[Path], onnx_file: OnnxFile | None) -> list[object]:
         """Return the file's inputs."""

@@ -148,11 +148,13 @@ class RknnToolchain:
     target = "rknn"
     toolchain = "rknn-toolkit2"
     exposes_layers = True
+    precision = "fp16"
 
     def __init__(self) -> None:
         """Find (or make) the worker's environment."""
         self.python = ensure_venv()
         self.platform = os.environ.get("CONVERT_RKNN_PLATFORM", "rk3588")
+        self.device = f"{self.platform} simulator"
 
     def inputs(self, dest_format: str, paths: Sequence[Path], onnx_file: OnnxFile | None) -> list[object]:
         """Return the file's inputs."""
