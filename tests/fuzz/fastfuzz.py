@@ -50,7 +50,12 @@ from harness import CRASHES_DIR, Case, Outcome, Seed, load_seeds, mutate, mutato
 
 KINDS = ("success", "clean", "internal", "hang", "blowup", "leftover")
 GRACE_S = 20.0  # the parent kills a worker this long after a case's own limit has passed
-MEMORY_HEADROOM = 3 * 1024**3  # a worker may map this much beyond what its imports mapped
+# a worker may map this much beyond what its imports mapped (CONVERT_FUZZ_HEADROOM_MIB: a tighter
+# `ulimit -v`, so that running out of address space is exercised, not only reported)
+MEMORY_HEADROOM = int(os.environ.get("CONVERT_FUZZ_HEADROOM_MIB", "3072")) * 2**20
+# CONVERT_FUZZ_STRUCTURAL=1: the round-three mutators only (harness.mutators_for(structural=True)):
+# zip structure, wire-level protobuf field swaps, cycles and forward references, huge and negative dims
+STRUCTURAL = os.environ.get("CONVERT_FUZZ_STRUCTURAL", "") == "1"
 
 
 class _CaseTimeout(BaseException):
@@ -64,7 +69,7 @@ def make_case(seed: Seed, contents: dict[str, bytes], campaign: int, index: int)
     names = sorted(contents)
     for _ in range(rnd.randint(1, 2)):
         file = rnd.choice(names)
-        mutator = rnd.choice(mutators_for(file))
+        mutator = rnd.choice(mutators_for(file, structural=STRUCTURAL))
         try:
             mutate(case, file, mutator, random.Random(rnd.getrandbits(32)))
         except Exception as exc:  # a mutator that cannot handle this input: the case keeps the file as it was
@@ -393,7 +398,8 @@ def guided(seed_name: str, seconds: float, mode: str, campaign: int, limit: floa
             case = Case(seed, dict(parent))
             for _ in range(rnd.randint(1, 2)):
                 file = rnd.choice(sorted(parent))
-                mutate(case, file, rnd.choice(mutators_for(file)), random.Random(rnd.getrandbits(32)))
+                mutate(case, file, rnd.choice(mutators_for(file, structural=STRUCTURAL)),
+                       random.Random(rnd.getrandbits(32)))
             work = base / str(n)
             inputs = write_case(case, work / "in")
             before = len(lines.seen)

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 import traceback
+import warnings
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -432,12 +433,226 @@ def onnx_graph(data: bytes, name: str, rnd: random.Random) -> bytes:
     return model.SerializeToString()
 
 
+def zip_structure(data: bytes, name: str, rnd: random.Random) -> bytes:
+    """For a zip archive: change its structure, not a member's bytes. A member written twice (the
+    copy mutated, before or after the original), a member renamed to differ in case only, to hold a
+    NUL, to climb out of its folder or to sit in another root folder, the members reordered, one
+    dropped, bytes put before the archive, thousands of empty members added."""
+    try:
+        zin = zipfile.ZipFile(io.BytesIO(data))
+        members = [(i.filename, zin.read(i)) for i in zin.infolist()]
+    except Exception:
+        return flip_bytes(data, name, rnd)
+    if not members:
+        return data
+    op = rnd.choice(["dup-first", "dup-last", "case", "nul", "dotdot", "root", "reorder", "drop", "prefix",
+                     "many"])
+    k = rnd.randrange(len(members))
+    member, content = members[k]
+    nul = False
+    if op in ("dup-first", "dup-last"):
+        copy = (member, rnd.choice([flip_bytes, truncate, corrupt_string, splice])(content, member, rnd))
+        members.insert(k if op == "dup-first" else k + 1, copy)
+    elif op == "case":
+        members.insert(rnd.choice([k, k + 1]), (member.swapcase(), content))
+    elif op == "nul":
+        members[k] = (member + "#NUL#", content)
+        nul = True
+    elif op == "dotdot":
+        members[k] = (member.replace("/", "/../", 1), content)
+    elif op == "root":
+        members[k] = ("other/" + member.split("/", 1)[-1], content)
+    elif op == "reorder":
+        rnd.shuffle(members)
+    elif op == "drop":
+        del members[k]
+    elif op == "many":
+        members += [(f"{member.split('/')[0]}/pad/{i}", b"") for i in range(rnd.choice([1000, 20000]))]
+    out = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name it is asked to write
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zout:
+            for m, c in members:
+                zout.writestr(zipfile.ZipInfo(m), c)
+    blob = out.getvalue()
+    if nul:
+        blob = blob.replace(b"#NUL#", b"\x00abc")  # zipfile cuts a name at NUL when writing: patched after
+    if op == "prefix":
+        blob = rnd.choice([b"\x00" * 7, b"#!/bin/sh\nexit 0\n", data[:64]]) + blob
+    return blob
+
+
+def _wire_fields(data: bytes) -> list[tuple[int, int, int, int, int]] | None:
+    """Split a protobuf message into (field, wire type, start, value start, end) records, or None."""
+    from convert._wire import read_varint
+
+    fields, pos = [], 0
+    try:
+        while pos < len(data):
+            start = pos
+            tag, pos = read_varint(data, pos)
+            wire, number = tag & 7, tag >> 3
+            value = pos
+            if wire == 0:
+                _, pos = read_varint(data, pos)
+            elif wire == 1:
+                pos += 8
+            elif wire == 2:
+                length, pos = read_varint(data, pos)
+                value = pos
+                pos += length
+            elif wire == 5:
+                pos += 4
+            else:
+                return None
+            if pos > len(data) or number == 0:
+                return None
+            fields.append((number, wire, start, value, pos))
+    except (ValueError, IndexError):
+        return None
+    return fields
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def proto_swap(data: bytes, name: str, rnd: random.Random, depth: int = 0) -> bytes:
+    """Wire-level protobuf edit, schema-blind: in a message found at some nesting depth, swap the
+    field numbers of two fields, renumber one field (to another known number or a huge one), or
+    change a field's wire type; lengths of the enclosing messages are recomputed."""
+    fields = _wire_fields(data)
+    if not fields:
+        return flip_bytes(data, name, rnd) if depth == 0 else data
+    nested = [f for f in fields if f[1] == 2 and _wire_fields(data[f[3]:f[4]])]
+    if nested and depth < 6 and rnd.random() < 0.7:
+        number, wire, start, value, end = rnd.choice(nested)
+        inner = proto_swap(data[value:end], name, rnd, depth + 1)
+        return data[:start] + _varint(number << 3 | 2) + _varint(len(inner)) + inner + data[end:]
+    numbers = sorted({f[0] for f in fields})
+    op = rnd.choice(["swap", "renumber", "rewire"])
+    renumber: dict[int, tuple[int, int]] = {}
+    if op == "swap" and len(numbers) > 1:
+        a, b = rnd.sample(numbers, 2)
+        wires = {f[0]: f[1] for f in fields}
+        renumber = {a: (b, wires[a]), b: (a, wires[b])}
+    elif op == "renumber":
+        a = rnd.choice(numbers)
+        wires = {f[0]: f[1] for f in fields}
+        renumber = {a: (rnd.choice([*numbers, 2**29 - 1, 19000, 1]), wires[a])}
+    else:
+        a = rnd.choice(numbers)
+        wires = {f[0]: f[1] for f in fields}
+        renumber = {a: (a, rnd.choice([w for w in (0, 1, 2, 5) if w != wires[a]]))}
+    out = bytearray()
+    for number, wire, start, value, end in fields:
+        if number not in renumber:
+            out += data[start:end]
+            continue
+        new_number, new_wire = renumber[number]
+        payload = data[value:end]
+        if wire == 2 and new_wire == 2:
+            out += _varint(new_number << 3 | 2) + _varint(len(payload)) + payload
+        elif new_wire == wire:
+            out += _varint(new_number << 3 | wire) + payload
+        elif new_wire == 2:
+            out += _varint(new_number << 3 | 2) + _varint(len(payload)) + payload
+        else:  # a length-delimited or fixed value read as another wire type: its bytes as they fall
+            out += _varint(new_number << 3 | new_wire) + payload
+    return bytes(out)
+
+
+def graph_cycle(data: bytes, name: str, rnd: random.Random) -> bytes:
+    """Make the model's graph cyclic or forward-referencing, format by format: ONNX nodes feeding
+    each other, a prototxt bottom naming a later top, a Darknet route/shortcut pointing ahead."""
+    if name.endswith(".onnx"):
+        import onnx
+
+        model = onnx.ModelProto()
+        try:
+            model.ParseFromString(data)
+        except Exception:
+            return flip_bytes(data, name, rnd)
+        nodes = [n for n in model.graph.node if n.input and n.output]
+        if len(nodes) < 2:
+            return onnx_graph(data, name, rnd)
+        a, b = sorted(rnd.sample(range(len(nodes)), 2))
+        nodes[a].input[0] = nodes[b].output[0]  # a reads what b computes, b depends on a: a cycle
+        if rnd.random() < 0.5:
+            model.graph.node.reverse()  # and the nodes out of order
+        return model.SerializeToString()
+    text = data.decode("utf-8", "replace")
+    if name.endswith(".prototxt"):
+        tops = re.findall(r'top:\s*"([^"]+)"', text)
+        bottoms = list(re.finditer(r'bottom:\s*"([^"]+)"', text))
+        if not tops or not bottoms:
+            return text_line(data, name, rnd)
+        hit = rnd.choice(bottoms)
+        return (text[:hit.start()] + f'bottom: "{tops[-1]}"' + text[hit.end():]).encode()
+    if name.endswith(".cfg"):
+        sections = [m.start() for m in re.finditer(r"^\[", text, re.M)]
+        if len(sections) < 3:
+            return text_line(data, name, rnd)
+        at = rnd.choice(sections[1:])
+        ref = rnd.choice(["[route]\nlayers=5\n", "[route]\nlayers=-1,3\n", "[shortcut]\nfrom=2\n",
+                          "[route]\nlayers=0\n", "[shortcut]\nfrom=-100\n", "[route]\nlayers=-1,-1,-1\n"])
+        return (text[:at] + ref + "\n" + text[at:]).encode()
+    return splice(data, name, rnd)
+
+
+def huge_dims(data: bytes, name: str, rnd: random.Random) -> bytes:
+    """Set a declared size to a huge, negative or zero value, format by format (cfg width/filters,
+    prototxt dims, ONNX initializer dims with their data left as it is, JSON shapes)."""
+    weird = rnd.choice([0, -1, -(2**31), 2**31, 2**32 + 3, 2**40, 2**62, 2**63 - 1, 10**18])
+    if name.endswith(".onnx"):
+        import onnx
+
+        model = onnx.ModelProto()
+        try:
+            model.ParseFromString(data)
+        except Exception:
+            return flip_bytes(data, name, rnd)
+        inits = [t for t in model.graph.initializer if t.dims]
+        if not inits:
+            return onnx_graph(data, name, rnd)
+        t = rnd.choice(inits)
+        t.dims[rnd.randrange(len(t.dims))] = weird
+        return model.SerializeToString()
+    text = data.decode("utf-8", "replace")
+    if name.endswith((".cfg", ".prototxt", ".json")):
+        keys = r"(width|height|channels|filters|size|batch|dim|num_output|kernel_size|shape|stride|groups)"
+        hits = list(re.finditer(keys + r'(\s*[:=]\s*\[?\s*)(-?\d+)', text))
+        if not hits:
+            return text_number(data, name, rnd)
+        hit = rnd.choice(hits)
+        return (text[:hit.start(3)] + str(weird) + text[hit.end(3):]).encode()
+    return overwrite_int(data, name, rnd)
+
+
 BINARY: tuple[Mutator, ...] = (flip_bytes, truncate, overwrite_int, splice, corrupt_string)
 TEXT: tuple[Mutator, ...] = (text_number, text_line, truncate, splice, corrupt_string)
 
 
-def mutators_for(name: str) -> tuple[Mutator, ...]:
-    """Return the mutators that make sense for a file named ``name``."""
+def mutators_for(name: str, *, structural: bool = False) -> tuple[Mutator, ...]:
+    """Return the mutators that make sense for a file named ``name``; ``structural`` gives the
+    round-three set only (zip structure, wire-level protobuf swaps, cycles, huge dims)."""
+    if structural:
+        if name.endswith((".pt", ".pt2", ".keras")):
+            return (zip_structure,)
+        if name.endswith(".onnx"):
+            return (proto_swap, graph_cycle, huge_dims)
+        if name.endswith((".caffemodel", ".pdmodel", "saved_model.pb", ".tflite")):
+            return (proto_swap,) if not name.endswith(".tflite") else (overwrite_int, splice)
+        if name.endswith((".cfg", ".prototxt")):
+            return (graph_cycle, huge_dims)
+        if name.endswith(".json"):
+            return (huge_dims, json_tree)
+        return (overwrite_int, truncate)
     if name.endswith(".onnx"):
         return (onnx_graph, onnx_graph, proto_field, proto_field, *BINARY)
     if name.endswith((".caffemodel", ".pdmodel", "saved_model.pb")):

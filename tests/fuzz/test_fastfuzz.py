@@ -69,3 +69,60 @@ def test_a_short_campaign_runs_every_case_once() -> None:
     assert row["success"] + row["clean"] == 40, row["classes"]
     again = fastfuzz.make_case(seed, seed.read(), 1, 7)
     assert again.contents == fastfuzz.make_case(seed, seed.read(), 1, 7).contents  # a case is its number
+
+
+# ---- the round-three structural mutators (#48): each does to its input what it says
+def test_zip_structure_mutations_are_what_they_claim() -> None:
+    import io
+    import random
+    import zipfile
+
+    import harness
+
+    seed = {s.name: s for s in load_seeds(campaign=True)}["pytorch_pt2"]
+    data = seed.read()["m.pt2"]
+    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    seen: set[str] = set()
+    for i in range(200):
+        out = harness.zip_structure(data, "m.pt2", random.Random(i))
+        assert out != data
+        try:
+            got = zipfile.ZipFile(io.BytesIO(out)).namelist()
+        except zipfile.BadZipFile:
+            continue
+        if len(got) > len(set(got)):
+            seen.add("duplicate")
+        if len({n.lower() for n in got}) < len(set(got)):
+            seen.add("case")
+        if any(n.startswith("other/") for n in got):
+            seen.add("root")
+        if sorted(got) == sorted(names) and got != names:
+            seen.add("reorder")
+        if out[:4] != b"PK\x03\x04":
+            seen.add("prefix")
+    assert seen == {"duplicate", "case", "root", "reorder", "prefix"}
+
+
+def _reaches(edges: dict[int, set[int]], a: int, b: int, stack: tuple[int, ...] = ()) -> bool:
+    return b in edges[a] or any(_reaches(edges, c, b, (*stack, a)) for c in edges[a] if c not in stack)
+
+
+def test_proto_swap_and_graph_cycle_change_onnx_structure() -> None:
+    import random
+
+    import harness
+    import onnx
+
+    seed = {s.name: s for s in load_seeds(campaign=True)}["onnx"]
+    data = seed.read()["m.onnx"]
+    changed = sum(harness.proto_swap(data, "m.onnx", random.Random(i)) != data for i in range(50))
+    assert changed >= 35  # a swap of a field with itself, a renumbering to its own number: unchanged
+    cyclic = 0
+    for i in range(20):
+        model = onnx.load_from_string(harness.graph_cycle(data, "m.onnx", random.Random(i)))
+        produced = {o: n for n, node in enumerate(model.graph.node) for o in node.output}
+        # a cycle: some node reads a value produced by itself or by a node that (transitively) reads it
+        edges = {n: {produced[i] for i in node.input if i in produced} for n, node in enumerate(model.graph.node)}
+
+        cyclic += any(_reaches(edges, n, n) for n in edges)
+    assert cyclic >= 15
