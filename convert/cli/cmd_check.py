@@ -86,6 +86,7 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
     click.echo(f"{word} check {report.source}:{report.dest} | "
                f"{plural(len(report.outputs), 'output')} | parity {report.verdict} ({report.dest_device}"
                + (f"; {notes} NOTE{'S' if notes > 1 else ''}: see above" if notes else "") + ")"
+               + _on_summary(report)
                + (f" | REGRESSED vs {kw['baseline']}" if regressed else ""))
     return 0 if ok else EXIT_PARITY
 
@@ -164,3 +165,12 @@ def check_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> No
     convert check m.onnx --against m.prototxt --against m.caffemodel --baseline accepted.json
     """
     guard(_run_check, ctx, debug, verbose=verbose, **kw)
+
+
+def _on_summary(report: object) -> str:
+    """`` | on openvino PASS, ...`` for the summary line when the check ran on targets (``--on``)."""
+    if not getattr(report, "targets", None):
+        return ""
+    from ..targets import summary
+
+    return summary(report)

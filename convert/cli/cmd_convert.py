@@ -354,7 +354,8 @@ def _print_result(result: ConversionResult, out: object, report_path: object, ex
     else:
         notes = len(result.report.notes)
         verdict = (f"parity {result.report.verdict} ({result.report.dest_device}"
-                   + (f"; {notes} NOTE{'S' if notes > 1 else ''}: see above" if notes else "") + ")")
+                   + (f"; {notes} NOTE{'S' if notes > 1 else ''}: see above" if notes else "") + ")"
+                   + _on_summary(result.report))
     status = summary_word(result.report, bool(result.parity_error))
     main_out = " + ".join(str(p) for p in result.outputs) if result.outputs else "-"
     replaced = [p for p in result.outputs if p.resolve() in existing]
@@ -370,3 +371,12 @@ def _print_result(result: ConversionResult, out: object, report_path: object, ex
             sys.stdout.flush()
         _signals.ignore()
     return 0 if result.ok else EXIT_PARITY
+
+
+def _on_summary(report: object) -> str:
+    """`` | on openvino PASS, ...`` for the summary line when the check ran on targets (``--on``)."""
+    if not getattr(report, "targets", None):
+        return ""
+    from ..targets import summary
+
+    return summary(report)

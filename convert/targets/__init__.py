@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from convert._errors import UsageError
 
-__all__ = ["TARGETS", "TargetInfo", "check_available", "parse_targets", "target_module"]
+__all__ = ["TARGETS", "TargetInfo", "check_available", "parse_targets", "summary", "target_module"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +110,15 @@ def _needs_gpu() -> None:
                          "(no nvidia-smi); check on openvino, ncnn or rknn here, or on a machine with a GPU")
     raise UsageError("--on tensorrt: not built yet: the TensorRT target has not been tested on a GPU in this "
                      "project; check on openvino, ncnn or rknn")
+
+
+def summary(report: object) -> str:
+    """Return `` | on openvino PASS, rknn FAIL`` for a report's summary line ('' without targets)."""
+    results = list(getattr(report, "targets", []) or [])
+    if not results:
+        return ""
+    names = [r.target for r in results]
+    return " | on " + ", ".join(f"{r.target if names.count(r.target) == 1 else r.label} {r.verdict}" for r in results)
 
 
 def target_module(name: str) -> object:

@@ -68,7 +68,7 @@ class TargetResult:
     @property
     def label(self) -> str:
         """``target (precision)`` for the table and JUnit."""
-        return f"{self.target} [{self.precision}]"
+        return self.target if self.precision in ("", "-") else f"{self.target} [{self.precision}]"
 
     @property
     def passed(self) -> bool:
