@@ -138,8 +138,8 @@ def _check_baseline(report: ParityReport, kw: dict[str, object]) -> bool:
                    "converted model gets wrong (file:line, both values' statistics). Default: only when "
                    "parity fails.")
 @click.option("--on", "on", metavar="TARGET[,TARGET]", default=None,
-              help="Also check the converted file in these deployment toolchains: openvino, rknn, ncnn, tensorrt "
-                   "(GPU only). One row per target; a target's FAIL fails the check.")
+              help="Also check the converted file in these deployment toolchains: openvino, rknn, ncnn (tensorrt is "
+                   "refused: no GPU path yet). One row per target; a target's FAIL fails the check.")
 @click.option("--input-shape", multiple=True, metavar="NAME=1,3,224,224")
 @click.option("--inputs", type=click.Path(path_type=Path), metavar="FILE.npz")
 @click.option("--seed", type=int, default=0, show_default=True)

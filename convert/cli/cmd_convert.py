@@ -205,9 +205,9 @@ def _convert_options(func):  # type: ignore[no-untyped-def]
                           "parity fails."),
         click.option("--on", "on", metavar="TARGET[,TARGET]", default=None,
                      help="Also check the converted file in these deployment toolchains, after the usual check: "
-                          "openvino, rknn (the Rockchip NPU simulator), ncnn, tensorrt (GPU only); comma-separated. "
-                          "One row per target; a target's FAIL fails the check. Extras: convert-toolkit[openvino], "
-                          "[ncnn], [rknn]."),
+                          "openvino, rknn (the Rockchip NPU simulator), ncnn; comma-separated (tensorrt is refused: "
+                          "no GPU path yet). One row per target; a target's FAIL fails the check. Extras: "
+                          "convert-toolkit[openvino], [ncnn], [rknn]."),
     ]
     for opt in reversed(opts):
         func = opt(func)
