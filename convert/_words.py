@@ -93,6 +93,8 @@ def python_words(message: str) -> str:
 
     def one(m: re.Match[str]) -> str:
         said, took = _keyword(m.group(1), m.group(3), options)
+        if m.group(3) is None and said.endswith("=") and m.string[m.end():m.end() + 1] == ".":
+            return said[:-1]  # "Choose another --opset." -> "Choose another opset."
         return said if took or m.group(3) is None else f"{said}{m.group(2)}{m.group(3)}"
 
     text = _OPS.sub(lambda m: f"`convert.supported_ops({m.group(1)!r})`", message)

@@ -281,3 +281,95 @@ def test_the_input_real_format_is_said(tmp_path: Path, model: Path, route: str, 
 
     with pytest.raises(convert.UsageError, match=re.escape(said.split(":")[0])):  # the API says the same
         convert.convert(tmp_path / name, to="onnx", out=tmp_path / "o.onnx", format=route.split(":")[0])
+
+
+# ---- item 1: a given shape the model contradicts is refused before anything is written, in the order expected;
+# and a file that would not load is never written
+SMALL_TFLITE = ROOT / "models" / "tflite" / "small_cnn.tflite"
+
+
+@pytest.mark.parametrize("check", ["--check", "--no-check"])
+def test_tflite_nhwc_shape_is_refused_in_the_order_expected(tmp_path: Path, check: str) -> None:
+    r = _run(tmp_path, "tflite:onnx", str(SMALL_TFLITE), "--input-shape", "image=1,32,32,3", "-o", "a.onnx", check)
+    assert r.returncode == 2, r.stdout + r.stderr
+    errors = _errors(r.stderr)
+    assert len(errors) == 1 and errors[0].startswith("convert: error: --input-shape image=1,32,32,3 contradicts "
+                                                     "small_cnn.tflite: its input 'image' is Nx3x32x32"), r.stderr
+    assert errors[0].endswith("In the order expected: --input-shape image=1,3,32,32"), errors[0]
+    assert list(tmp_path.iterdir()) == []  # nothing written
+    r = _run(tmp_path, "tflite:onnx", str(SMALL_TFLITE), "--input-shape", "image=2,3,32,32", "-o", "a.onnx", check)
+    assert r.returncode == 0, r.stderr  # the order expected, with another batch: the batch is free
+
+
+def test_keras_nhwc_shape_is_refused(tmp_path: Path) -> None:
+    keras = pytest.importorskip("keras")
+    inp = keras.Input((16, 16, 3), name="image")
+    keras.Model(inp, keras.layers.Conv2D(4, 3)(inp)).save(str(tmp_path / "m.keras"))
+    r = _run(tmp_path, "tensorflow:onnx", "m.keras", "--input-shape", "image=1,16,16,3", "-o", "k.onnx", "--no-check")
+    assert r.returncode == 2 and not (tmp_path / "k.onnx").exists(), r.stderr
+    assert _errors(r.stderr)[0].endswith("In the order expected: --input-shape image=1,3,16,16"), r.stderr
+
+
+@pytest.mark.parametrize("route,files,shape,expected", [
+    ("onnx:onnx", ["m.onnx"], "x=1,32,32,3", "x=1,3,32,32"),
+    ("darknet:onnx", [str(TINY_CFG), "--random-weights"], "data=1,416,416,3", "data=1,3,416,416"),
+], ids=["onnx-fixed-dims", "darknet-channels"])
+def test_fixed_dimensions_contradicted_are_refused(tmp_path: Path, model: Path, route: str, files: list[str],
+                                                  shape: str, expected: str) -> None:
+    r = _run(tmp_path, route, *files, "--input-shape", shape, "-o", "o.onnx", "--no-check")
+    assert r.returncode == 2 and not (tmp_path / "o.onnx").exists(), r.stderr
+    assert _errors(r.stderr)[0].endswith(f"In the order expected: --input-shape {expected}"), r.stderr
+
+
+def test_onnx_file_that_would_not_load_is_not_written(tmp_path: Path) -> None:
+    """The backstop, for whatever a frontend lets through: the IR of the TFLite sample with the NHWC input
+    shape its converter used to write. ONNX Runtime refuses that file ("Can't merge shape info"); the
+    exporter refuses it before writing (strict shape inference on the graph without its weights)."""
+    import onnxruntime as ort
+
+    from convert import formats, ir
+
+    model = formats.frontend("tflite").load([SMALL_TFLITE], ir.Options())
+    ir.passes.standard_pipeline()(model)
+    model.graph.inputs[0].shape = ir.Shape([1, 32, 32, 3])
+    with pytest.raises(ir.ExportError, match=r"would not load in ONNX Runtime: .*Can't merge shape info.* Nothing was "
+                                             r"written"):
+        formats.exporter("onnx").save(model, tmp_path / "x.onnx", ir.Options())
+    assert list(tmp_path.iterdir()) == []
+    # the same IR written without the check does not load: the refusal is ONNX Runtime's own
+    from convert.ir.passes.shape_inference import weightless_proto
+
+    with pytest.raises(Exception, match="Can't merge shape info"):
+        ort.InferenceSession(weightless_proto(model).SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_onnx_strictness_beyond_the_runtime_is_no_refusal(tmp_path: Path) -> None:
+    """onnx's strict inference objects to a graph output declared 1x5 where Relu makes 1x4; ONNX Runtime loads
+    and runs that file (it merges leniently): no false refusal, the file is written and loads."""
+    import onnxruntime as ort
+    from onnx import parser
+
+    from convert.ir.passes.shape_inference import strict_inference_error
+
+    proto = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>\n'
+                               "g (float[1, 4] x) => (float[1, 5] y) { y = Relu (x) }")
+    assert "Can't merge shape info" in strict_inference_error(proto)
+    onnx.save(proto, str(tmp_path / "lenient.onnx"))
+    r = _run(tmp_path, "onnx:onnx", "lenient.onnx", "-o", "out.onnx", "--no-check")
+    assert r.returncode == 0, r.stderr
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    ort.InferenceSession(str(tmp_path / "out.onnx"), so, providers=["CPUExecutionProvider"])
+
+
+def test_caffe_prototxt_that_would_not_load_is_refused() -> None:
+    from convert.exporters.caffe.writer import refuse_unloadable
+    from convert.ir import ExportError
+
+    good = ('name: "n"\nlayer { name: "in" type: "Input" top: "x" }\n'
+            'layer { name: "r" type: "ReLU" bottom: "x" top: "y" }\n')
+    refuse_unloadable(good, "n.prototxt")
+    with pytest.raises(ExportError, match="layer 'r' \\(ReLU\\) reads 'z', which no earlier layer makes"):
+        refuse_unloadable(good.replace('bottom: "x"', 'bottom: "z"'), "n.prototxt")
+    with pytest.raises(ExportError, match="would not parse in Caffe"):
+        refuse_unloadable(good + "layer { name: 1 2 }\n", "n.prototxt")

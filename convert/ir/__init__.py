@@ -30,6 +30,7 @@ from .errors import (
     shown,
 )
 from .gcwindow import existing_objects_spared, sparing_existing_objects
+from .given import refuse_contradicting_shape
 from .io import from_proto, load_file, save_inline_streamed, save_model, serialize_inline
 from .plugins import (
     EXAMPLE_FEEDS,
@@ -137,6 +138,7 @@ __all__ = [
     "output_key",
     "passes",
     "printable",
+    "refuse_contradicting_shape",
     "replace_value",
     "save_inline_streamed",
     "save_model",

@@ -51,7 +51,8 @@ from .resize import LowerBilinearResize
 if TYPE_CHECKING:
     from convert._proto import caffe_pb2
 
-__all__ = ["MAX_CAFFEMODEL_BYTES", "CaffePlan", "build_net", "check", "output_paths", "plan", "save_caffe"]
+__all__ = ["MAX_CAFFEMODEL_BYTES", "CaffePlan", "build_net", "check", "output_paths", "plan", "refuse_unloadable",
+           "save_caffe"]
 
 logger = logging.getLogger(__name__)
 
@@ -342,6 +343,8 @@ def _write(plan: CaffePlan, out_path: Path) -> list[Path]:
             f"{model_path.name} will hold {total / 2**20:.0f} MiB of weights: the SSD-era Caffe forks (the ssd "
             "flavor's target) read at most 512 MiB of caffemodel (SetTotalBytesLimit(536870912) in their io.cpp) "
             "and will refuse it; --caffe-flavor bvlc writes for BVLC master, which reads up to 2 GiB")
+    text = _prototxt(net, emitted, flav)
+    refuse_unloadable(text, proto_path.name)
     proto_path.parent.mkdir(parents=True, exist_ok=True)
     temps: list[str] = []
     try:
@@ -349,7 +352,6 @@ def _write(plan: CaffePlan, out_path: Path) -> list[Path]:
         temps.append(tmp)
         with os.fdopen(fd, "wb") as fh:
             _stream_caffemodel(fh, net.name, emitted, options)
-        text = _prototxt(net, emitted, flav)
         fd, tmp = tempfile.mkstemp(dir=proto_path.parent, prefix=f".{proto_path.name}.", suffix=".tmp")
         temps.append(tmp)
         with os.fdopen(fd, "wb") as fh:
@@ -366,6 +368,33 @@ def _write(plan: CaffePlan, out_path: Path) -> list[Path]:
                 os.unlink(tmp)
     logger.info("wrote %s and %s (%d layers, %.1f MiB)", proto_path, model_path, len(net.layer), total / 2**20)
     return [proto_path, model_path]
+
+
+def refuse_unloadable(text: str, name: str) -> None:
+    """Refuse, before anything is written, a prototxt that Caffe could not load: one our Caffe schema
+    does not parse, or a layer reading a blob that no earlier layer (nor the net's inputs) makes.
+
+    Raises:
+        ExportError: naming the layer and that nothing was written.
+    """
+    from google.protobuf import text_format
+
+    from convert._proto import caffe_pb2
+
+    net = caffe_pb2.NetParameter()
+    try:
+        text_format.Parse(text, net)
+    except text_format.ParseError as exc:
+        raise ExportError(f"the written {name} would not parse in Caffe: {exc}. Nothing was written; this is a bug "
+                          "in convert: please report it") from exc
+    made = set(net.input) | {top for layer in net.layer if layer.type == "Input" for top in layer.top}
+    for layer in net.layer:
+        missing = [b for b in layer.bottom if b not in made]
+        if missing:
+            raise ExportError(f"the written {name} would not load in Caffe: layer '{layer.name}' ({layer.type}) reads "
+                              f"'{missing[0]}', which no earlier layer makes. Nothing was written; this is a bug in "
+                              "convert: please report it")
+        made.update(layer.top)
 
 
 def _new_file_mode() -> int:

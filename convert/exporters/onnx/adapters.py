@@ -265,7 +265,25 @@ def _generic_check(node: ir.Node, target: int) -> str:
         n -= 1
     if n > schema.max_input:
         return f"opset {target} takes at most {schema.max_input} inputs, it has {n}"
+    for i, value in enumerate(node.inputs[:n]):
+        if value is not None and value.dtype is not None and schema.inputs:
+            formal = schema.inputs[min(i, len(schema.inputs) - 1)]
+            type_str = f"tensor({onnx.TensorProto.DataType.Name(int(value.dtype)).lower()})"
+            if not type_allowed(schema, formal.type_str, type_str):
+                since = next((v for v in range(target + 1, onnx.defs.onnx_opset_version() + 1)
+                              if (s := _schema(node.op_type, v)) is not None
+                              and type_allowed(s, s.inputs[min(i, len(s.inputs) - 1)].type_str, type_str)), 0)
+                newer = f" (opset {since} takes it)" if since else ""
+                return f"opset {target} takes no {type_str} as its input '{formal.name}'{newer}"
     return ""
+
+
+def type_allowed(schema: onnx.defs.OpSchema, type_param: str, type_str: str) -> bool:
+    """Whether ``schema`` accepts ``type_str`` (``tensor(int8)``) for a formal typed ``type_param`` (``T``)."""
+    for constraint in schema.type_constraints:
+        if constraint.type_param_str == type_param:
+            return type_str in constraint.allowed_type_strs
+    return type_param == type_str or not type_param.startswith("tensor(")
 
 
 def _first_opset(op: str) -> int:

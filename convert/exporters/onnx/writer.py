@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,9 +20,9 @@ import onnx
 
 from convert import ir
 
-from .adapters import adapt_opset
+from .adapters import adapt_opset, type_allowed
 
-__all__ = ["EXTERNAL_THRESHOLD", "MAX_OPSET", "MIN_OPSET", "ORT_MIN_OPSET", "save_onnx"]
+__all__ = ["EXTERNAL_THRESHOLD", "MAX_OPSET", "MIN_OPSET", "ORT_MIN_OPSET", "refuse_unloadable", "save_onnx"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +79,85 @@ def make_batch_dynamic(model: ir.Model, diagnostics: ir.Diagnostics, name: str =
         diagnostics.note(f"--dynamic-batch: {fixed} Reshape target(s) now copy the batch dimension")
 
 
+# What ONNX Runtime says when it lacks an op, rather than finding the graph wrong: no verdict on loading.
+_ORT_UNKNOWN_OP = ("is not a registered function/op", "Could not find an implementation", "No Op registered",
+                   "not a registered", "Unrecognized attribute")
+
+
+def refuse_unloadable(model: ir.Model, opset: int, options: ir.Options) -> None:
+    """Refuse, before anything is written, a model that ONNX Runtime would not load.
+
+    onnx's shape inference in strict mode runs on the graph without its weights (they are typed
+    inputs: no byte is read; 0.1 s for a graph of a few hundred nodes): it finds sizes that
+    contradict each other, as ONNX Runtime does when it loads a file (an NHWC input shape given to an
+    NCHW conversion: "Can't merge shape info"). Where it finds something, ONNX Runtime itself is asked
+    to load that weightless graph, since onnx's inference is stricter than the runtime on a few ops:
+    only what both refuse is refused.
+
+    Raises:
+        ExportError: what the runtime refuses, and that nothing was written.
+    """
+    from convert.ir.passes.shape_inference import strict_inference_error, weightless_proto
+
+    proto = weightless_proto(model)
+    found = strict_inference_error(proto)
+    if not found:
+        return
+    _refuse_types_of_another_opset(found, opset)
+    if opset >= ORT_MIN_OPSET:
+        refused = _ort_refusal(proto)
+        if not refused:
+            logger.debug("onnx's strict shape inference objects (%s), but ONNX Runtime loads the graph", found)
+            return
+        found = refused
+    given = ("; an --input-shape was given: check it against `convert inspect`" if options.input_shapes
+             else "; this is a bug in convert: please report it")
+    raise ir.ExportError(f"the converted model would not load in ONNX Runtime: {found[:600]}. Nothing was "
+                         f"written{given}")
+
+
+_UNSUPPORTED_TYPE = re.compile(r"\(op_type:(\w+)(?:, node name: ([^)]*))?\): \[\w+\] (\w+) typestr: (\w+), "
+                               r"has unsupported type: (tensor\(\w+\))")
+
+
+def _refuse_types_of_another_opset(found: str, opset: int) -> None:
+    """Refuse, as an op this opset cannot express, an input type that opset's schema does not take but a
+    newer one does (BitShift on int8 written at opset 25: ONNX's own schema says no)."""
+    gaps = ir.GapCollector(by_reason=False)
+    for op, node, formal, type_param, type_str in _UNSUPPORTED_TYPE.findall(found):
+        since = next((v for v in range(opset + 1, MAX_OPSET + 1)
+                      if (s := _schema(op, v)) is not None and type_allowed(s, type_param, type_str)), 0)
+        if since:
+            gaps.add(op, f"node {ir.shown(node)}" if node else "a node",
+                     f"opset {opset} takes no {type_str} as its input '{formal}' (opset {since} takes it)")
+    gaps.raise_if_any(f"the model (opset {opset})", what=f"op at opset {opset}", hint="Choose another --opset.")
+
+
+def _schema(op: str, opset: int) -> onnx.defs.OpSchema | None:
+    try:
+        return onnx.defs.get_schema(op, opset, "")
+    except onnx.defs.SchemaError:
+        return None
+
+
+def _ort_refusal(proto: object) -> str:
+    """Return why ONNX Runtime refuses to load ``proto`` as a user's session does (its default graph
+    optimisations: the layout ones re-check sizes that the basic ones let through), or '' when it loads
+    it, or when it refuses only for an op it does not have."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4  # its lenient merges warn on stderr: the verdict is ours to say
+    try:
+        ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])  # type: ignore[attr-defined]
+    except Exception as exc:  # ONNX Runtime's own error types
+        text = " ".join(str(exc).split())
+        if any(s in text for s in _ORT_UNKNOWN_OP):
+            return ""
+        return text.split(" : ", 3)[-1] if " : " in text else text
+    return ""
+
+
 def save_onnx(model: ir.Model, path: Path, options: ir.Options) -> list[Path]:
     """Write ``model`` to ``path`` (and ``path.data`` when external) at ``options.opset``.
 
@@ -120,6 +200,7 @@ def save_onnx(model: ir.Model, path: Path, options: ir.Options) -> list[Path]:
     ir_needed = max(_min_ir_version(opset), 4)
     model.ir_version = ir_needed
 
+    refuse_unloadable(model, opset, options)
     total = _weight_bytes(model)
     external = options.external_data if options.external_data is not None else total > EXTERNAL_THRESHOLD
     path = Path(path)

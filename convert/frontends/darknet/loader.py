@@ -18,6 +18,7 @@ from convert.ir import (
     UsageError,
     convert_all,
 )
+from convert.ir.given import refuse_contradicting_shape
 
 from . import heads
 from .activations import ACTIVATIONS
@@ -157,6 +158,8 @@ def input_shape(net: Section, options: Options) -> tuple[int, int, int]:
         shape = next(iter(options.input_shapes.values()))
         if len(shape) != 4:
             raise UsageError(f"darknet input shape must be N,C,H,W, got {','.join(map(str, shape))}")
+        if c > 0:  # the weights are sized by the cfg's channels; width and height are the net's to resize
+            refuse_contradicting_shape("data", shape, [None, c, None, None], source=f"{net.where} (channels={c})")
         c, h, w = (int(d) for d in shape[1:])
     if h <= 0 or w <= 0 or c <= 0:
         if h == 0 and w == 0 and net.int("inputs", 0) > 0:

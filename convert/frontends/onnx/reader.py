@@ -532,7 +532,7 @@ def read_onnx(paths: Sequence[Path], options: ir.Options) -> ir.Model:
         if not node.metadata_props.get("convert:source_file"):
             first = next((o.name for o in node.outputs if o.name), "")
             ir.set_provenance(node, ir.Provenance(file=source, layer=node.name or first or "", kind=node.op_type))
-    _apply_input_shapes(model, options)
+    _apply_input_shapes(model, options, source)
     return model
 
 
@@ -551,7 +551,7 @@ def _weights_are_not_inputs(model: ir.Model) -> None:
             graph.inputs.pop(i)  # pop(): slice deletion leaves values marked as inputs
 
 
-def _apply_input_shapes(model: ir.Model, options: ir.Options) -> None:
+def _apply_input_shapes(model: ir.Model, options: ir.Options, source: str = "the model") -> None:
     if not options.input_shapes:
         return
     by_name = {v.name: v for v in model.graph.inputs}
@@ -571,4 +571,7 @@ def _apply_input_shapes(model: ir.Model, options: ir.Options) -> None:
             )
         if value.shape is not None and len(value.shape) != len(shape):
             raise ir.UsageError(f"--input-shape {name}: rank {len(shape)}, but the input has rank {len(value.shape)}")
+        if value.shape is not None:  # a size the file fixes stays: another one writes a file that does not load
+            ir.refuse_contradicting_shape(name, shape, [d if isinstance(d, int) else None for d in value.shape],
+                                          source=source)
         value.shape = ir.Shape(list(shape))

@@ -24,6 +24,7 @@ from convert.ir import (
     Value,
     convert_all,
 )
+from convert.ir.given import refuse_contradicting_shape
 
 from .context import PaddleContext
 from .legacy import read_pdmodel
@@ -142,9 +143,12 @@ def _records(files: ModelFiles, program: Program) -> dict[str, ParamRecord]:
 
 
 def _input_shape(program: Program, name: str, options: Options) -> list[int | str]:
-    if name in options.input_shapes:
-        return list(options.input_shapes[name])
     var = program.var(name)
+    if name in options.input_shapes:
+        if var.shape is not None:  # -1: a free dimension
+            declared = [int(d) if d >= 0 else None for d in var.shape]
+            refuse_contradicting_shape(name, options.input_shapes[name], declared, source=program.source.name)
+        return list(options.input_shapes[name])
     if var.shape is None:
         raise ModelFormatError(f"{program.source.name}: input '{name}' has no shape; give --input-shape")
     dims: list[int | str] = []

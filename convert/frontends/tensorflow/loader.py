@@ -22,6 +22,7 @@ from convert.ir import (
     convert_all,
     shown,
 )
+from convert.ir.given import refuse_contradicting_shape
 from convert.ir.passes import EliminateCommonSubexpressions
 
 from .context import NCHW, TF, TO_NCHW, TO_TF, TFContext
@@ -192,6 +193,9 @@ def convert_graph(graph: TFGraph, options: Options, *, name: str = "tensorflow")
         if user_name in options.input_shapes:
             # --input-shape is in the order the converted model declares (NCHW unless --keep-nhwc):
             # the shape `convert inspect` prints and the hints show; TensorFlow's is NHWC
+            refuse_contradicting_shape(user_name, options.input_shapes[user_name], dims, source=str(graph.source),
+                                       order="NCHW: TensorFlow's NHWC transposed; --keep-nhwc keeps NHWC"
+                                       if nchw else "")
             dims = list(options.input_shapes[user_name])
             tf_dims = [dims[p] for p in TO_TF] if nchw and len(dims) == 4 else dims
             ctx.shapes[tensor] = tuple(int(d) if isinstance(d, int) else None for d in tf_dims)

@@ -42,6 +42,7 @@ from convert.ir import (
     Value,
     convert_all,
 )
+from convert.ir.given import refuse_contradicting_shape
 
 from .model import TFLModel, TFLOp, TFLQuant, TFLTensor, read_model
 
@@ -413,6 +414,8 @@ def convert_model(model: TFLModel, options: Options, *, name: str = "tflite") ->
         if user_name in options.input_shapes:
             # --input-shape is in the order the converted model declares (NCHW unless --keep-nhwc):
             # the shape `convert inspect` prints and the hints show; TFLite's is NHWC
+            refuse_contradicting_shape(user_name, options.input_shapes[user_name], dims, source=str(model.source),
+                                       order="NCHW: TFLite's NHWC transposed; --keep-nhwc keeps NHWC" if nchw else "")
             dims = list(options.input_shapes[user_name])
             tfl_dims = [dims[p] for p in TO_TF] if nchw and len(dims) == 4 else dims
         ctx.shapes[key] = tuple(int(d) if isinstance(d, int) else None for d in tfl_dims)

@@ -17,7 +17,7 @@ import onnx_ir as _ir
 
 from .base import Pass, PassResult
 
-__all__ = ["InferShapes"]
+__all__ = ["InferShapes", "strict_inference_error", "weightless_proto"]
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,10 @@ _INTEGER_TYPES = {onnx.TensorProto.INT32, onnx.TensorProto.INT64, onnx.TensorPro
 _GROWING = {"Range", "ConstantOfShape", "Expand", "Tile", "OneHot", "Pad", "Resize", "Upsample", "CenterCropPad"}
 
 
-def _infer(model: _ir.Model, data_prop: bool) -> onnx.ModelProto | None:
+def weightless_proto(model: _ir.Model) -> onnx.ModelProto:
+    """Return ``model`` as a ModelProto whose weights over 1 KiB are typed graph inputs instead: what
+    shape inference and a loader's checks need, without a byte of the weights (small constants, the
+    shapes a Reshape reads, stay). ``model`` is left as it was."""
     graph = model.graph
     saved = []
     n_inputs = len(graph.inputs)
@@ -48,13 +51,28 @@ def _infer(model: _ir.Model, data_prop: bool) -> onnx.ModelProto | None:
         if not value.is_graph_input():
             graph.inputs.append(value)
     try:
-        proto = _ir.serde.serialize_model(model)
+        return _ir.serde.serialize_model(model)
     finally:
         while len(graph.inputs) > n_inputs:  # pop(): slice deletion leaves values marked as inputs
             graph.inputs.pop()
         for value, tensor in saved:
             value.const_value = tensor
             graph.register_initializer(value)
+
+
+def strict_inference_error(proto: onnx.ModelProto) -> str:
+    """Return the first error onnx's shape inference finds in strict mode (sizes that contradict each
+    other, an input of the wrong type: what ONNX Runtime refuses to load), or '' when there is none."""
+    try:
+        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=False)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
+        text = " ".join(str(exc).split())
+        return text.removeprefix("[ShapeInferenceError] Inference error(s): ")
+    return ""
+
+
+def _infer(model: _ir.Model, data_prop: bool) -> onnx.ModelProto | None:
+    proto = weightless_proto(model)
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=False)
         if not data_prop or _static(inferred):  # data propagation could only add sizes that are missing
