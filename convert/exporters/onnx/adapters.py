@@ -122,7 +122,7 @@ def _layer_norm(ctx: Ctx, node: ir.Node) -> None:
     mean = ctx.node_before(node, "ReduceMean", [x], {"axes": axes, "keepdims": 1})
     d = ctx.node_before(node, "Sub", [x, mean])
     var = ctx.node_before(node, "ReduceMean", [ctx.node_before(node, "Mul", [d, d])], {"axes": axes, "keepdims": 1})
-    eps_v = ctx.const(np.asarray(eps, dtype=np.float32), f"{node.name}_eps")
+    eps_v = _scalar(ctx, eps, x, f"{node.name}_eps")
     std = ctx.node_before(node, "Sqrt", [ctx.node_before(node, "Add", [var, eps_v])])
     y = ctx.node_before(node, "Mul", [ctx.node_before(node, "Div", [d, std]), scale])
     if bias is not None:
@@ -137,20 +137,146 @@ def _gelu(ctx: Ctx, node: ir.Node) -> None:
         return
     x = node.inputs[0]
     approx = node.attributes.get_string("approximate", "none")
-    half = ctx.const(np.asarray(0.5, np.float32), f"{node.name}_half")
-    one = ctx.const(np.asarray(1.0, np.float32), f"{node.name}_one")
+    half = _scalar(ctx, 0.5, x, f"{node.name}_half")
+    one = _scalar(ctx, 1.0, x, f"{node.name}_one")
     if approx == "tanh":
-        c = ctx.const(np.asarray(np.sqrt(2 / np.pi), np.float32), f"{node.name}_c")
-        k = ctx.const(np.asarray(0.044715, np.float32), f"{node.name}_k")
+        c = _scalar(ctx, np.sqrt(2 / np.pi), x, f"{node.name}_c")
+        k = _scalar(ctx, 0.044715, x, f"{node.name}_k")
         x3 = ctx.node_before(node, "Mul", [ctx.node_before(node, "Mul", [x, x]), x])
         kx3 = ctx.node_before(node, "Mul", [k, x3])
         inner = ctx.node_before(node, "Mul", [c, ctx.node_before(node, "Add", [x, kx3])])
         t = ctx.node_before(node, "Tanh", [inner])
     else:
-        r = ctx.const(np.asarray(1 / np.sqrt(2), np.float32), f"{node.name}_rsqrt2")
+        r = _scalar(ctx, 1 / np.sqrt(2), x, f"{node.name}_rsqrt2")
         t = ctx.node_before(node, "Erf", [ctx.node_before(node, "Mul", [x, r])])
     y = ctx.node_before(node, "Mul", [ctx.node_before(node, "Mul", [x, half]), ctx.node_before(node, "Add", [t, one])])
     _replace(ctx, node, y)
+
+
+def _scalar(ctx: Ctx, value: float, like: ir.Value | None, base: str) -> ir.Value:
+    """A 0-d constant of ``like``'s float type (float32 when unknown)."""
+    dtype = like.dtype.numpy() if like is not None and like.dtype is not None else np.float32
+    return ctx.const(np.asarray(value, dtype=dtype), base)
+
+
+@ADAPTERS.register("HardSwish", since=14)
+def _hard_swish(ctx: Ctx, node: ir.Node) -> None:
+    """HardSwish (opset 14) below it: x * HardSigmoid(x, alpha=1/6, beta=0.5), as torch.onnx writes it."""
+    if ctx.up:
+        return
+    x = node.inputs[0]
+    gate = ctx.node_before(node, "HardSigmoid", [x], {"alpha": 1 / 6, "beta": 0.5})
+    _replace(ctx, node, ctx.node_before(node, "Mul", [x, gate]))
+
+
+@ADAPTERS.register("Mish", since=18)
+def _mish(ctx: Ctx, node: ir.Node) -> None:
+    """Mish (opset 18) below it: x * Tanh(Softplus(x)), its definition."""
+    if ctx.up:
+        return
+    x = node.inputs[0]
+    t = ctx.node_before(node, "Tanh", [ctx.node_before(node, "Softplus", [x])])
+    _replace(ctx, node, ctx.node_before(node, "Mul", [x, t]))
+
+
+@ADAPTERS.register("Celu", since=12)
+def _celu(ctx: Ctx, node: ir.Node) -> None:
+    """Celu (opset 12) below it: Relu(x) + Min(0, alpha * (Exp(x / alpha) - 1)), its definition."""
+    if ctx.up:
+        return
+    x = node.inputs[0]
+    alpha = node.attributes.get_float("alpha", 1.0)
+    a = _scalar(ctx, alpha, x, f"{node.name}_alpha")
+    em1 = ctx.node_before(node, "Sub", [ctx.node_before(node, "Exp", [ctx.node_before(node, "Div", [x, a])]),
+                                        _scalar(ctx, 1.0, x, f"{node.name}_one")])
+    neg = ctx.node_before(node, "Min", [ctx.node_before(node, "Mul", [a, em1]), _scalar(ctx, 0.0, x, f"{node.name}_0")])
+    _replace(ctx, node, ctx.node_before(node, "Add", [ctx.node_before(node, "Relu", [x]), neg]))
+
+
+@ADAPTERS.register("Swish", since=24)
+def _swish(ctx: Ctx, node: ir.Node) -> None:
+    """Swish (opset 24) below it: x * Sigmoid(alpha * x)."""
+    if ctx.up:
+        return
+    x = node.inputs[0]
+    alpha = node.attributes.get_float("alpha", 1.0)
+    ax = x if alpha == 1.0 else ctx.node_before(node, "Mul", [_scalar(ctx, alpha, x, f"{node.name}_alpha"), x])
+    _replace(ctx, node, ctx.node_before(node, "Mul", [x, ctx.node_before(node, "Sigmoid", [ax])]))
+
+
+def _or_equal(strict: str) -> Adapter:
+    def adapter(ctx: Ctx, node: ir.Node) -> None:
+        """GreaterOrEqual/LessOrEqual (opset 12) below it: Or(Greater/Less, Equal), NaN compares false in both."""
+        if ctx.up:
+            return
+        a, b = node.inputs[0], node.inputs[1]
+        if ctx.target < 11 and a is not None and a.dtype is not None and a.dtype.is_floating_point():
+            raise _NotExpressibleError(f"opset {ctx.target}'s Equal takes no floats (opset 11 does)")
+        cmp = ctx.node_before(node, strict, [a, b])
+        _replace(ctx, node, ctx.node_before(node, "Or", [cmp, ctx.node_before(node, "Equal", [a, b])]))
+
+    return adapter
+
+
+ADAPTERS.register("GreaterOrEqual", since=12)(_or_equal("Greater"))
+ADAPTERS.register("LessOrEqual", since=12)(_or_equal("Less"))
+
+
+@ADAPTERS.register("CastLike", since=15)
+def _cast_like(ctx: Ctx, node: ir.Node) -> None:
+    """CastLike (opset 15) below it: Cast to the type of its second input, where that type is known."""
+    if ctx.up:
+        return
+    like = node.inputs[1]
+    if like is None or like.dtype is None:
+        raise _NotExpressibleError("the type it casts to is unknown here")
+    _replace(ctx, node, ctx.node_before(node, "Cast", [node.inputs[0]], {"to": int(like.dtype)}))
+
+
+@ADAPTERS.register("Trilu", since=14)
+def _trilu(ctx: Ctx, node: ir.Node) -> None:
+    """Trilu (opset 14) below it: Where(mask, x, 0) with the constant triangle mask, where the last two
+    sizes and k are constants (Where: opset 9)."""
+    if ctx.up:
+        return
+    x = node.inputs[0]
+    k_v = node.inputs[1] if len(node.inputs) > 1 else None
+    if ctx.target < 9:
+        raise _NotExpressibleError(f"opset {ctx.target} has no Where (opset 9)")
+    if x is None or x.shape is None or len(x.shape) < 2 or not all(isinstance(d, int) for d in x.shape[-2:]):
+        raise _NotExpressibleError("its last two sizes are not constants")
+    if k_v is not None and k_v.const_value is None:
+        raise _NotExpressibleError("its k is computed at run time")
+    k = int(k_v.const_value.numpy().reshape(-1)[0]) if k_v is not None and k_v.const_value is not None else 0
+    rows, cols = int(x.shape[-2]), int(x.shape[-1])
+    mask = (np.triu if node.attributes.get_int("upper", 1) else np.tril)(np.ones((rows, cols), bool), k)
+    zero = _scalar(ctx, 0, x, f"{node.name}_0") if x.dtype is None or x.dtype.is_floating_point() else \
+        ctx.const(np.zeros((), x.dtype.numpy()), f"{node.name}_0")
+    _replace(ctx, node, ctx.node_before(node, "Where", [ctx.const(mask, f"{node.name}_mask"), x, zero]))
+
+
+@ADAPTERS.register("RMSNormalization", since=23)
+def _rms_norm(ctx: Ctx, node: ir.Node) -> None:
+    """RMSNormalization (opset 23) below it: x / Sqrt(ReduceMean(x * x) + epsilon) * scale over the axes
+    from ``axis`` on (ReduceMean's axes an attribute before opset 18, an input from it)."""
+    if ctx.up:
+        return
+    x, scale = node.inputs[0], node.inputs[1]
+    if x is None or x.shape is None:
+        raise _NotExpressibleError("its input rank is unknown")
+    if x.dtype is not None and x.dtype != ir.DataType.FLOAT:
+        raise _NotExpressibleError("it computes in float32 (stash_type) from another type")
+    rank = len(x.shape)
+    axes = list(range(node.attributes.get_int("axis", -1) % rank, rank))
+    sq = ctx.node_before(node, "Mul", [x, x])
+    if ctx.target >= 18:
+        mean = ctx.node_before(node, "ReduceMean", [sq, ctx.const(np.asarray(axes, np.int64), f"{node.name}_axes")],
+                               {"keepdims": 1})
+    else:
+        mean = ctx.node_before(node, "ReduceMean", [sq], {"axes": axes, "keepdims": 1})
+    eps = _scalar(ctx, node.attributes.get_float("epsilon", 1e-5), x, f"{node.name}_eps")
+    rms = ctx.node_before(node, "Sqrt", [ctx.node_before(node, "Add", [mean, eps])])
+    _replace(ctx, node, ctx.node_before(node, "Mul", [ctx.node_before(node, "Div", [x, rms]), scale]))
 
 
 # Operands that were attributes before an opset and inputs from it on: op -> (that opset,
