@@ -327,6 +327,7 @@ def convert(
             formats.refuse_claimed_mismatch(fmt, paths, ex.name)
         fe = formats.frontend(fmt)
         opts = make_options([fe, ex], options, progress=progress)
+        opts.progress(f"reading the {fmt} model", 0, 0)  # a phase (total 0): the CLI's status line
         model = _load(fe, paths, opts)
     if ex.name == "caffe":
         _fix_free_batch(model, opts)
@@ -359,8 +360,10 @@ def convert(
     refuse_overwrite(_files_read(paths, model), written_candidates(target, ex))
     check_writable(target, "the output")
     _warn_suffix(target, ex, opts)
+    opts.progress("optimising the graph", 0, 0)
     ir.passes.standard_pipeline(fold_batchnorm=fold_batchnorm, validate=validate)(model)
     plan = _check_export(ex, model, opts)
+    opts.progress(f"writing {target.name}", 0, 0)
     written = _write_making_folders(target, opts, lambda: plan.write(target) if plan is not None
                                     else ex.save(model, target, opts))
     stats = ir.model_stats(model)

@@ -373,3 +373,46 @@ def test_caffe_prototxt_that_would_not_load_is_refused() -> None:
         refuse_unloadable(good.replace('bottom: "x"', 'bottom: "z"'), "n.prototxt")
     with pytest.raises(ExportError, match="would not parse in Caffe"):
         refuse_unloadable(good + "layer { name: 1 2 }\n", "n.prototxt")
+
+
+# ---- item 6: progress on a terminal (phases, the parity runs, locate's layers); nothing when piped or with -q
+def _on_a_terminal(cwd: Path, *args: str) -> tuple[int, str, str]:
+    """Run the command with stderr on a pseudo-terminal; return its status, stdout and what the terminal got."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))  # a terminal 200 columns wide
+    proc = subprocess.Popen([sys.executable, "-m", "convert", *args], stdout=subprocess.PIPE, stderr=slave,
+                            cwd=cwd, env=_env())
+    os.close(slave)
+    seen = bytearray()
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the command closed the terminal's other end
+            break
+        if not data:
+            break
+        seen += data
+    os.close(master)
+    out = proc.stdout.read().decode() if proc.stdout else ""
+    return proc.wait(timeout=600), out, seen.decode(errors="replace")
+
+
+def test_progress_on_a_terminal_only(tmp_path: Path) -> None:
+    args = ["darknet:onnx", str(TINY_CFG), "--random-weights", "-o", "t.onnx", "--locate"]
+    code, out, terminal = _on_a_terminal(tmp_path, *args)
+    assert code == 0, terminal
+    for phase in ("convert: reading the darknet model...", "convert: writing t.onnx...",
+                  "convert: parity: the source in ", "convert: parity: the converted model in ONNX Runtime",
+                  "convert: locate: every layer of the source in", "locate: comparing layers"):
+        assert phase in terminal, (phase, terminal[-2000:])
+    assert "data 1x3x416x416" in terminal  # the parity inputs
+    assert out.splitlines()[-1].startswith("OK darknet:onnx")
+    code, out, terminal = _on_a_terminal(tmp_path, *args, "-q")
+    assert code == 0 and "convert:" not in terminal and "locate: comparing" not in terminal, terminal
+    r = _run(tmp_path, *args)  # piped: no progress
+    assert r.returncode == 0 and "parity: the source in" not in r.stderr and "\r" not in r.stderr, r.stderr

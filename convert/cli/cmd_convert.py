@@ -61,11 +61,16 @@ def format_options() -> list[catalog.OptionInfo]:
 
 
 class _Progress:
-    """Turn ``progress(step, done, total)`` calls into tqdm bars on a terminal; silent otherwise."""
+    """Turn ``progress(step, done, total)`` calls into tqdm bars on a terminal; silent otherwise.
+
+    A call with ``total`` 0 names a phase (reading, writing, the parity check's runs, locate's): one
+    status line, replaced by the next phase and cleared at the end.
+    """
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
         self.bars: dict[str, object] = {}
+        self.status: object | None = None
 
     def __call__(self, step: str, done: int, total: int) -> None:
         if step in ("writing weights", "caffe weights"):
@@ -74,6 +79,11 @@ class _Progress:
             return
         from tqdm import tqdm
 
+        if total <= 0:
+            if self.status is None:
+                self.status = tqdm(total=0, bar_format="convert: {desc}...", leave=False, file=sys.stderr)
+            self.status.set_description_str(step)  # type: ignore[attr-defined]
+            return
         bar = self.bars.get(step)
         if bar is None:
             unit_scale = total > 10_000
@@ -85,7 +95,7 @@ class _Progress:
             bar.close()  # type: ignore[attr-defined]
 
     def close(self) -> None:
-        for bar in self.bars.values():
+        for bar in [*self.bars.values(), *([self.status] if self.status is not None else [])]:
             bar.close()  # type: ignore[attr-defined]
 
 

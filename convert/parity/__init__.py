@@ -242,8 +242,11 @@ def run_parity(
     feeds = resolve_inputs(src, inputs, options, seed=seed)
     dst = dest_runtime or open_runtime(dest_format, dest_paths, options)
     src_specs = list(src.inputs())
+    shapes = ", ".join(f"{k} {'x'.join(map(str, np.shape(v)))}" for k, v in feeds.items())
+    options.progress(f"parity: the source in {src.name} on {shapes}", 0, 0)  # a phase: the CLI's status line
     ref = _run(src, "the source model", feeds)
     dst_feeds = _rename_feeds(feeds, src_specs, list(dst.inputs()))
+    options.progress(f"parity: the converted model in {dst.name}", 0, 0)
     got = _run(dst, "the converted model", dst_feeds)
     report = ParityReport(
         source=normalize(source_format), source_runtime=src.name, source_device=src.device,

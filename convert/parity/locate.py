@@ -537,6 +537,7 @@ def locate(source_format: str, source_paths: Sequence[Path], dest_format: str, d
     if source is None:
         result.unavailable = f"the {src} runtime cannot expose intermediate layers"
         return result
+    options.progress(f"locate: every layer of the source in {runtime.name}", 0, 0)  # a phase
     try:
         refs = source([Path(p) for p in source_paths], runtime, feeds, options)
     except LocateUnavailableError as exc:
@@ -545,9 +546,11 @@ def locate(source_format: str, source_paths: Sequence[Path], dest_format: str, d
     if dest is None:
         result.unavailable = f"no intermediate layers can be read from a {dst} model"
         return result
+    options.progress(f"locate: the converted model's {len(refs)} layers", 0, 0)
     gots = dest([Path(p) for p in dest_paths], list(refs), dest_feeds, options)
     nhwc = src in ("tflite", "tensorflow")
-    for key, ref_values in refs.items():
+    for done, (key, ref_values) in enumerate(refs.items(), 1):
+        options.progress("locate: comparing layers", done, len(refs))
         if key not in gots:
             result.skipped += 1
             continue
