@@ -416,3 +416,32 @@ def test_progress_on_a_terminal_only(tmp_path: Path) -> None:
     assert code == 0 and "convert:" not in terminal and "locate: comparing" not in terminal, terminal
     r = _run(tmp_path, *args)  # piped: no progress
     assert r.returncode == 0 and "parity: the source in" not in r.stderr and "\r" not in r.stderr, r.stderr
+
+
+# ---- items 3 and 9: the README's commands work as pasted and leave nothing un-ignored in the checkout
+def _bash_blocks(text: str) -> list[str]:
+    return re.findall(r"```(?:bash|sh)\n(.*?)```", text, re.S)
+
+
+def test_readme_command_one_is_the_pt2_sample_and_says_how_to_get_cpu_torch() -> None:
+    readme = (ROOT / "README.md").read_text()
+    first = _bash_blocks(readme)[0]
+    assert "python models/pytorch/make_sample.py && convert 'pytorch->caffe' models/pytorch/sample.pt2 -o out/" in first
+    assert "pip install torch==2.14.1 --index-url https://download.pytorch.org/whl/cpu" in readme
+    assert "models/pytorch/sample.pt2" in (ROOT / ".gitignore").read_text()
+
+
+def test_readme_and_batch_doc_examples_paste_one_command_a_line_and_write_under_out() -> None:
+    for doc in (ROOT / "README.md", ROOT / "docs" / "batch.md"):
+        text = doc.read_text()
+        for block in _bash_blocks(text):
+            for line in block.splitlines():
+                command = line.split("  #")[0]
+                assert len(re.findall(r"(?:^|\s)convert\s", command)) <= 1, (doc.name, line)
+        for block in re.findall(r"```python\n(.*?)```", text, re.S):  # every file a Python example writes: out/
+            written = re.findall(r"out=\"([^\"]+)\"|save\([^,]+, \"([^\"]+)\"|Path\(\"([^\"]+)\"\)\.write_text", block)
+            paths = [p for group in written for p in group if p]
+            assert paths and all(p.startswith("out/") for p in paths), (doc.name, paths)
+    batch = (ROOT / "docs" / "batch.md").read_text()
+    for flag in ("--junit", "--report", "--summary"):
+        assert f"{flag} out/" in batch.split("```")[1], flag

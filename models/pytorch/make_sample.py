@@ -1,11 +1,15 @@
-"""Write ``models/pytorch/sample.pt``: the tiny TorchScript CNN of the README's headline demo.
+"""Write the tiny CNN of the README's headline demo: ``models/pytorch/sample.pt2``, an ExportedProgram.
 
-    python models/pytorch/make_sample.py            # writes models/pytorch/sample.pt
-    convert 'pytorch->caffe' models/pytorch/sample.pt
+    python models/pytorch/make_sample.py            # writes models/pytorch/sample.pt2 (torch.export)
+    convert 'pytorch->caffe' models/pytorch/sample.pt2
+    python models/pytorch/make_sample.py models/pytorch/sample.pt   # the TorchScript file (committed)
 
-A traced TorchScript file records the shape of the example it was traced with, so the demo
-needs no ``--input-shape``. Weights are seeded and the BatchNorm statistics measured on seeded
-random data, so the output is neither degenerate nor different from run to run.
+``torch.export`` is the format torch recommends today (TorchScript's ``jit.trace``/``jit.save``
+warn that they are deprecated); the committed ``sample.pt`` is the same model traced to
+TorchScript, which the tests and the batch examples still convert. Either file records the shape
+of the example it was made with, so the demo needs no ``--input-shape``. Weights are seeded and
+the BatchNorm statistics measured on seeded random data, so the output is neither degenerate nor
+different from run to run.
 """
 
 from __future__ import annotations
@@ -35,11 +39,17 @@ class SampleNet(nn.Module):
         return self.classifier(torch.flatten(self.features(image), 1)).softmax(1)
 
 
-def main(out: Path = HERE / "sample.pt") -> None:
-    """Build, calibrate, trace and save the sample model."""
+def main(out: Path = HERE / "sample.pt2") -> None:
+    """Build and calibrate the sample model; save it with torch.export (``.pt2``) or traced to
+    TorchScript (any other suffix)."""
     torch.manual_seed(0)
     model = recalibrate(SampleNet(), (1, 3, 32, 32))
     example = torch.rand(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    if out.suffix == ".pt2":
+        program = torch.export.export(model.eval(), (example,))
+        torch.export.save(program, out)
+        print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
+        return
     with torch.no_grad():
         traced = torch.jit.trace(model, (example,))
     if out.exists() and _same_model(torch.jit.load(out), traced):
@@ -58,4 +68,4 @@ def _same_model(saved: torch.jit.ScriptModule, traced: torch.jit.ScriptModule) -
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "sample.pt")
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "sample.pt2")
