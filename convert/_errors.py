@@ -12,6 +12,7 @@ that module in ``sys.modules``: the classes are the same objects either way.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import importlib.util
 import sys
@@ -20,7 +21,7 @@ from types import ModuleType
 
 __all__ = ["ConversionError", "ConvertError", "ExportError", "ModelFormatError", "PassError",
            "UnsupportedOpsError", "UsageError", "errors_module",
-           "printable", "shown"]
+           "printable", "resource_exhausted", "shown"]
 
 _NAME = "convert.ir.errors"
 
@@ -53,3 +54,53 @@ PassError = _errors.PassError
 ExportError = _errors.ExportError
 printable = _errors.printable
 shown = _errors.shown
+
+
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def _fsize_limit() -> str:
+    """' (files limited to 8 MiB: ulimit -f)' when the process has a file size limit, else ''."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):  # no resource module (Windows)
+        return ""
+    return f" (files limited to {_mib(soft)}: ulimit -f)" if soft != resource.RLIM_INFINITY else ""
+
+
+def resource_exhausted(exc: BaseException) -> str | None:
+    """Say which of the machine's limits ``exc`` ran into (memory, address space, disk), or None.
+
+    ``exc`` counts when it, or an exception it was raised from or while handling, is a
+    ``MemoryError`` or an ``OSError`` for no memory (``mmap`` under ``ulimit -v``), a full disk or a
+    file over the size limit (``ulimit -f``).
+    These are the machine's limits, not bugs: the CLI says so in one line, exit 2 (1 for the check).
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, MemoryError) or (isinstance(current, OSError) and current.errno == errno.ENOMEM):
+            limit = ""
+            try:
+                import resource
+
+                soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+                if soft != resource.RLIM_INFINITY:
+                    limit = f" (address space limited to {_mib(soft)}: ulimit -v)"
+            except (ImportError, OSError, ValueError):  # no resource module (Windows)
+                pass
+            return f"out of memory{limit}"
+        if isinstance(current, OSError) and current.errno == errno.EFBIG:
+            return f"over the file size limit{_fsize_limit()}"
+        if isinstance(current, OSError) and current.errno in _DISK_FULL:
+            where = f" at '{current.filename}'" if current.filename else ""
+            return f"the disk is full{where}"
+        current = current.__cause__ or current.__context__
+    return None

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import formats, ir
+from ._errors import resource_exhausted
 from ._paths import check_writable, default_output, missing_folders
 from ._tolerances import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TOL
 from ._words import did_you_mean, speaks_python
@@ -248,6 +249,9 @@ def write_error(exc: OSError, target: Path) -> ir.ExportError:
             room = ""
         return ir.ExportError(f"cannot write '{target}': the disk is full{room}. Nothing was written; free some "
                               "space or choose another -o.")
+    if exc.errno == errno.ENOMEM:  # mmap under ``ulimit -v``: the machine's limit, said as such
+        return ir.ExportError(f"cannot write '{target}': {resource_exhausted(exc)}: {exc.strerror or exc}. Nothing "
+                              "was written; free memory or raise the limit.")
     return ir.ExportError(f"cannot write '{target}': {exc.strerror or exc}. Nothing was written.")
 
 
@@ -383,6 +387,11 @@ def convert(
                 seeded=inputs is None and ir.EXAMPLE_FEEDS not in opts.extra))
         except ir.ConvertError as exc:
             result.parity_error = f"the parity check failed to run: {exc}"
+        except Exception as exc:  # out of memory or disk in the check: the file is written, exit 1
+            limit = resource_exhausted(exc)
+            if limit is None:
+                raise
+            result.parity_error = f"the parity check stopped, {limit}: {exc}"
     if result.report is not None:  # the report records the seed whenever the inputs were seeded
         seeded = inputs is None and ir.EXAMPLE_FEEDS not in opts.extra
         result.report.seed = seed if seeded else None

@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from .. import _paths, _signals, formats
-from .._errors import ConvertError, ExportError, UsageError, printable
+from .._errors import ConvertError, ExportError, UsageError, printable, resource_exhausted
 from .._signals import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
 from .._tolerances import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TOL
 from .._words import cli_words
@@ -377,6 +377,25 @@ def _is_internal_error(exc: BaseException) -> bool:
     return driver is not None and isinstance(exc, driver.InternalError)
 
 
+def _limit_message(exc: BaseException, limit: str) -> str:
+    """One line for an exception that ran into the machine's memory or disk: which, while doing what."""
+    cause = _signals.in_chain(exc, MemoryError) or _signals.in_chain(exc, OSError) or exc
+    if _is_internal_error(exc):
+        doing = f"while converting {exc.where}"  # type: ignore[attr-defined]
+    else:  # the innermost frame of convert's own code says what was being done
+        frames = [f for f in _traceback_frames(cause) if "/convert/" in f[0].replace("\\", "/")]
+        doing = f"in {frames[-1][2]} ({Path(frames[-1][0]).name}:{frames[-1][1]})" if frames else ""
+    detail = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    hint = "free some space there" if limit.startswith("the disk") else "free memory or raise the limit"
+    return f"{limit} {doing}: {detail}. This is the machine's limit, not a bug in convert: {hint}"
+
+
+def _traceback_frames(exc: BaseException) -> list[tuple[str, int, str]]:
+    import traceback
+
+    return [(f.filename, f.lineno or 0, f.name) for f in traceback.extract_tb(exc.__traceback__)]
+
+
 def guard(func, ctx: click.Context, debug: bool, **kw: object) -> None:  # type: ignore[no-untyped-def]
     """Run a command's body: ConvertError -> one line, exit 2; an interrupt -> 130/143; a bug -> exit 3."""
     setup_logging(int(kw.get("verbose") or 0), debug)
@@ -402,6 +421,10 @@ def guard(func, ctx: click.Context, debug: bool, **kw: object) -> None:  # type:
         missing = formats.missing_framework(exc)  # the user's set-up, not our bug
         if missing is not None and not debug:
             err(missing)
+            ctx.exit(EXIT_USAGE)
+        limit = resource_exhausted(exc)  # out of memory or disk: the machine's limit, not our bug
+        if limit is not None and not debug:
+            err(_limit_message(exc, limit))
             ctx.exit(EXIT_USAGE)
         if debug:
             raise

@@ -68,6 +68,11 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
     sources, against = _split_against([Path(p) for p in inputs], against, src, dst)
     from .. import api
 
+    # Darknet's batch norm differs between its two forks; the converted file records the one it was
+    # made with (ONNX), and --darknet-lineage names it where the file cannot (Caffe) or to check another.
+    lineage = {"darknet_lineage": kw["darknet_lineage"]} if kw.get("darknet_lineage") else {}
+    if lineage and (src or formats.detect_format(sources)) != "darknet":
+        raise UsageError("--darknet-lineage applies to a Darknet source (.cfg + .weights)")
     report = api.verify(
         sources, against, format=src, to=dst,
         atol=float(kw["atol"]), rtol=float(kw["rtol"]), tol=float(kw["tol"]),  # type: ignore[arg-type]
@@ -146,6 +151,9 @@ def _check_baseline(report: ParityReport, kw: dict[str, object]) -> bool:
 @click.option("--report", type=click.Path(path_type=Path), metavar="FILE.json")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
               help="Where both models run (CUDA in exact fp32, TF32 off; an ONNX source on the CPU).")
+@click.option("--darknet-lineage", type=click.Choice(["auto", "original", "alexeyab"]), default=None,
+              help="A Darknet source: the batch norm the model was converted with (default: what an ONNX file "
+                   "records, else auto).")
 @click.option("--baseline", type=click.Path(path_type=Path), metavar="FILE.json",
               help="An accepted report (--report, or a batch report of one model): fail when an output's error "
                    "grew past --regression-factor times its baseline, even within --tol.")

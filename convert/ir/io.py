@@ -22,6 +22,8 @@ import onnx
 import onnx_ir as _ir
 from onnx_ir import external_data as _external_data
 
+from .tensors import MappedSlice
+
 __all__ = ["from_proto", "load_file", "save_inline_streamed", "save_model", "serialize_inline"]
 
 # Copying a file slice (an ONNX source's external data) into the file being written. Measured on
@@ -232,7 +234,7 @@ class _SliceCopy(_ir.ExternalTensor):
 
 def _slice_copy(tensor: _ir.TensorProtocol) -> _ir.TensorProtocol:
     """Return ``tensor`` as a ``_SliceCopy`` when it is a plain file slice (else unchanged)."""
-    if type(tensor) is not _ir.ExternalTensor:
+    if type(tensor) not in (_ir.ExternalTensor, MappedSlice):
         return tensor
     return _SliceCopy(tensor.location, tensor.offset, tensor.length, tensor.dtype, shape=tensor.shape,
                       name=tensor.name, doc_string=tensor.doc_string, base_dir=tensor.base_dir,

@@ -29,6 +29,7 @@ from .compare import (
     compare_one,
     compare_sets,
     mark_inexact,
+    mark_undecided,
     match_outputs,
     needs_float64,
     no_spread,
@@ -241,6 +242,9 @@ def run_parity(
     src = source_runtime or open_runtime(source_format, source_paths, source_options(source_format, options))
     feeds = resolve_inputs(src, inputs, options, seed=seed)
     dst = dest_runtime or open_runtime(dest_format, dest_paths, options)
+    follow = getattr(src, "follow_destination", None)  # what the converted file says of its making (a lineage)
+    if follow is not None:
+        follow(getattr(dst, "metadata", {}))
     src_specs = list(src.inputs())
     shapes = ", ".join(f"{k} {'x'.join(map(str, np.shape(v)))}" for k, v in feeds.items())
     options.progress(f"parity: the source in {src.name} on {shapes}", 0, 0)  # a phase: the CLI's status line
@@ -287,10 +291,14 @@ def run_parity(
         said = explain(feeds, {r: got[g] for r, g in pairs}, tol, report.passed)
         if said:
             report.notes.append(said)
+    undecided = getattr(src, "undecided", {})  # outputs the reference cannot decide, with the reason
+    report.outputs = [mark_undecided(o, *undecided[r]) if r in undecided else o
+                      for o, (r, _) in zip(report.outputs, pairs, strict=True)]
     if seeded or (seeded is None and inputs is None):  # an output without spread on another draw too: the model's
         report.constant_anyway = _constant_on_another_draw(src, options, seed, pairs, report)
     # A half-precision model differs from the float32 source at every layer: no layer stands out.
-    failed = any(not o.passed and not o.random for o in report.outputs) and precision == "fp32"
+    failed = (any(not o.passed and not o.random and not o.undecided for o in report.outputs)
+              and precision == "fp32")
     if locate or (locate is None and failed):
         report.location = _locate(source_format, source_paths, dest_format, dest_paths, src, feeds, dst_feeds,
                                   options, tol)

@@ -38,6 +38,7 @@ __all__ = [
     "arbitrate_set_float64",
     "compare_sets",
     "mark_inexact",
+    "mark_undecided",
     "match_outputs",
     "needs_float64",
     "no_spread",
@@ -91,6 +92,10 @@ class OutputResult:
     #: ... whose reference has a constant float output (saturated scores): which rows are kept is
     #: decided by ties, differently in each runtime, so rows that do not pair prove nothing.
     tied: bool = False
+    #: Why the reference cannot decide this output whatever the numbers (it cannot express a layer
+    #: the output is computed from; the source leaves open which function is meant): NOT VERIFIED
+    #: with this reason, never PASS or FAIL (``mark_undecided``).
+    undecided: str = ""
 
     @property
     def verdict(self) -> str:
@@ -98,7 +103,7 @@ class OutputResult:
         if self.passed:
             return "PASS"
         unjudged = (self.degenerate or self.unstable or self.random or self.amplified or self.half_unjudged
-                    or self.ref_inexact or self.tied)
+                    or self.ref_inexact or self.tied or bool(self.undecided))
         return "NOT VERIFIED" if unjudged and not self.differs else "FAIL"
 
 
@@ -223,6 +228,13 @@ class ParityReport:
             out.append(f"NOT VERIFIED: the rows of {', '.join(shown(n) for n in tied)} come out of an NMS or top-k "
                        "over scores that are all equal on these inputs (see the note): which rows are kept is "
                        "decided by ties. Give real inputs with --inputs FILE.npz (images for a detector).")
+        undecided: dict[str, list[str]] = {}
+        for o in self.outputs:
+            if o.verdict == "NOT VERIFIED" and o.undecided:
+                undecided.setdefault(o.undecided, []).append(o.name)
+        for reason, names in undecided.items():
+            out.append(f"NOT VERIFIED: {', '.join(shown(n) for n in names)}: {reason}"
+                       + ("" if reason.endswith((".", "?", "!")) else "."))
         inexact = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.ref_inexact]
         if inexact:
             out.append(f"NOT VERIFIED: {', '.join(shown(n) for n in inexact)} "
@@ -477,6 +489,13 @@ def no_spread(ref: np.ndarray) -> bool:
         return True
     scale = float(np.abs(finite).max())
     return scale < 1e-6 or float(finite.std()) <= 1e-6 * scale
+
+
+def mark_undecided(result: OutputResult, label: str, reason: str) -> OutputResult:
+    """NOT VERIFIED, whatever the numbers, for an output the reference cannot decide (``reason``,
+    said once below the table; ``label`` in the output's row): never PASS, never FAIL."""
+    return replace(result, passed=False, differs=False, degenerate=False, ref_inexact=False, note=label,
+                   undecided=reason)
 
 
 def needs_float64(result: OutputResult, ref: np.ndarray, *, as_set: bool = False) -> bool:

@@ -199,6 +199,11 @@ def build_model(cfg: Path, source: WeightSource, options: Options, *, weights_na
         )
     if lineage not in ("original", "alexeyab"):
         raise UsageError(f"--darknet-lineage must be original, alexeyab or auto, got '{lineage}'")
+    feature = _alexeyab_feature(sections) if lineage == "original" else ""
+    if feature:  # pjreddie's darknet cannot run this cfg: no weights were trained with it
+        raise UsageError(f"{cfg.name}: --darknet-lineage original, but the cfg uses {feature}, which only "
+                         "AlexeyAB's darknet has: pjreddie's cannot run this cfg, so no weights for it were trained "
+                         "with its batch norm. Pass --darknet-lineage alexeyab (or auto).")
     c, h, w = input_shape(net, options)
     b = GraphBuilder(cfg.stem, source=cfg.name)
     batch: int | str = "N" if options.dynamic_batch else 1
@@ -286,9 +291,13 @@ def load(paths: Sequence[Path], options: Options) -> Model:
         from .random_file import random_weights_file  # streamed from a file, shared with the check
 
         generated = random_weights_file(cfg, options)
-        return build_model(cfg, FileWeights(generated, cfg_name=cfg.name), options)
-    if not weights.is_file():
-        raise UsageError(f"{weights}: no such file")
-    source = FileWeights(weights, allow_trailing=bool(options.get("allow_trailing_bytes", False)),
-                         cfg_name=cfg.name)
-    return build_model(cfg, source, options, weights_name=weights.name)
+        model = build_model(cfg, FileWeights(generated, cfg_name=cfg.name), options)
+    else:
+        if not weights.is_file():
+            raise UsageError(f"{weights}: no such file")
+        source = FileWeights(weights, allow_trailing=bool(options.get("allow_trailing_bytes", False)),
+                             cfg_name=cfg.name)
+        model = build_model(cfg, source, options, weights_name=weights.name)
+    # The lineage this conversion used, for its parity check (the reference then knows it, assumed or not).
+    options.memo["darknet_lineage"] = model.metadata_props["convert:darknet_lineage"].split(" ")[0]
+    return model

@@ -16,7 +16,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from convert.ir import Options
+from convert.ir import ExportError, Options
 
 from .random_weights import write_random_weights
 
@@ -27,9 +27,16 @@ _FOLDER: list[Path] = []
 _LOCK = threading.Lock()
 
 
+_HINT = "--random-weights writes them to the temporary folder: point TMPDIR at a folder with room"
+
+
 def _folder() -> Path:
     if not _FOLDER:
-        made = Path(tempfile.mkdtemp(prefix="convert-darknet-random-"))
+        try:
+            made = Path(tempfile.mkdtemp(prefix="convert-darknet-random-"))
+        except OSError as exc:  # a missing, read-only or full TMPDIR: the machine's, not a bug
+            raise ExportError(f"cannot make a folder for the random weights in '{tempfile.gettempdir()}': "
+                              f"{exc.strerror or exc}. Nothing was written; {_HINT}.") from exc
         atexit.register(shutil.rmtree, made, True)
         _FOLDER.append(made)
     return _FOLDER[0]
@@ -47,6 +54,6 @@ def random_weights_file(cfg: Path, options: Options) -> Path:
         if found is not None and found.is_file():
             return found
         out = _folder() / f"{len(_FILES)}-{cfg.stem}.weights"
-        write_random_weights(cfg, out, seed=seed, options=options)
+        write_random_weights(cfg, out, seed=seed, options=options, hint=_HINT)
         _FILES[key] = out
         return out

@@ -16,11 +16,12 @@ from typing import BinaryIO, Protocol
 
 import numpy as np
 
-from convert.ir import ModelFormatError, TensorProtocol, file_slice, from_array, lazy
+from convert.ir import ExportError, ModelFormatError, TensorProtocol, file_slice, from_array, lazy
 
-__all__ = ["FileWeights", "Header", "ParamRequest", "RandomWeights", "WeightSource", "read_header"]
+__all__ = ["FileWeights", "Header", "NoRoomError", "ParamRequest", "RandomWeights", "WeightSource", "read_header"]
 
 _F32 = 4
+_CHUNK = 1 << 22  # random kernel values drawn and written at a time (16 MiB)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +149,15 @@ class FileWeights:
             )
 
 
+class NoRoomError(ExportError):
+    """Random weights would need more bytes than their sink has room for (``RandomWeights.room``)."""
+
+    def __init__(self, needed: int, room: int) -> None:
+        super().__init__(f"random weights need at least {needed:,} bytes, {room:,} free")
+        self.needed = needed
+        self.room = room
+
+
 class RandomWeights:
     """Seeded random parameters with statistics that keep activations near unit scale.
 
@@ -158,9 +168,10 @@ class RandomWeights:
     array is also written to it (``write_random_weights``).
     """
 
-    def __init__(self, seed: int = 0, sink: BinaryIO | None = None) -> None:
+    def __init__(self, seed: int = 0, sink: BinaryIO | None = None, room: int | None = None) -> None:
         self.rng = np.random.default_rng(seed)
         self.sink = sink
+        self.room = room  # bytes the sink may take (the free space where it writes); None: no bound
         self.count = 0
 
     def array(self, req: ParamRequest) -> np.ndarray:
@@ -168,8 +179,7 @@ class RandomWeights:
         rng = self.rng
         shape = req.shape
         if req.role == "weight":
-            std = np.sqrt(req.out_ms / (max(req.fan_in, 1) * max(req.in_ms, 1e-6)))
-            arr = rng.standard_normal(shape, dtype=np.float32) * np.float32(std)
+            arr = rng.standard_normal(shape, dtype=np.float32) * self._weight_std(req)
         elif req.role == "bias":
             arr = rng.normal(0.0, 0.1, shape).astype(np.float32)
         elif req.role == "scale":
@@ -183,14 +193,34 @@ class RandomWeights:
         return arr
 
     def take(self, req: ParamRequest) -> TensorProtocol:
-        """Return a fresh random tensor (and write it to the sink)."""
-        arr = self.array(req)
-        self.count += arr.size
-        if self.sink is not None:
-            self.sink.write(arr.astype("<f4").tobytes())
-            # The values are on disk now: keep only a placeholder of the right shape.
-            return lazy(lambda: np.zeros(req.shape, np.float32), "float32", req.shape, name=req.name)
-        return from_array(arr, name=req.name)
+        """Return a fresh random tensor (and write it to the sink).
+
+        Raises:
+            NoRoomError: the sink's ``room`` cannot take this tensor (nothing of it is generated).
+        """
+        if self.sink is None:
+            arr = self.array(req)
+            self.count += arr.size
+            return from_array(arr, name=req.name)
+        count = int(np.prod(req.shape, dtype=np.int64))
+        if self.room is not None and (self.count + count) * _F32 > self.room:
+            raise NoRoomError((self.count + count) * _F32, self.room)
+        if req.role == "weight" and count > _CHUNK:
+            # Kernels are drawn and written a chunk at a time (the same values as one draw): memory
+            # stays at one chunk whatever the tensor's size.
+            std = self._weight_std(req)
+            for start in range(0, count, _CHUNK):
+                part = self.rng.standard_normal(min(_CHUNK, count - start), dtype=np.float32) * std
+                self.sink.write(part.astype("<f4").tobytes())
+        else:
+            self.sink.write(self.array(req).astype("<f4").tobytes())
+        self.count += count
+        # The values are on disk now: keep only a placeholder of the right shape.
+        return lazy(lambda: np.zeros(req.shape, np.float32), "float32", req.shape, name=req.name)
+
+    @staticmethod
+    def _weight_std(req: ParamRequest) -> np.float32:
+        return np.float32(np.sqrt(req.out_ms / (max(req.fan_in, 1) * max(req.in_ms, 1e-6))))
 
     def finish(self) -> None:
         """Flush the sink."""

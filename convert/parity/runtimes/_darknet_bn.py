@@ -27,15 +27,25 @@ instead of FAIL.
 
 The variance regions are found by converting the cfg with a weight source that records where each
 rolling variance lies in the file (the frontend owns the layout), so nothing here restates it.
+
+The matched file is streamed, not copied: the reference reads it through a named pipe from a thread
+that sends the original file with the variance regions replaced, so the check needs no room in the
+temporary folder (a copy of yolov3's 236 MiB did, and a small ``TMPDIR`` failed the check of a
+conversion that had succeeded). Both references read their weights once, front to back. Where
+named pipes do not exist (Windows), a copy is written instead.
+
+A variance below zero is a broken file (trained statistics never are): its square root is NaN in
+every fork. ``negative_variances`` says where they are, so the verdict can name the layer.
 """
 
 from __future__ import annotations
 
-import mmap
+import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,7 +54,8 @@ import numpy as np
 
 from convert.ir import Options, TensorProtocol
 
-__all__ = ["FORMULA_GAP_LIMIT", "Matched", "Region", "denominator", "matched_weights", "param_regions"]
+__all__ = ["FORMULA_GAP_LIMIT", "Matched", "Matching", "Negative", "Region", "denominator", "matched_path",
+           "matched_weights", "matching", "negative_variances", "param_regions"]
 
 #: A reference whose denominators stay within this relative error of the target's computes the
 #: target's function to float32 accuracy; beyond it the verdict cannot blame the conversion.
@@ -127,46 +138,163 @@ class Matched:
     gap_where: str
 
 
-def _transform(buf: memoryview | mmap.mmap, regions: list[Region], runtime: str, target: str
-               ) -> tuple[float, str]:
-    worst, where = 0.0, ""
-    for r in regions:
-        v = np.frombuffer(buf, dtype="<f4", count=r.count, offset=r.offset)
+def _read(fd: int, region: Region) -> np.ndarray:
+    """Read one region's float32 values (little-endian) with ``pread``."""
+    data = os.pread(fd, 4 * region.count, region.offset)
+    return np.frombuffer(data, dtype="<f4", count=len(data) // 4)
+
+
+def _rewrite(v: np.ndarray, runtime: str, target: str) -> tuple[np.ndarray, float]:
+    """Return the variances ``runtime`` needs for ``target``'s denominators of ``v``, and the largest
+    relative error left in a denominator as the runtime computes it (float32)."""
+    with np.errstate(invalid="ignore", divide="ignore"):  # a negative variance is NaN in every formula
         want = denominator(target, v.astype(np.float64))
         new = _inverse(runtime, target, v.astype(np.float64)).astype("<f4")
         # The denominator the runtime will compute from the stored float32, in float32 like it does.
         got = denominator(runtime, new, np.float32).astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rel = np.abs(got - want) / np.abs(want)
-        rel = np.where(np.isfinite(want), rel, 0.0)  # a variance no formula takes (negative) is the file's
-        gap = float(np.nanmax(rel, initial=0.0)) if rel.size else 0.0
-        if gap > worst:
-            worst, where = gap, r.where
-        np.frombuffer(buf, dtype="<f4", count=r.count, offset=r.offset)[:] = new  # type: ignore[index]
-    return worst, where
+        rel = np.abs(got - want) / np.abs(want)
+    rel = np.where(np.isfinite(want), rel, 0.0)  # a variance no formula takes (negative) is the file's
+    return new, float(np.nanmax(rel, initial=0.0)) if rel.size else 0.0
+
+
+def _patches(weights: Path, regions: Sequence[Region], runtime: str, target: str
+             ) -> tuple[list[tuple[int, bytes]], float, str]:
+    """Return the rewritten variance regions as ``(offset, bytes)``, the worst gap and where it is."""
+    patches: list[tuple[int, bytes]] = []
+    worst, where = 0.0, ""
+    fd = os.open(weights, os.O_RDONLY)
+    try:
+        for r in regions:
+            new, gap = _rewrite(_read(fd, r), runtime, target)
+            if gap > worst:
+                worst, where = gap, r.where
+            patches.append((r.offset, new.tobytes()))
+    finally:
+        os.close(fd)
+    return sorted(patches), worst, where
+
+
+_CHUNK = 1 << 20
+
+
+def _send(weights: Path, patches: Sequence[tuple[int, bytes]], out: object) -> None:
+    """Write ``weights`` to the open binary file ``out`` with ``patches`` in place of its bytes."""
+    with open(weights, "rb") as src:
+        pos = 0
+        for offset, data in [*patches, (-1, b"")]:
+            end = offset if offset >= 0 else None
+            while end is None or pos < end:
+                chunk = src.read(_CHUNK if end is None else min(_CHUNK, end - pos))
+                if not chunk:
+                    break
+                out.write(chunk)  # type: ignore[attr-defined]
+                pos += len(chunk)
+            if offset >= 0:
+                out.write(data)  # type: ignore[attr-defined]
+                src.seek(len(data), os.SEEK_CUR)
+                pos += len(data)
+
+
+@contextmanager
+def _streamed(weights: Path, patches: Sequence[tuple[int, bytes]]) -> Iterator[Path]:
+    """Yield a named pipe that a thread fills with ``weights`` patched (a copy where there are no pipes)."""
+    with tempfile.TemporaryDirectory(prefix="convert-darknet-ref-") as tmp:
+        path = Path(tmp) / weights.name
+        if not hasattr(os, "mkfifo"):  # pragma: no cover - Windows
+            shutil.copyfile(weights, path)
+            with open(path, "r+b") as fh:
+                for offset, data in patches:
+                    fh.seek(offset)
+                    fh.write(data)
+            yield path
+            return
+        os.mkfifo(path, 0o600)
+        opened = threading.Event()
+
+        def feed() -> None:
+            try:
+                with open(path, "wb") as out:  # blocks until the reference opens the pipe
+                    opened.set()
+                    _send(weights, patches, out)
+            except OSError:  # the reference stopped reading (it failed, or needed no more)
+                pass
+
+        writer = threading.Thread(target=feed, name="darknet-matched-weights", daemon=True)
+        writer.start()
+        try:
+            yield path
+        finally:
+            if not opened.is_set():  # the reference never opened the pipe: let the writer's open return
+                with contextlib.suppress(OSError):
+                    os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+            writer.join()
+
+
+@dataclass(frozen=True, slots=True)
+class Matching:
+    """How to make a runtime compute a lineage's batch norm on one ``.weights`` file."""
+
+    patches: list[tuple[int, bytes]]  # (offset, rewritten variances); empty: the file as it is
+    gap: float  # the largest relative error left in a denominator
+    gap_where: str  # where it is ("" when within ``FORMULA_GAP_LIMIT``)
+
+
+def matching(cfg: Path, weights: Path, options: Options, *, runtime: str, target: str) -> Matching:
+    """Return the variances ``runtime`` needs to compute ``target``'s batch norm on ``weights``.
+
+    ``runtime``: ``libdarknet`` or ``opencv``; ``target``: ``original`` or ``alexeyab``. Reads the
+    variance regions only (memory: the variances).
+    """
+    if (runtime, target) == ("libdarknet", "original"):
+        return Matching([], 0.0, "")
+    patches, gap, where = _patches(weights, param_regions(cfg, weights, options), runtime, target)
+    return Matching(patches, gap, where if gap > FORMULA_GAP_LIMIT else "")
+
+
+@contextmanager
+def matched_path(weights: Path, match: Matching) -> Iterator[Path]:
+    """Yield a path that reads as ``weights`` with ``match``'s variances: the file itself when there are
+    none to rewrite, else a named pipe streaming it (read it once, inside the ``with``): the
+    temporary folder holds nothing."""
+    if not match.patches:
+        yield weights
+        return
+    with _streamed(weights, match.patches) as path:
+        yield path
 
 
 @contextmanager
 def matched_weights(cfg: Path, weights: Path, options: Options, *, runtime: str, target: str
                     ) -> Iterator[Matched]:
-    """Yield a temporary copy of ``weights`` that makes ``runtime`` compute ``target``'s batch norm.
+    """Yield a path to ``weights`` made to make ``runtime`` compute ``target``'s batch norm
+    (``matching`` then ``matched_path``)."""
+    match = matching(cfg, weights, options, runtime=runtime, target=target)
+    with matched_path(weights, match) as path:
+        yield Matched(path, match.gap, match.gap_where)
 
-    ``runtime``: ``libdarknet`` or ``opencv``; ``target``: ``original`` or ``alexeyab``. When the
-    runtime already computes the target (libdarknet, original), ``weights`` itself is yielded. The
-    copy streams (file copy, then the variance regions rewritten in place through a memory map):
-    memory does not grow with the model.
-    """
-    if (runtime, target) == ("libdarknet", "original"):
-        yield Matched(weights, 0.0, "")
-        return
-    regions = param_regions(cfg, weights, options)
-    with tempfile.TemporaryDirectory(prefix="convert-darknet-ref-") as tmp:
-        out = Path(tmp) / weights.name
-        shutil.copyfile(weights, out)
-        gap, where = 0.0, ""
-        if regions:
-            with open(out, "r+b") as fh, mmap.mmap(fh.fileno(), 0) as mm:
-                gap, where = _transform(mm, regions, runtime, target)
-                mm.flush()
-        os.chmod(out, 0o400)
-        yield Matched(out, gap, where if gap > FORMULA_GAP_LIMIT else "")
+
+@dataclass(frozen=True, slots=True)
+class Negative:
+    """A layer whose rolling variances hold values no batch norm takes (below zero, or NaN)."""
+
+    where: str  # "layer 3 [convolutional] (net.cfg:25)"
+    count: int  # how many of them
+    total: int  # of how many channels
+    lowest: float  # the lowest of them (NaN when all are NaN)
+
+
+def negative_variances(cfg: Path, weights: Path, options: Options, target: str) -> list[Negative]:
+    """Return the layers whose variances give ``target``'s batch norm a NaN denominator, in file order."""
+    found = []
+    fd = os.open(weights, os.O_RDONLY)
+    try:
+        for r in param_regions(cfg, weights, options):
+            v = _read(fd, r)
+            with np.errstate(invalid="ignore"):
+                bad = ~np.isfinite(denominator(target, v.astype(np.float64)))
+            if bad.any():
+                lowest = float(np.nanmin(v[bad])) if not np.isnan(v[bad]).all() else float("nan")
+                found.append(Negative(r.where, int(bad.sum()), int(v.size), lowest))
+    finally:
+        os.close(fd)
+    return found

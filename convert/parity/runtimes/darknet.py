@@ -25,13 +25,16 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from convert.ir import Options, UsageError
 
 from ..runtime import TensorSpec
+
+if TYPE_CHECKING:
+    from ._darknet_bn import Matching
 
 __all__ = ["DarknetLib", "OpenCVDarknet", "find_libdarknet", "open_runtime"]
 
@@ -217,46 +220,180 @@ _LINEAGE_NAMES = {"alexeyab": "AlexeyAB's", "original": "pjreddie's"}
 
 
 class _Base:
+    """What both Darknet references share: the plan, the lineage, a network loaded on first run.
+
+    The network is loaded when the check first runs it, not when the runtime opens: a conversion
+    opens its reference before writing (to refuse bad ``--inputs`` with nothing written), and the
+    reference's weights are then read, matched to the lineage, after the converted file is written.
+    """
+
     name: str
     device: str = "cpu"
     plan: _Plan
     notes: list[str]  # what this reference cannot verify, shown in the parity report
-    method: Sequence[str] = ()  # how it ran where that is not obvious (weights matched to the lineage)
     runtime_key: str  # the batch-norm formula this runtime computes (``_darknet_bn.denominator``)
-    #: Why outputs that miss the tolerance cannot be blamed on the conversion: the matched weights
-    #: leave a denominator of the reference farther from the target's than float32 rounding ("" if not).
-    formula_gap: str = ""
     lineage: str = "alexeyab"  # the batch norm this reference computes (the conversion's)
     assumed: bool = False  # the lineage was assumed (``auto`` on a cfg both forks run)
+    #: The lineage the converted model was made with, when known: this process's conversion (the
+    #: frontend leaves it in ``options.memo``) or the converted file's record of it; "" when unknown.
+    converted: str = ""
+    #: The lineage came from the converted file's record (``follow_destination``).
+    recorded: bool = False
+    #: Outputs this reference cannot decide whatever the numbers, by output name: (a short label for
+    #: the output's row, the reason). Filled by ``explain_verdict``; the check makes them NOT VERIFIED.
+    undecided: dict[str, tuple[str, str]]
 
-    def _matched_open(self, cfg: Path, weights: Path, options: Options) -> None:
-        """Open ``cfg`` on weights matched to the conversion's lineage (see ``_darknet_bn``)."""
-        from ._darknet_bn import matched_weights
-
+    def _prepare(self, cfg: Path, weights: Path, options: Options) -> None:
+        """Read the cfg's plan and the lineage; the network is loaded on first run (``_ensure_loaded``)."""
         self.notes = []
+        self.undecided = {}
         self.lineage = converted_lineage(options)
+        self.converted = str(options.memo.get("darknet_lineage", "") or "")
+        self._chosen = str(options.get("darknet_lineage", "auto") or "auto")
         self._source = (cfg, weights, options)
-        with matched_weights(cfg, weights, options, runtime=self.runtime_key, target=self.lineage) as m:
-            self._open(cfg, m.path, options)
-        if m.gap_where:
-            self.formula_gap = (
-                f"the reference cannot compute {_LINEAGE_NAMES[self.lineage]} batch norm exactly on these weights: "
-                f"{self.runtime_key}'s formula on the nearest float32 variance is {m.gap:.2g} away in a denominator "
-                f"({m.gap_where}; variances near zero)")
+        self.plan = _plan(cfg, options)
+        self._loaded = False
+        self._match: Matching | None = None  # the variances that make it compute the lineage, once read
+        self._last: dict[str, np.ndarray] = {}
+        self._cannot: list[tuple[int, str]] = []  # layers this reference cannot compute as Darknet does
+
+    @property
+    def method(self) -> list[str]:
+        """How the reference ran: the lineage it took from the file, the weights matched to it."""
+        lines = []
+        if self.recorded:
+            lines.append(f"lineage: {_LINEAGE_NAMES[self.lineage]}, as the converted file records "
+                         "(convert:darknet_lineage); --darknet-lineage checks another")
+        if (self.runtime_key, self.lineage) != ("libdarknet", "original"):
+            formula = "sqrt(v) + 1e-6" if self.runtime_key == "libdarknet" else "sqrt(v + 1e-6)"
+            lines.append(
+                f"batch norm: {self.name} divides by {formula}; it ran a copy of the weights whose variances are "
+                f"rewritten so that this yields {_LINEAGE_NAMES[self.lineage]} "
+                + ("sqrt(v + 1e-5)" if self.lineage == "alexeyab" else "sqrt(v) + 1e-6")
+                + ", the batch norm of the conversion (docs/darknet.md)")
+        return lines
+
+    def follow_destination(self, metadata: Mapping[str, str]) -> None:
+        """Take the lineage the converted file records (``convert:darknet_lineage``, written by the
+        frontend) when the check was not told one: a file converted with ``--darknet-lineage
+        original`` is checked as pjreddie's. A lineage the conversion itself assumed stays assumed."""
+        recorded = str(metadata.get("convert:darknet_lineage", "") or "")
+        lineage = recorded.split(" ")[0]
+        if self._chosen != "auto" or lineage not in _LINEAGE_NAMES:
+            return
+        self.converted = lineage
+        if "(assumed)" in recorded or not self.assumed or self._loaded:  # the cfg decided, or nothing is known
+            return
+        self.lineage, self.assumed, self.recorded, self._match = lineage, False, True, None
+
+    def _options(self) -> Options:
+        """The options the reference converts the cfg with (for the variance regions): its lineage."""
+        options = self._source[2]
+        if converted_lineage(options) == self.lineage:
+            return options
+        return replace(options, extra={**options.extra, "darknet_lineage": self.lineage})
+
+    def _matching(self) -> Matching:
+        """The variances that make this runtime compute the lineage (read once; see ``_darknet_bn``)."""
+        if self._match is None:
+            from ._darknet_bn import matching
+
+            cfg, weights, _ = self._source
+            self._match = matching(cfg, weights, self._options(), runtime=self.runtime_key, target=self.lineage)
+        return self._match
+
+    @property
+    def formula_gap(self) -> str:
+        """Why outputs that miss the tolerance cannot be blamed on the conversion: the matched weights
+        leave a denominator of the reference farther from the target's than float32 rounding ("" if not)."""
+        match = self._matching()
+        if not match.gap_where:
+            return ""
+        return (f"the reference cannot compute {_LINEAGE_NAMES[self.lineage]} batch norm exactly on these weights: "
+                f"{self.runtime_key}'s formula on the nearest float32 variance is {match.gap:.2g} away in a "
+                f"denominator ({match.gap_where}; variances near zero)")
+
+    def _ensure_loaded(self) -> None:
+        """Load the network on weights matched to the lineage (streamed, see ``_darknet_bn``), once."""
+        if self._loaded:
+            return
+        from ._darknet_bn import matched_path
+
+        cfg, weights, options = self._source
+        with matched_path(weights, self._matching()) as path:
+            self._open(cfg, path, options)
+        self._loaded = True
 
     def _open(self, cfg: Path, weights: Path, options: Options) -> None:
         raise NotImplementedError
 
+    def _depends_on(self, layers: Sequence[int]) -> dict[str, int]:
+        """Return the outputs computed from any of ``layers``, each with the first such layer."""
+        body = self.plan.sections[1:]
+        first: dict[int, int] = {}  # layer -> the first of ``layers`` it is computed from
+        marked = set(layers)
+        for i, sec in enumerate(body):
+            kind = sec.type
+            refs = [-1]
+            if kind == "route":
+                refs = sec.ints("layers")
+            elif kind in ("shortcut", "sam", "scale_channels"):
+                refs = [-1, *sec.ints("from")]
+            found = [first[j] for j in (i + r if r < 0 else r for r in refs) if j in first]
+            if i in marked:
+                found.append(i)
+            if found:
+                first[i] = min(found)
+        p = self.plan
+        outs = {name: first[i] for i, name in p.heads if i in first}
+        if p.last[0] in first:
+            outs[p.last[1]] = first[p.last[0]]
+        if p.decode and p.heads and outs:
+            return {"detections": min(outs.values())}
+        return outs
+
     def explain_verdict(self, feeds: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray],
                         tol: float, passed: bool) -> str:
-        """Say, for an assumed lineage, how the other fork's batch norm compares on these weights.
+        """Say which outputs this reference cannot decide (``undecided``) and what else it can tell.
 
         ``got``: the converted model's outputs by this runtime's output names; ``passed``: the
-        verdict against this lineage. Runs the reference once more with the other lineage's batch
-        norm. Returns "" when the lineage was chosen (by the cfg or the user), when the two forks
-        agree within ``tol`` on these weights, or when the check failed and the other lineage does not
-        match either (then the lineage is not the cause).
+        verdict against this lineage. Undecided, whatever the numbers: an output computed from a
+        layer the reference cannot express (``_cannot``); an output that is NaN while the weights
+        hold variances below zero (named with their layer); and, when the lineage was assumed and
+        the two forks' batch norms give outputs more than ``tol`` apart on these weights, every
+        output that tells them apart (no check can tell which fork trained a file: the user decides
+        with ``--darknet-lineage``). Returns a note, or "".
         """
+        self.undecided = {}
+        cfg, weights, _ = self._source
+        if self._cannot:
+            body = self.plan.sections[1:]
+            for name, index in self._depends_on([i for i, _ in self._cannot]).items():
+                what = dict(self._cannot)[index]
+                sec = body[index]
+                key = what.split("=")[0]
+                where = f"{sec.file}:{sec.option_lines[key]}" if key in sec.option_lines else sec.where
+                self.undecided[name] = (
+                    f"{self.name} ignores {what}",
+                    f"{self.name}, the reference, ignores {what} in Darknet cfgs (layer {index} [{sec.type}] at "
+                    f"{where}), so it does not compute this output as Darknet does: it can neither pass nor fail "
+                    "the conversion, and no other Darknet reference installed expresses that layer")
+        nan = [n for n in got if np.isnan(got[n]).any() or (n in self._last and np.isnan(self._last[n]).any())]
+        if nan:
+            from ._darknet_bn import negative_variances
+
+            bad = negative_variances(cfg, weights, self._options(), self.lineage)
+            if bad:
+                first = bad[0]
+                count = sum(b.count for b in bad)
+                lowest = f", down to {first.lowest:.3g}" if first.lowest == first.lowest else ", NaN"
+                reason = (f"the reference is NaN: the weights hold {count} batch-norm variance"
+                          f"{'s' if count > 1 else ''} below zero in {len(bad)} layer{'s' if len(bad) > 1 else ''}, "
+                          f"first {first.where}: {first.count} of its {first.total} channels{lowest}. Every Darknet "
+                          "takes their square root; trained weights never hold one, so the .weights file is broken "
+                          "or not this cfg's")
+                for name in nan:
+                    self.undecided.setdefault(name, ("NaN: a negative batch-norm variance", reason))
         if not self.assumed:
             return ""
         other = self.other_lineage()
@@ -271,24 +408,36 @@ class _Base:
 
         def err(name: str) -> float:
             ref = alt[name].astype(np.float64)
+            if ref.shape != got[name].shape:
+                return float("inf")
             scale = float(np.abs(ref).max()) if ref.size else 0.0
-            if scale == 0.0 or ref.shape != got[name].shape:
-                return float("inf") if ref.shape != got[name].shape else 0.0
-            return float(np.abs(got[name] - ref).max() / scale)
+            return float(np.abs(got[name] - ref).max() / scale) if scale > 0 else 0.0
 
-        worst = max((err(n) for n in alt if n in got), default=0.0)
-        flag = "original" if theirs == "original" else "alexeyab"
+        errs = {n: err(n) for n in alt if n in got and n not in self.undecided}
+        worst = max(errs.values(), default=0.0)
         if not passed:
-            if worst > tol:
+            if worst > tol or not errs:
                 return ""
-            return (f"the converted model matches {_LINEAGE_NAMES[theirs]} batch norm on these weights "
-                    f"({worst:.2g} of scale), not the {_LINEAGE_NAMES[mine]} it was converted with")
-        if worst <= tol:
+            said = (f"the converted model computes {_LINEAGE_NAMES[theirs]} batch norm on these weights "
+                    f"({worst:.2g} of scale from it), not {_LINEAGE_NAMES[mine]}")
+            if self.converted == mine:  # the conversion said it used this lineage: a bug, FAIL stands
+                return f"{said}, which it was converted with"
+            for name in errs:
+                self.undecided[name] = (
+                    f"computes {_LINEAGE_NAMES[theirs]} batch norm",
+                    f"{said}, which the check ASSUMED (the cfg uses no feature of either fork alone): it is right for "
+                    f"weights trained with {_LINEAGE_NAMES[theirs]} darknet. Pass --darknet-lineage "
+                    f"{theirs} (or {mine}) to decide")
             return ""
-        return (f"lineage ASSUMED {_LINEAGE_NAMES[mine]}: with {_LINEAGE_NAMES[theirs]} batch norm these weights give "
-                f"outputs {worst:.2g} of scale from the converted model's. The verdict above is for "
-                f"{_LINEAGE_NAMES[mine]} Darknet; if the weights were trained with {_LINEAGE_NAMES[theirs]}, convert "
-                f"with --darknet-lineage {flag}")
+        apart = [n for n, e in errs.items() if e > tol]
+        for name in apart:
+            self.undecided[name] = (
+                "lineage assumed: the forks differ here",
+                f"the lineage was ASSUMED {_LINEAGE_NAMES[mine]} (the cfg uses no feature of either fork alone), and "
+                f"on these weights {_LINEAGE_NAMES[theirs]} batch norm gives outputs {worst:.2g} of scale from it: "
+                f"no check can tell which fork trained them, so a PASS would be a guess. Pass --darknet-lineage "
+                f"{mine} or --darknet-lineage {theirs} to decide")
+        return ""
 
     def other_lineage(self) -> _Base:
         """Return this runtime on the same weights computing the other lineage's batch norm."""
@@ -334,16 +483,37 @@ class _Base:
         p = self.plan
         if x.shape != (1, p.c, p.h, p.w):
             raise UsageError(f"Darknet input must be 1x{p.c}x{p.h}x{p.w}, got {'x'.join(map(str, x.shape))}")
+        self._ensure_loaded()
         self._forward(x)
         body = p.sections[1:]
         heads = {i: self.head_output(i) for i, _ in p.heads}
         if p.decode and p.heads:
-            return {"detections": decode([(body[i], heads[i]) for i, _ in p.heads], p.w, p.h)}
+            self._last = {"detections": decode([(body[i], heads[i]) for i, _ in p.heads], p.w, p.h)}
+            return self._last
         result = {name: heads[i] for i, name in p.heads}
         li, lname = p.last
         if lname not in result:
             result[lname] = heads[li] if li in heads else self.layer_output(li)
+        self._last = result
         return result
+
+
+def _one_blas_thread_under_a_memory_limit() -> None:
+    """Under an address-space limit (``ulimit -v``), let libdarknet's OpenBLAS start no threads.
+
+    Each OpenBLAS thread maps a 128 MiB buffer when it starts and retries for ever when the map is
+    refused: the check passed, then the process hung at exit joining that thread (Debian's OpenBLAS,
+    a 54 MiB model under a 1 GiB limit). One thread maps nothing more. The variable is read when
+    libdarknet loads OpenBLAS; one the user set is kept.
+    """
+    try:
+        import resource
+
+        limited = resource.getrlimit(resource.RLIMIT_AS)[0] != resource.RLIM_INFINITY
+    except (ImportError, OSError, ValueError):  # no resource module (Windows)
+        return
+    if limited:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 class DarknetLib(_Base):
@@ -355,15 +525,19 @@ class DarknetLib(_Base):
 
     runtime_key = "libdarknet"
 
+    name = "libdarknet (Debian darknet, pjreddie's)"
+
     def __init__(self, cfg: Path, weights: Path, options: Options) -> None:
-        self._matched_open(cfg, weights, options)
+        if find_libdarknet() is None:
+            raise UsageError("libdarknet is not installed (apt-get install darknet)")
+        self._prepare(cfg, weights, options)
 
     def _open(self, cfg: Path, weights: Path, options: Options) -> None:
         found = find_libdarknet()
         if found is None:
             raise UsageError("libdarknet is not installed (apt-get install darknet)")
         lib_path, hdr = found
-        self.plan = _plan(cfg, options)
+        _one_blas_thread_under_a_memory_limit()
         shim = ctypes.CDLL(str(_shim_path(lib_path, hdr)), mode=ctypes.RTLD_GLOBAL)
         lib = ctypes.CDLL(str(lib_path), mode=ctypes.RTLD_GLOBAL)
         lib.load_network.restype = ctypes.c_void_p
@@ -389,7 +563,6 @@ class DarknetLib(_Base):
             if (dims[1], dims[2]) != (self.plan.h, self.plan.w):
                 lib.resize_network(net, self.plan.w, self.plan.h)
         self.net = net
-        self.name = "libdarknet (Debian darknet, pjreddie's)"
 
     def _forward(self, x: np.ndarray) -> None:
         self._x = x  # keep alive while Darknet may point at it
@@ -424,15 +597,27 @@ _CV_ACTIVATIONS = {"leaky", "relu", "mish", "swish", "logistic", "tanh", "relu6"
                    "hardswish", "hard_mish", "linear", "ramp", "relie", "loggy", "hardtan"}
 
 
+def _opencv_ignores(sec: Any) -> str:
+    """What of this section OpenCV's Darknet importer ignores and Darknet computes ("" if nothing).
+
+    OpenCV 4.x reads ``stride`` alone (not AlexeyAB's ``stride_x``/``stride_y``) and no ``dilation``.
+    """
+    stride = sec.int("stride", 1)
+    ignored = []
+    if sec.int("dilation", 1) != 1 and sec.int("size", stride) > 1:
+        ignored.append(f"dilation={sec.int('dilation', 1)}")
+    for key in ("stride_x", "stride_y"):
+        if key in sec.options and sec.int(key, stride) != stride:
+            ignored.append(f"{key}={sec.int(key, stride)}")
+    return ", ".join(ignored)
+
+
 class OpenCVDarknet(_Base):
     """OpenCV DNN's Darknet importer (AlexeyAB-lineage cfgs), on weights matched to the lineage."""
 
     runtime_key = "opencv"
 
     def __init__(self, cfg: Path, weights: Path, options: Options) -> None:
-        self._matched_open(cfg, weights, options)
-
-    def _open(self, cfg: Path, weights: Path, options: Options) -> None:
         try:
             import cv2
         except ImportError as exc:
@@ -443,17 +628,16 @@ class OpenCVDarknet(_Base):
         if not hasattr(cv2, "dnn") or not hasattr(cv2.dnn, "readNetFromDarknet"):
             raise UsageError("this OpenCV has no Darknet importer (OpenCV 5 removed it): pip install "
                              "'opencv-python-headless<5'")
-        self.plan = _plan(cfg, options)
-        ignored = sorted({f"{key}=" for sec in self.plan.sections[1:] for key in ("dilation", "stride_x", "stride_y")
-                          if key in sec.options and sec.options[key] not in ("1", sec.options.get("stride", "1"))})
-        if ignored:
-            logger.warning("OpenCV DNN ignores %s in Darknet cfgs: its results for %s are not Darknet's",
-                           ", ".join(ignored), cfg.name)
         self.cv2 = cv2
+        self.name = f"OpenCV DNN {cv2.__version__}"
+        self._prepare(cfg, weights, options)
+        self._cannot = [(i, what) for i, sec in enumerate(self.plan.sections[1:]) if (what := _opencv_ignores(sec))]
+
+    def _open(self, cfg: Path, weights: Path, options: Options) -> None:
+        cv2 = self.cv2
         self.net = cv2.dnn.readNetFromDarknet(str(cfg), str(weights))
         self.net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
         self.net.setPreferableTarget(cv2.dnn.DNN_TARGET_CPU)
-        self.name = f"OpenCV DNN {cv2.__version__}"
         # Map every OpenCV layer to the Darknet layer it belongs to; activations carry index + 1.
         owner: dict[int, str] = {}
         for lname in self.net.getLayerNames():
@@ -494,6 +678,7 @@ class OpenCVDarknet(_Base):
         activated map (the verdict compares heads through ``head_output``).
         """
         x = np.ascontiguousarray(next(iter(feeds.values())), dtype=np.float32)
+        self._ensure_loaded()
         body = self.plan.sections[1:]
         wanted = sorted(i for i in self.owner if body[i].type not in ("yolo", "region"))
         self.net.setInput(x)
@@ -536,11 +721,4 @@ def open_runtime(paths: Sequence[Path], options: Options) -> _Base:
     else:
         runtime = OpenCVDarknet(cfg, weights, options)
     runtime.assumed = chosen == "auto" and cfg_kind == "ambiguous"
-    if (runtime.runtime_key, runtime.lineage) != ("libdarknet", "original"):
-        formula = "sqrt(v) + 1e-6" if runtime.runtime_key == "libdarknet" else "sqrt(v + 1e-6)"
-        runtime.method = [
-            f"batch norm: {runtime.name} divides by {formula}; it ran a copy of the weights whose variances are "
-            f"rewritten so that this yields {_LINEAGE_NAMES[runtime.lineage]} "
-            + ("sqrt(v + 1e-5)" if runtime.lineage == "alexeyab" else "sqrt(v) + 1e-6")
-            + ", the batch norm of the conversion (docs/darknet.md)"]
     return runtime

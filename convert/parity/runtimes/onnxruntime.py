@@ -206,6 +206,7 @@ class OnnxRuntime:
         self.device = describe_device(self.session)
         # A half-precision file of ours says so (``--precision``); the check then judges it as one.
         meta = self.session.get_modelmeta().custom_metadata_map
+        self.metadata: dict[str, str] = dict(meta)  # the model's metadata_props (what a source runtime may follow)
         self.precision = meta.get("convert:precision", "fp32")
         if want_cuda and not self.device.startswith(CUDA_EP):
             _warn_cuda_fallback(self.device)
