@@ -445,3 +445,16 @@ def test_readme_and_batch_doc_examples_paste_one_command_a_line_and_write_under_
     batch = (ROOT / "docs" / "batch.md").read_text()
     for flag in ("--junit", "--report", "--summary"):
         assert f"{flag} out/" in batch.split("```")[1], flag
+
+
+# ---- item 10: a Slice's unused pieces end in a Silence layer, not among the net's outputs
+def test_unused_slice_tops_are_silenced(tmp_path: Path) -> None:
+    from convert.frontends.caffe.reader import read_prototxt
+
+    r = _run(tmp_path, "darknet:caffe", str(TINY_CFG), "--random-weights", "-o", "t/")
+    assert r.returncode == 0 and "parity PASS" in r.stdout, r.stdout + r.stderr
+    net = read_prototxt(tmp_path / "t" / "yolov4-tiny.prototxt")
+    read = {b for layer in net.layers for b in layer.bottoms}
+    outputs = [t for layer in net.layers for t in layer.tops if t not in read]
+    assert outputs == ["yolo_30", "yolo_37"], outputs  # as the ONNX file's; were 9 with 7 unused pieces
+    assert [layer.type for layer in net.layers].count("Silence") == 1

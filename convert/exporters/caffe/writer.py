@@ -157,12 +157,22 @@ def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[
                 folded = f" + '{key}' folded in" if key != prov.layer else ""
                 result.origin = (key, prov.where() + folded)
             emitted.append(result)
+    outputs = set()
     for value in graph.outputs:
         blob = ctx.blob(value)
         name = _safe(value.name or blob)
+        outputs.add(name)
         if value.is_graph_input() or blob != name:
             lp = pb.LayerParameter(name=f"{name}_output", type="Split", bottom=[blob], top=[name])
             emitted.append(Emitted(lp))
+        else:
+            outputs.add(blob)
+    # Caffe makes every top no layer reads a net output: a Slice's unused pieces (a Split whose
+    # outputs are not all used) would be listed beside the model's own. A Silence layer reads them.
+    read = {b for e in emitted for b in e.layer.bottom}
+    unused = [t for t in dict.fromkeys(t for e in emitted for t in e.layer.top) if t not in read and t not in outputs]
+    if unused:
+        emitted.append(Emitted(pb.LayerParameter(name="unused_tops", type="Silence", bottom=unused)))
     for e in emitted:
         net.layer.add().CopyFrom(e.layer)
     return net, emitted, gaps.items()
