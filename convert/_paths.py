@@ -13,7 +13,7 @@ from typing import Protocol
 
 from ._errors import UsageError
 
-__all__ = ["check_writable", "default_output", "missing_folders"]
+__all__ = ["FOLDER_FORMATS", "check_writable", "default_output", "missing_folders"]
 
 
 class _HasSuffix(Protocol):
@@ -64,9 +64,30 @@ def missing_folders(target: Path) -> list[Path]:
     return missing
 
 
-def default_output(paths: Sequence[Path], ex: _HasSuffix, out: str | Path | None) -> Path:
-    """Return where the converted model goes: ``out``, ``out/<stem><suffix>`` or ``./<stem><suffix>``."""
+#: Source formats whose input is a model folder that converts to a folder: ``out/model<suffix>`` beside
+#: the files that go with it (the ``hf`` route: external data and genai_config.json).
+FOLDER_FORMATS = frozenset({"hf"})
+
+
+def default_output(paths: Sequence[Path], ex: _HasSuffix, out: str | Path | None, *,
+                   source_format: str | None = None) -> Path:
+    """Return where the converted model goes: ``out``, ``out/<stem><suffix>`` or ``./<stem><suffix>``.
+
+    A model folder of ``FOLDER_FORMATS`` goes to ``out/model<suffix>`` (``out`` a folder, made if need
+    be; ``out`` ending in the suffix names the file), by default ``./<folder>-<format>/``.
+    """
     first = paths[0]
+    if source_format in FOLDER_FORMATS and first.is_dir():
+        if out is None:
+            target = Path.cwd() / f"{first.name}-{ex.suffix.lstrip('.')}" / ("model" + ex.suffix)
+        elif str(out).endswith(ex.suffix) and not Path(out).is_dir():
+            target = Path(out)
+        else:
+            target = Path(out) / ("model" + ex.suffix)
+        if target.parent.resolve() == first.resolve():
+            raise UsageError(f"the output {target} would be written into the model folder '{first}' it is converted "
+                             "from; choose another folder with -o")
+        return target
     stem = first.name if first.is_dir() else first.stem
     if out is None:
         target = Path.cwd() / (stem + ex.suffix)

@@ -52,6 +52,7 @@ _FRONTENDS = {
     "paddle": "convert.frontends.paddle",
     "tensorflow": "convert.frontends.tensorflow",
     "tflite": "convert.frontends.tflite",
+    "hf": "convert.frontends.hf",
 }
 _EXPORTERS = {
     "onnx": "convert.exporters.onnx",
@@ -85,6 +86,7 @@ _NEEDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "caffe": ("check", ("cv2",)),
     "darknet": ("check", ("cv2",)),  # or Debian's libdarknet, which find_spec cannot see
     "tflite": ("check", ("ai_edge_litert", "tensorflow")),
+    "hf": ("read", ("transformers",)),
 }
 # What a destination's parity check needs (the converted file runs in it).
 _DEST_NEEDS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -93,7 +95,8 @@ _DEST_NEEDS: dict[str, tuple[str, tuple[str, ...]]] = {
 # Real Caffe (scripts/build_caffe) runs Caffe files without OpenCV.
 _REAL_CAFFE = "or real Caffe: scripts/build_caffe"
 ALIASES = {"torch": "pytorch", "pt": "pytorch", "paddlepaddle": "paddle", "pd": "paddle",
-           "tf": "tensorflow", "keras": "tensorflow", "litert": "tflite"}
+           "tf": "tensorflow", "keras": "tensorflow", "litert": "tflite", "huggingface": "hf",
+           "transformers": "hf"}
 
 
 def register_frontend(name: str, module: str) -> None:
@@ -283,13 +286,17 @@ def object_frontend(obj: object) -> FrontendSpec:
     # The formats already known first, in order: asking them needs neither the installed packages'
     # entry points nor the catalog, whose fingerprint stats the toolkit's sources (4 ms of a 0.1 s
     # conversion). Entry points only add names after these, so the first match is the same.
-    for name in list(_FRONTENDS):
-        spec = _spec(_FRONTENDS, name, "FRONTEND")
-        if _is_frontend(spec) and spec.load_object is not None:  # type: ignore[attr-defined]
+    specs = [spec for name in list(_FRONTENDS) if _is_frontend(spec := _spec(_FRONTENDS, name, "FRONTEND"))]
+    for spec in specs:  # a frontend for some objects only (hf: a PreTrainedModel) first, when it claims this one
+        claims = spec.claims_object  # type: ignore[attr-defined]
+        if claims is not None and spec.load_object is not None and claims(obj):  # type: ignore[attr-defined]
+            return spec  # type: ignore[return-value]
+    for spec in specs:
+        if spec.load_object is not None and spec.claims_object is None:  # type: ignore[attr-defined]
             return spec  # type: ignore[return-value]
     for name in frontend_names():
         spec = frontend(name)
-        if spec.load_object is not None:
+        if spec.load_object is not None and (spec.claims_object is None or spec.claims_object(obj)):
             return spec
     raise UsageError(f"cannot convert an in-memory {type(obj).__name__}: pass a file path, or install the "
                      "frontend that reads it (pip install 'convert-toolkit[torch]')")

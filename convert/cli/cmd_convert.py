@@ -299,7 +299,8 @@ def _run_convert(ctx: click.Context, **kw: object) -> int:
     # Every output path is checked before any work: nothing is loaded, converted or written for a
     # conversion whose model or report cannot be written where asked. Missing folders of the model's
     # path are made when it is written (and said); a report's folder must exist.
-    target = _paths.default_output(paths, formats.exporter_info(dst), out)  # type: ignore[arg-type]
+    target = _paths.default_output(paths, formats.exporter_info(dst), out,  # type: ignore[arg-type]
+                                   source_format=formats.normalize(src_fmt))
     check_writable(target, "the output", make_folder=True)
     if report_path:
         check_writable(Path(str(report_path)), "the report")

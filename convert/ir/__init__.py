@@ -45,6 +45,7 @@ from .plugins import (
 )
 from .provenance import (
     INPUT_SHAPE_ORDER,
+    KEEP_FLOAT32,
     Provenance,
     describe,
     get_provenance,
@@ -84,6 +85,7 @@ __all__ = [
     "CANONICAL_OPSET",
     "EXAMPLE_FEEDS",
     "INPUT_SHAPE_ORDER",
+    "KEEP_FLOAT32",
     "Attr",
     "AttributeType",
     "ConversionError",

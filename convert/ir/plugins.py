@@ -116,6 +116,15 @@ class FrontendSpec:
     # options)`` converts it, ``object_runtime(obj, example_inputs, options)`` is its reference runtime.
     load_object: Callable[[object, object, Options], _ir.Model] | None = None
     object_runtime: Callable[[object, object, Options], object] | None = None
+    # A frontend that converts only some in-memory objects says which (asked before the others).
+    claims_object: Callable[[object], bool] | None = None
+    # Files that go beside the converted model (onnxruntime-genai's genai_config.json):
+    # ``write_beside(model, written, options)`` runs after the model is written, returns what it wrote.
+    write_beside: Callable[[_ir.Model, Sequence[Path], Options], Sequence[Path]] | None = None
+    # A check of the frontend's own in place of output-by-output parity (a language model's greedy
+    # generation): ``verdict(source, written, options, tol=, seed=, inputs=)`` returns a report with
+    # ``passed``, ``verdict``, ``table()``, ``to_json()``, ``notes``, ``method``, ``seed``, ``dest_device``.
+    verdict: Callable[..., object] | None = None
 
 
 class ExportPlan(Protocol):

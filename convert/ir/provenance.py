@@ -13,8 +13,8 @@ import onnx_ir as _ir
 
 from .errors import shown
 
-__all__ = ["INPUT_SHAPE_ORDER", "Provenance", "describe", "get_provenance", "output_key", "set_output_of",
-           "set_provenance"]
+__all__ = ["INPUT_SHAPE_ORDER", "KEEP_FLOAT32", "Provenance", "describe", "get_provenance", "output_key",
+           "set_output_of", "set_provenance"]
 
 _FILE = "convert:source_file"
 _LAYER = "convert:source_layer"
@@ -26,6 +26,9 @@ _OUTPUT_OF = "convert:output_of"
 # On a graph input presented in another layout than its source (TensorFlow's NHWC input held NCHW):
 # the order in which `--input-shape` lists its dims, as indices of the graph's dims ("0,2,3,1").
 INPUT_SHAPE_ORDER = "convert:input_shape_order"
+# On a node the source computes in float32 whatever the model's precision (a language model's rotary
+# frequencies and angles, which transformers computes with autocast off): ``--precision`` keeps it so.
+KEEP_FLOAT32 = "convert:keep_float32"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,9 @@ The rule (as torch's CUDA autocast draws it, applied to ONNX ops):
   in fp16 clamped to +-65504, so a mask constant such as -3.4e38 stays finite and ``0 * mask`` is
   not NaN), and ops whose output type comes from an attribute (``Cast``, ``ConstantOfShape``,
   ``Constant``, ``EyeLike``, the random generators) produce half where they produced float32.
+* **Kept in float32 too**: nodes a frontend marks ``ir.KEEP_FLOAT32`` because the source computes
+  them in float32 whatever its dtype (a language model's rotary angles: position x frequency in
+  half precision is off by whole radians past a few thousand tokens).
 * **Untouched**: inputs whose type the op's schema does not tie to its output (``Resize``'s
   ``scales`` and ``roi``, ``Shape``'s input...), ops of other domains, and control flow
   (``If``/``Loop``/``Scan`` run in float32 with their bodies as written; half values they read
@@ -21,7 +24,9 @@ The rule (as torch's CUDA autocast draws it, applied to ONNX ops):
   drop-in replacement for the float32 one. ``--half-io`` makes them half too.
 
 Only float32 values change; float64, integer and boolean tensors are left as they are. Weights
-are converted lazily (computed when written), so memory stays flat as for a float32 export.
+are converted lazily (computed when written), so memory stays flat as for a float32 export; a
+weight that can read its source in another dtype (``cast_to``, the ``hf`` route's slices of a
+bf16 checkpoint) is read in half directly: a bf16 weight written as bf16 is copied, not converted.
 """
 
 from __future__ import annotations
@@ -90,7 +95,7 @@ def _tied_inputs(schema: onnx.defs.OpSchema, n_inputs: int, n_outputs: int) -> t
 def _is_half_node(node: ir.Node, schema: onnx.defs.OpSchema | None, half: ir.DataType) -> bool:
     """Whether ``node`` computes in ``half``: a default-domain op outside ``FP32_OPS``, without
     subgraphs, whose schema admits ``half`` for the types it ties (ONNX's Conv has no bfloat16)."""
-    if schema is None or node.op_type in FP32_OPS:
+    if schema is None or node.op_type in FP32_OPS or node.metadata_props.get(ir.KEEP_FLOAT32):
         return False
     if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
         return False
@@ -172,6 +177,12 @@ class _Rewriter:
                 continue
             source = value.const_value
             half = self.half
+            cast_to = getattr(source, "cast_to", None)  # a weight that reads its source in any dtype (hf)
+            if callable(cast_to):
+                value.const_value = cast_to(half)
+                _retype(value, half)
+                self.count["weights"] += 1
+                continue
 
             def compute(source: ir.TensorProtocol = source, half: ir.DataType = half) -> np.ndarray:
                 return _half_array(ir.to_numpy(source), half)

@@ -44,13 +44,27 @@ from .ops.spectral import COMPLEX_FORMS, real_dtype
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["FOLD_MAX_BYTES", "lower_program", "op_key", "output_names", "prepare_program",
+__all__ = ["FOLD_MAX_BYTES", "META_WEIGHTS", "lower_program", "op_key", "output_names", "prepare_program",
            "unsupported_ops", "written_bases"]
 
 logger = logging.getLogger(__name__)
 
 # Constant subgraphs whose results are at most this large are evaluated by torch at conversion.
 FOLD_MAX_BYTES = 1 << 20
+
+#: ``options.extra`` key: for a program captured with weights that have no values (meta or fake
+#: tensors, as the ``hf`` frontend captures a language model), a callable ``(name, tensor) -> ir
+#: tensor`` that supplies each weight's values (a slice of the weights file). Such weights are never folded.
+META_WEIGHTS = "convert:meta_weights"
+
+
+def _valueless(tensor: object) -> bool:
+    """Whether ``tensor`` has no values: on the meta device, or a FakeTensor of a capture."""
+    if getattr(tensor, "is_meta", False) is True:
+        return True
+    from torch._subclasses.fake_tensor import is_fake
+
+    return bool(is_fake(tensor))
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
@@ -165,6 +179,11 @@ def _wrap(tensor: torch.Tensor, name: str, options: Options, source: str = "") -
     import torch
 
     t = tensor.detach()
+    if _valueless(t):  # captured without values: the frontend that captured it supplies them
+        supply = options.extra.get(META_WEIGHTS)
+        if not callable(supply):
+            raise ConversionError(f"weight {shown(name)}", "it has no values (a meta or fake tensor)")
+        return supply(name, t)  # type: ignore[no-any-return]
     if any(d > 2**40 for d in t.shape):  # no array holds such dims, even with no element (numpy refuses them)
         dims = " x ".join(f"{d:,}" for d in t.shape)
         where = f"{source}: " if source else ""
@@ -240,7 +259,7 @@ class _Lowering(ControlFlowLowering):
                 self.consts[base] = real.clone()  # type: ignore[attr-defined]
 
     def _find_foldable(self) -> set[object]:
-        foldable: set[object] = set(self.consts)
+        foldable: set[object] = {n for n, v in self.consts.items() if not _valueless(v)}
         # A tensor made by new_zeros & co. and then written in place (Swin's shifted-window mask,
         # `x.new_zeros(size)` filled region by region) folds when what is written is constant; one
         # that is not written is left to its converter, as before.
