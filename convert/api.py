@@ -342,7 +342,7 @@ def convert(
     src_runtime = None
     feeds = None
     parity_error = ""
-    if check:
+    if check and fe.verdict is None:  # a frontend with a check of its own runs it after writing
         from .parity import open_runtime, resolve_inputs, source_options
         try:
             if module_src and fe.object_runtime is not None:
@@ -360,7 +360,8 @@ def convert(
                 opts.diagnostics.note("the parity check ran on the example inputs, which the capture took sizes "
                                       "from (give --inputs to check others)")
             feeds = resolve_inputs(src_runtime, given, opts, seed=seed)
-    target = default_output(paths, ex, out) if paths else Path(out or ("model" + ex.suffix))
+    target = (default_output(paths, ex, out, source_format=fmt) if paths
+              else _object_output(fe, out, ex.suffix))
     refuse_overwrite(_files_read(paths, model), written_candidates(target, ex))
     check_writable(target, "the output")
     _warn_suffix(target, ex, opts)
@@ -370,6 +371,8 @@ def convert(
     opts.progress(f"writing {target.name}", 0, 0)
     written = _write_making_folders(target, opts, lambda: plan.write(target) if plan is not None
                                     else ex.save(model, target, opts))
+    if fe.write_beside is not None:  # what goes beside the model (genai_config.json)
+        written += list(fe.write_beside(model, written, opts))
     stats = ir.model_stats(model)
     result = ConversionResult(
         route=f"{fmt}:{ex.name}", outputs=written, nodes=int(stats["nodes"]),  # type: ignore[call-overload]
@@ -392,6 +395,13 @@ def convert(
             if limit is None:
                 raise
             result.parity_error = f"the parity check stopped, {limit}: {exc}"
+    if check and fe.verdict is not None:
+        verdict = fe.verdict
+        try:
+            result.report = _run_parity_kept(written, lambda: verdict(  # type: ignore[arg-type, return-value]
+                src if module_src else paths, written, opts, tol=tol, seed=seed, inputs=inputs))
+        except ir.ConvertError as exc:
+            result.parity_error = f"the check failed to run: {exc}"
     if result.report is not None:  # the report records the seed whenever the inputs were seeded
         seeded = inputs is None and ir.EXAMPLE_FEEDS not in opts.extra
         result.report.seed = seed if seeded else None
@@ -407,6 +417,17 @@ def convert(
     result.notes = list(opts.diagnostics.notes)
     result.warnings = list(opts.diagnostics.warnings)
     return result
+
+
+def _object_output(fe: ir.FrontendSpec, out: PathLike | None, suffix: str) -> Path:
+    """Where an in-memory model's conversion goes: ``out``, by default ``./model<suffix>``; for a frontend
+    that writes files beside the model, ``out`` names a folder (``out/model<suffix>``) unless it ends in
+    the suffix, by default ``./model/``."""
+    if fe.write_beside is None:
+        return Path(out or ("model" + suffix))
+    if out is None:
+        return Path("model") / ("model" + suffix)
+    return Path(out) if str(out).endswith(suffix) and not Path(out).is_dir() else Path(out) / ("model" + suffix)
 
 
 def _warn_suffix(target: Path, ex: ir.ExporterSpec, opts: ir.Options) -> None:
