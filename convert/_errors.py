@@ -19,9 +19,20 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["ConversionError", "ConvertError", "ExportError", "ModelFormatError", "PassError",
-           "UnsupportedOpsError", "UsageError", "errors_module",
-           "printable", "resource_exhausted", "shown"]
+__all__ = [
+    "ConversionError",
+    "ConvertError",
+    "ExportError",
+    "ModelFormatError",
+    "PassError",
+    "UnsupportedOpsError",
+    "UsageError",
+    "address_space_left",
+    "errors_module",
+    "printable",
+    "resource_exhausted",
+    "shown",
+]
 
 _NAME = "convert.ir.errors"
 
@@ -57,6 +68,9 @@ shown = _errors.shown
 
 
 _DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+# The loader's words when a shared library cannot be mapped (``import torch`` under ``ulimit -v``: its
+# libraries alone map more than 2 GiB): an ImportError, but the machine's limit, not a missing package.
+_MAP_FAILED = "failed to map segment from shared object"
 
 
 def _mib(n: int) -> str:
@@ -74,6 +88,22 @@ def _fsize_limit() -> str:
     return f" (files limited to {_mib(soft)}: ulimit -f)" if soft != resource.RLIM_INFINITY else ""
 
 
+def address_space_left() -> int | None:
+    """Return the bytes of address space the process may still map under ``ulimit -v``, or None
+    when it has no such limit (or the platform cannot tell)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if soft == resource.RLIM_INFINITY:
+            return None
+        with open("/proc/self/status") as status:
+            size = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+    except (ImportError, OSError, ValueError, StopIteration):  # no resource module, no /proc
+        return None
+    return max(soft - size, 0)
+
+
 def resource_exhausted(exc: BaseException) -> str | None:
     """Say which of the machine's limits ``exc`` ran into (memory, address space, disk), or None.
 
@@ -86,7 +116,8 @@ def resource_exhausted(exc: BaseException) -> str | None:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, MemoryError) or (isinstance(current, OSError) and current.errno == errno.ENOMEM):
+        if isinstance(current, MemoryError) or (isinstance(current, OSError) and current.errno == errno.ENOMEM) or (
+                isinstance(current, (ImportError, OSError)) and _MAP_FAILED in str(current)):
             limit = ""
             try:
                 import resource
