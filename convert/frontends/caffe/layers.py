@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from convert._proto.rules import caffe_pool_size
-from convert.ir import DataType, Registry, TensorType, Value
+from convert.ir import DataType, RefusedError, Registry, TensorType, Value
 
 from .context import CaffeContext
 from .reader import LayerDef
@@ -54,6 +54,14 @@ def _has(msg: Any, field: str) -> bool:
 
 
 def _axis(axis: int, rank: int) -> int:
+    """Return ``axis`` counted from 0, as Caffe's CanonicalAxisIndex reads it (-rank..rank-1).
+
+    Raises:
+        RefusedError: outside that range (real Caffe aborts on the net: 'axis out of range').
+    """
+    if not -rank <= axis < rank:
+        raise RefusedError(f"axis {axis} is outside the {rank}-D input's axes ({-rank}..{rank - 1}); real Caffe "
+                           "refuses the net too ('axis out of range')")
     return axis + rank if axis < 0 else axis
 
 

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 
-from convert.ir import DataType, Shape, TensorType, Value
+from convert.ir import DataType, RefusedError, Shape, TensorType, Value
 
 from .context import CaffeContext
 from .layers import LAYERS, _axis, _has, _note, _p, _rank4
@@ -296,10 +296,24 @@ _note("Flatten", "Flatten / Reshape", "axis, end_axis")
 
 
 def caffe_reshape(shape: tuple[int, ...], dims: list[int], axis: int, num_axes: int) -> tuple[int, ...]:
-    """Return the output shape of Caffe's Reshape (0 copies, -1 infers, axis/num_axes window)."""
+    """Return the output shape of Caffe's Reshape (0 copies, -1 infers, axis/num_axes window).
+
+    Raises:
+        RefusedError: for the windows and dims real Caffe's Reshape refuses (its checks, in words).
+    """
     rank = len(shape)
     start = axis + rank + 1 if axis < 0 else axis
+    if not 0 <= start <= rank:
+        raise RefusedError(f"reshape_param.axis {axis} is outside the {rank}-D input ({-rank - 1}..{rank}); "
+                           "real Caffe refuses the net too")
     end = rank if num_axes == -1 else start + num_axes
+    if num_axes < -1 or end > rank:
+        raise RefusedError(f"reshape_param.axis {axis} with num_axes {num_axes} reaches past the {rank}-D input; "
+                           "real Caffe refuses the net too")
+    if any(d < -1 for d in dims) or dims.count(-1) > 1:
+        raise RefusedError(f"reshape_param.shape {dims}: dims are at least -1, and -1 at most once")
+    if any(d == 0 and start + i >= rank for i, d in enumerate(dims)):
+        raise RefusedError(f"reshape_param.shape {dims} copies (0) an axis past the {rank}-D input's last")
     mid = [shape[start + i] if d == 0 else d for i, d in enumerate(dims)]
     out = [*shape[:start], *mid, *shape[end:]]
     if -1 in out:

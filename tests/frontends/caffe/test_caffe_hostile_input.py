@@ -76,3 +76,50 @@ def test_v1_flatten_layer_takes_the_defaults(tmp_path: Path) -> None:
     x = np.arange(48, dtype=np.float32).reshape(1, 3, 4, 4)
     (y,) = ReferenceEvaluator(onnx.load(str(tmp_path / "v1.onnx"))).run(None, {"data": x})
     np.testing.assert_array_equal(y, x.reshape(1, 48))
+
+
+# An axis outside the input's rank (#48): Slice and Concat raised IndexError (exit 3), Concat's -5 on
+# a 4-D input wrapped round to axis 3 and converted; Reshape's axis the same. Real Caffe refuses each
+# ('axis out of range'); so does convert, in one line.
+AXIS_CASES = {
+    "slice-axis-4": ("Slice", ["data"], ["a", "b"], {"slice_param": {"axis": 4}},
+                     "layer 'l' (Slice) at axis.prototxt:15: axis 4 is outside the 4-D input's axes (-4..3)"),
+    "concat-axis-minus-5": ("Concat", ["data", "data"], ["c"], {"concat_param": {"axis": -5}},
+                            "layer 'l' (Concat) at axis.prototxt:15: axis -5 is outside the 4-D input's axes"),
+    "concat-dim-9": ("Concat", ["data", "data"], ["c"], {"concat_param": {"concat_dim": 9}},
+                     "axis 9 is outside the 4-D input's axes"),
+    "reshape-axis-7": ("Reshape", ["data"], ["r"], {"reshape_param": {"shape": {"dim": [0, -1]}, "axis": 7}},
+                       "reshape_param.axis 7 is outside the 4-D input (-5..4)"),
+    "reshape-axis-minus-7": ("Reshape", ["data"], ["r"], {"reshape_param": {"shape": {"dim": [-1]}, "axis": -7}},
+                             "reshape_param.axis -7 is outside the 4-D input"),
+}
+
+
+@pytest.mark.parametrize("case", list(AXIS_CASES))
+def test_axis_outside_the_rank_is_refused_in_one_line_as_real_caffe_refuses_it(tmp_path: Path, case: str) -> None:
+    import sys
+
+    from click.testing import CliRunner
+
+    from convert.cli import cli
+    from convert.parity.runtimes.caffe_runtime import CaffeFailedError, RealCaffeRuntime, find_caffe
+
+    sys.path.insert(0, str(SEED.parents[2].parent / "models" / "caffe"))
+    from build_nets import NetBuilder
+
+    kind, bottoms, tops, params, words = AXIS_CASES[case]
+    b = NetBuilder("axis", 0)
+    b.input("data", (1, 4, 6, 6))
+    b.layer(kind, "l", bottoms, tops, **params)
+    proto, model = b.save(tmp_path)
+    caffe_dir = find_caffe()
+    if caffe_dir is None:
+        pytest.skip("real Caffe is not built here: run scripts/build_caffe")
+    with pytest.raises(CaffeFailedError, match="out of range"):  # the reference refuses the net
+        RealCaffeRuntime(proto, model, caffe_dir)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["caffe:onnx", str(proto), str(model), "-o", f"{out}/", "--no-check", "-q"])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2, result.stderr
+    assert len(lines) == 1 and words in lines[0], lines
+    assert not out.exists() or not any(out.iterdir())
