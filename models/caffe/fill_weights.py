@@ -124,10 +124,10 @@ def _blobs(layer: LayerDef, x: Shape, rng: np.random.Generator, residual: bool) 
         if p.scale_param.bias_term:
             out.append(rng.normal(0, 0.05, c))
         return out
-    if t == "PReLU":
-        return [rng.uniform(0.1, 0.3, c)]
+    if t == "PReLU":  # a shared slope or scale is a 0-axis blob in Caffe
+        return [rng.uniform(0.1, 0.3, () if p.prelu_param.channel_shared else c)]
     if t == "Normalize":
-        return [rng.uniform(10, 20, 1 if p.norm_param.channel_shared else c)]
+        return [rng.uniform(10, 20, () if p.norm_param.channel_shared else c)]
     return []
 
 

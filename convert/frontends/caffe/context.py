@@ -41,6 +41,8 @@ class CaffeContext(FrontendContext):
         self.options = options
         self.diagnostics = options.diagnostics
         self.blobs: dict[str, Value] = {}
+        self._read: dict[int, set[int]] = {}  # blob indices each layer read (by layer index)
+        self._owners: dict[str, tuple[str, tuple[int, ...]]] = {}  # shared param: first layer, shape
 
     # -- blobs ------------------------------------------------------------------------------
     def input(self, layer: LayerDef, index: int = 0) -> Value:
@@ -117,28 +119,105 @@ class CaffeContext(FrontendContext):
         return self.builder.const(np.asarray(array, dtype=dtype), name="const")
 
     # -- blobs of the caffemodel --------------------------------------------------------------
+    # Real Caffe (Net::CopyTrainedLayersFrom) refuses a caffemodel entry whose number of blobs is not
+    # the layer's, or one of whose blobs has another shape than the layer's own (Blob::ShapeEquals):
+    # the exact shape, or, for a blob recorded in the legacy num/channels/height/width form, the
+    # layer's shape padded with leading 1s to four axes. The same number of values in another shape
+    # (a transposed InnerProduct weight) is refused there, and so here.
     def blob(self, layer: LayerDef, index: int, shape: Sequence[int], what: str) -> np.ndarray:
-        """Return blob ``index`` of ``layer`` reshaped to ``shape``, checking its size.
+        """Return blob ``index`` of ``layer`` in ``shape``, the shape Caffe's layer gives that blob.
+
+        A blob shared with other layers by ``param { name }`` comes from the sharer whose caffemodel
+        entry Caffe copies last (``reader._resolve_shared``).
 
         Raises:
-            ModelFormatError: when the blob is missing or has the wrong number of values.
+            ModelFormatError: when the blob is missing, or is recorded in a shape Caffe refuses.
         """
-        where = self.where(layer)
+        shape = tuple(int(d) for d in shape)
+        self._read.setdefault(layer.index, set()).add(index)
+        if index < len(layer.blobs):
+            self._check_shape(layer, index, shape, what)
+        shared = layer.shared.get(index)
+        if shared is not None:
+            return self._shared_blob(layer, index, shape, what, shared)
         if index >= len(layer.blobs):
-            found = "no blobs" if not layer.blobs else f"only {len(layer.blobs)} blob(s)"
+            raise self._missing(layer, index, what)
+        return layer.blobs[index].reshape(shape)
+
+    def _check_shape(self, layer: LayerDef, index: int, shape: tuple[int, ...], what: str) -> None:
+        form, dims = layer.stored[index] if index < len(layer.stored) else ("shape", layer.blobs[index].shape)
+        if form == "legacy":
+            ok = len(shape) <= 4 and (1,) * (4 - len(shape)) + shape == dims
+            recorded = f"the legacy shape num/channels/height/width {' x '.join(map(str, dims))}"
+        else:
+            ok = dims == shape
+            recorded = f"shape {list(dims)}"
+        if ok:
+            return
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        size = layer.blobs[index].size
+        legacy = (f" (in the legacy form {' x '.join(map(str, (1,) * (4 - len(shape)) + shape))})"
+                  if form == "legacy" and len(shape) <= 4 else "")
+        why = (f" exactly{legacy}: the same {count} values in another shape, which real Caffe refuses to copy "
+               "('shape mismatch')" if size == count else f"{legacy} ({count} values), not {size}")
+        raise ModelFormatError(
+            f"{self.weights_file}: layer {shown(layer.name)} ({layer.type}, {self.where(layer)}): its {what} "
+            f"(blob {index}) has {recorded}; Caffe's {layer.type} here holds {list(shape)}{why}. "
+            "Are the prototxt and caffemodel from the same model?"
+        )
+
+    def _shared_blob(self, layer: LayerDef, index: int, shape: tuple[int, ...], what: str,
+                     shared: tuple[str, bool, LayerDef | None, int]) -> np.ndarray:
+        name, permissive, source, at = shared
+        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+        owner = self._owners.setdefault(name, (layer.name, shape))
+        if owner[0] != layer.name and owner[1] != shape and (
+                not permissive or int(np.prod(owner[1], dtype=np.int64)) != count):
             raise ModelFormatError(
-                f"{self.weights_file}: layer {shown(layer.name)} ({layer.type}, {where}) has {found}; "
-                f"expected the {what} as blob {index}. Are the prototxt and caffemodel from the same model?"
+                f"{self.source}: layer {shown(layer.name)} ({layer.type}, {self.where(layer)}) shares its {what} "
+                f"'{name}' with layer {shown(owner[0])}, which holds it as {list(owner[1])}, this layer as "
+                f"{list(shape)}: Caffe refuses to share it ("
+                + ("the counts differ" if permissive else "shapes must be equal unless share_mode: PERMISSIVE")
+                + ")"
             )
-        arr = layer.blobs[index]
-        count = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+        if source is None:
+            raise self._missing(layer, index, what, shared=name)
+        arr = source.blobs[at]
         if arr.size != count:
             raise ModelFormatError(
-                f"{self.weights_file}: layer {shown(layer.name)} ({layer.type}, {where}): {what} blob has shape "
-                f"{list(arr.shape)} ({arr.size} values), expected {list(shape)} ({count} values). "
+                f"{self.weights_file}: layer {shown(layer.name)} ({layer.type}, {self.where(layer)}) shares its "
+                f"{what} '{name}' with layer {shown(source.name)}, whose caffemodel entry holds {arr.size} values "
+                f"for it; this layer needs {list(shape)} ({count} values). "
                 "Are the prototxt and caffemodel from the same model?"
             )
-        return arr.reshape(tuple(shape))
+        return arr.reshape(shape)
+
+    def _missing(self, layer: LayerDef, index: int, what: str, shared: str = "") -> ModelFormatError:
+        found = ("no entry" if not layer.in_caffemodel else "no blobs" if not layer.blobs
+                 else f"only {len(layer.blobs)} blob(s)")
+        also = f" (nor any layer sharing it as '{shared}')" if shared else ""
+        filler = (" Real Caffe would run it with the prototxt's filler values instead; convert does not guess them."
+                  if not layer.in_caffemodel else "")
+        return ModelFormatError(
+            f"{self.weights_file}: layer {shown(layer.name)} ({layer.type}, {self.where(layer)}) has {found} in the "
+            f"caffemodel{also}; expected the {what} as blob {index}.{filler} "
+            "Are the prototxt and caffemodel from the same model?"
+        )
+
+    def check_blob_count(self, layer: LayerDef) -> None:
+        """Refuse a caffemodel entry with another number of blobs than ``layer`` reads, as Caffe does.
+
+        Raises:
+            ModelFormatError: naming the layer and both counts.
+        """
+        used = len(self._read.get(layer.index, ()))
+        if layer.in_caffemodel and len(layer.blobs) != used:
+            raise ModelFormatError(
+                f"{self.weights_file}: layer {shown(layer.name)} ({layer.type}, {self.where(layer)}) has "
+                f"{len(layer.blobs)} blob(s) in the caffemodel; Caffe's {layer.type} layer with these parameters "
+                f"holds {used}, and real Caffe refuses the file ('Incompatible number of blobs'). "
+                "Are the prototxt and caffemodel from the same model?"
+            )
 
     # -- errors ---------------------------------------------------------------------------------
     def where(self, item: LayerDef) -> str:

@@ -125,6 +125,7 @@ def _convert(net: NetDef, weights_name: str, options: Options) -> Model:
     def run(convert: Converter, layer: LayerDef) -> None:
         ctx.item = layer
         convert(layer, ctx)
+        ctx.check_blob_count(layer)
 
     convert_all(net.layers, LAYERS, key=lambda layer: layer.type, call=run, options=options, stage="caffe layers",
                 where=lambda layer: f"layer {shown(layer.name)} ({shown(layer.type)[1:-1]}) at {ctx.where(layer)}")

@@ -368,12 +368,12 @@ _note("Swish", "Mul(x, Sigmoid(beta x))")
 
 @LAYERS.register("PReLU")
 def prelu(layer: LayerDef, ctx: CaffeContext) -> None:
-    """PReLU -> PRelu with the slope shaped (C, 1, ...) or (1,) when channel_shared."""
+    """PReLU -> PRelu with the slope shaped (C, 1, ...), or (1,) when channel_shared (Caffe's 0-axis blob)."""
     x = ctx.input(layer)
     shape = ctx.shape(x)
     shared = bool(_p(layer, "prelu_param").channel_shared)
     if shared:
-        slope = ctx.blob(layer, 0, (1,), "slope")
+        slope = ctx.blob(layer, 0, (), "slope").reshape(1)
     else:
         slope = ctx.blob(layer, 0, (shape[1],), "slope").reshape((shape[1],) + (1,) * (len(shape) - 2))
     ctx.set_top(layer, ctx.emit("PRelu", [x, ctx.weight(layer, slope, "slope")], None, shape))

@@ -33,7 +33,7 @@ def batch_norm(layer: LayerDef, ctx: CaffeContext) -> None:
     eps = float(_p(layer, "batch_norm_param").eps)
     mean = ctx.blob(layer, 0, (c,), "mean").astype(np.float64)
     var = ctx.blob(layer, 1, (c,), "variance").astype(np.float64)
-    factor = float(ctx.blob(layer, 2, (1,), "moving-average factor")[0]) if len(layer.blobs) > 2 else 1.0
+    factor = float(ctx.blob(layer, 2, (1,), "moving-average factor")[0])
     inv = 0.0 if factor == 0.0 else 1.0 / factor
     inputs = [
         x,
@@ -59,7 +59,7 @@ def bn(layer: LayerDef, ctx: CaffeContext) -> None:
     shape = ctx.shape(x)
     c = shape[1]
     names = ("slope", "bias", "mean", "variance")
-    blobs = [ctx.blob(layer, i, (c,), what) for i, what in enumerate(names)]
+    blobs = [ctx.blob(layer, i, (1, c, 1, 1), what).reshape(c) for i, what in enumerate(names)]
     inputs = [x, *(ctx.weight(layer, b, what) for b, what in zip(blobs, names, strict=True))]
     eps = float(_p(layer, "bn_param").eps)
     ctx.set_top(layer, ctx.emit("BatchNormalization", inputs, {"epsilon": eps}, shape))
@@ -163,8 +163,8 @@ def normalize(layer: LayerDef, ctx: CaffeContext) -> None:
     norm = ctx.emit("Sqrt", [ss], None, rshape, suffix="_norm")
     y = ctx.emit("Div", [x, norm], None, (n, c, h, w), suffix="_div")
     shared = bool(np_.channel_shared)
-    s = ctx.blob(layer, 0, (1,) if shared else (c,), "scale")
-    s = s if shared else s.reshape(c, 1, 1)
+    s = ctx.blob(layer, 0, () if shared else (c,), "scale")  # the SSD fork's shared scale is a 0-axis blob
+    s = s.reshape(1) if shared else s.reshape(c, 1, 1)
     ctx.set_top(layer, ctx.emit("Mul", [y, ctx.weight(layer, s, "scale")], None, (n, c, h, w)))
 
 

@@ -74,6 +74,17 @@ class LayerDef:
     index: int = 0
     blobs: list[np.ndarray] = field(default_factory=list)
     has_weights: bool = False
+    #: How the caffemodel records each blob's shape, as Caffe compares it with the layer's own:
+    #: ``("legacy", (num, channels, height, width))`` when any of those four fields is present,
+    #: else ``("shape", dims)`` (``()`` when the blob records no shape at all).
+    stored: list[tuple[str, tuple[int, ...]]] = field(default_factory=list)
+    #: The caffemodel has an entry of this layer's name (with any number of blobs, none included):
+    #: Caffe then requires exactly the layer's own number of blobs.
+    in_caffemodel: bool = False
+    #: Blobs this layer shares with others by ``param { name }``, by blob index: the parameter's
+    #: name, whether ``share_mode: PERMISSIVE`` (count, not shape, must agree), and the layer and
+    #: blob index whose caffemodel entry holds the shared values (``None``: no sharer has one).
+    shared: dict[int, tuple[str, bool, LayerDef | None, int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -232,22 +243,63 @@ def _declared_inputs(net: Any, path: Path) -> list[tuple[str, tuple[int, ...]]]:
     return list(zip(names, shapes, strict=True))
 
 
-def _blob_array(blob: Any) -> np.ndarray:
-    if blob.HasField("shape"):
-        shape = tuple(int(d) for d in blob.shape.dim)
-    else:
-        legacy = (blob.num, blob.channels, blob.height, blob.width)
-        shape = tuple(int(d) for d in legacy)
+def _stored_shape(blob: Any) -> tuple[str, tuple[int, ...]]:
+    """Return the shape ``blob`` records, in the form Caffe compares it with a layer's (Blob::ShapeEquals):
+    the legacy 4-D ``num/channels/height/width`` whenever any of those fields is present (absent ones
+    read as 0), else the ``shape`` message's dims (none at all: a 0-axis blob)."""
+    if any(blob.HasField(f) for f in ("num", "channels", "height", "width")):
+        return "legacy", (int(blob.num), int(blob.channels), int(blob.height), int(blob.width))
+    return "shape", tuple(int(d) for d in blob.shape.dim)
+
+
+def _blob_array(blob: Any) -> tuple[np.ndarray, tuple[str, tuple[int, ...]]]:
+    """Return a blob's values (float32, in its recorded shape) and that shape's form (``_stored_shape``)."""
+    stored = _stored_shape(blob)
+    shape = stored[1]
     if len(blob.data):
         arr = np.asarray(blob.data, dtype=np.float32)
     else:
         arr = np.asarray(blob.double_data, dtype=np.float64).astype(np.float32)
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
     if arr.size != count:
-        if not blob.HasField("shape") and arr.size and not any(shape):
-            return arr  # no shape recorded at all: keep it flat
-        raise ValueError(f"blob shape {list(shape)} holds {count} values but {arr.size} are stored")
-    return arr.reshape(shape)
+        what = "legacy shape num/channels/height/width" if stored[0] == "legacy" else "shape"
+        raise ValueError(f"blob {what} {list(shape) if shape else '[] (none recorded)'} holds {count} values but "
+                         f"{arr.size} are stored")
+    return arr.reshape(shape), stored
+
+
+def _param_names(param: Any) -> list[tuple[str, bool]]:
+    """Return, per blob index, the name a layer's ``param`` gives that blob ('' : not shared) and
+    whether its share_mode is PERMISSIVE (V1 layers: names only, always strict)."""
+    out = []
+    for spec in getattr(param, "param", ()):
+        if isinstance(spec, str):
+            out.append((spec, False))
+        else:
+            out.append((spec.name, int(spec.share_mode) == 1))
+    return out
+
+
+def _resolve_shared(net: NetDef, order: dict[str, int]) -> None:
+    """Record, for every blob shared by ``param { name }``, where its values come from as Caffe has it.
+
+    Sharing layers hold one blob; ``Net::CopyTrainedLayersFrom`` copies each caffemodel entry into
+    its layer in the file's order, so the shared values are those of the last entry (in the
+    caffemodel's order) among the sharers that have one: a layer without an entry of its own gets
+    them too. ``order``: each entry's position in the caffemodel.
+    """
+    slots: dict[str, list[tuple[LayerDef, int, bool]]] = {}
+    for layer in net.layers:
+        for i, (name, permissive) in enumerate(_param_names(layer.param)):
+            if name:
+                slots.setdefault(name, []).append((layer, i, permissive))
+    for name, users in slots.items():
+        if len(users) < 2:
+            continue
+        held = [(order[ly.name], ly, i) for ly, i, _ in users if ly.name in order and i < len(ly.blobs)]
+        source = max(held, key=lambda t: t[0]) if held else None
+        for layer, i, permissive in users:
+            layer.shared[i] = (name, permissive, source[1] if source else None, source[2] if source else 0)
 
 
 def read_caffemodel(path: Path, net: NetDef) -> None:
@@ -272,21 +324,28 @@ def read_caffemodel(path: Path, net: NetDef) -> None:
         ) from exc
     if not _looks_binary(data[:4096]) and data.lstrip()[:1].isalpha():
         raise ModelFormatError(f"{path.name}: looks like a text prototxt, not a binary caffemodel")
+    # Caffe matches entries to layers by name; where two entries share a name, the later one's
+    # blobs are the ones left in the layer (each is copied in turn).
     by_name: dict[str, Sequence[object]] = {}
-    for lp in list(weights.layer) + list(weights.layers):
-        if lp.blobs:
-            by_name[lp.name] = lp.blobs
+    order: dict[str, int] = {}
+    for i, lp in enumerate(list(weights.layer) + list(weights.layers)):
+        by_name[lp.name] = lp.blobs
+        order[lp.name] = i
     del weights
     for layer in net.layers:
         blobs = by_name.get(layer.name)
-        if not blobs:
+        if blobs is None:
             continue
+        layer.in_caffemodel = True
         try:
-            layer.blobs = [_blob_array(b) for b in blobs]
+            arrays = [_blob_array(b) for b in blobs]
         except ValueError as exc:
             raise ModelFormatError(
                 f"{path.name}: layer {shown(layer.name)} ({shown(layer.type)[1:-1]}): {exc}. "
                 "Is the caffemodel from this prototxt?"
             ) from exc
-        layer.has_weights = True
-    logger.debug("%s: blobs for %d layers", path.name, len(by_name))
+        layer.blobs = [a for a, _ in arrays]
+        layer.stored = [form for _, form in arrays]
+        layer.has_weights = bool(arrays)
+    _resolve_shared(net, order)
+    logger.debug("%s: entries for %d layers", path.name, len(by_name))
