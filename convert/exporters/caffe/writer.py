@@ -28,6 +28,7 @@ from convert.ir import (
     Graph,
     InternalError,
     Model,
+    ModelFormatError,
     Options,
     Unsupported,
     UnsupportedOpsError,
@@ -36,6 +37,7 @@ from convert.ir import (
     get_provenance,
     output_key,
     passes,
+    shown,
 )
 
 from . import layers_tensor  # noqa: F401  (registers the tensor emitters)
@@ -103,6 +105,7 @@ def _prepare(model: Model, flav: Flavor) -> Model:
 
 def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[Emitted], list[Unsupported]]:
     """Emit every node; return ``(NetParameter without blobs, layers, gaps)``."""
+    _refuse_attribute_references(model)
     model = _prepare(model, flav)
     graph = model.graph
     ctx = EmitContext(graph, flav)
@@ -176,6 +179,24 @@ def build_net(model: Model, flav: Flavor) -> tuple[caffe_pb2.NetParameter, list[
     for e in emitted:
         net.layer.add().CopyFrom(e.layer)
     return net, emitted, gaps.items()
+
+
+def _refuse_attribute_references(model: Model) -> None:
+    """Refuse a node whose attribute refers to an attribute of an enclosing function (``ref_attr_name``)
+    where no function encloses it: nothing gives that attribute a value, so no Caffe layer can be
+    written for the node (ONNX allows such references only inside a FunctionProto's nodes).
+
+    Raises:
+        ModelFormatError: naming the node, the attribute and the name it refers to.
+    """
+    for node in model.graph.all_nodes():
+        for name, attr in node.attributes.items():
+            if attr.is_ref():
+                raise ModelFormatError(
+                    f"{describe(node)}: attribute {shown(name)} refers to the attribute "
+                    f"{shown(attr.ref_attr_name)} of an enclosing function (ref_attr_name), but the node is not "
+                    "inside a function, so nothing gives it a value. Is the file corrupt?"
+                )
 
 
 def _detection_regions(graph: Graph) -> dict[int, str]:

@@ -13,6 +13,7 @@ import stat as _stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
@@ -150,6 +151,72 @@ def _check_external(path: Path, proto: onnx.ModelProto) -> None:
                 f"{where}: needs bytes {offset:,}..{offset + length:,} of '{location}', "
                 f"which has only {size:,} bytes. Is the data file truncated?"
             )
+
+
+# A sparse initializer is read as the dense tensor it stands for (as ONNX Runtime does): at most
+# this many bytes, which one TensorProto can hold.
+_DENSE_MAX = 2**31 - 1
+
+
+def _densify(path: Path, graph: onnx.GraphProto) -> None:
+    """Replace every sparse initializer of ``graph`` and its subgraphs by its dense initializer.
+
+    A sparse tensor holds NNZ ``values`` (1-D), their ``indices`` (int64: NNZ linear positions, or
+    NNZ x rank coordinates) and the dense ``dims``; every other element is 0.
+
+    Raises:
+        ModelFormatError: for a sparse tensor whose parts disagree (naming it and why), or one
+            whose dense form would not fit one tensor.
+    """
+    from onnx import numpy_helper
+
+    for sparse in graph.sparse_initializer:
+        values, indices, dims = sparse.values, sparse.indices, [int(d) for d in sparse.dims]
+        where = f"{path.name}: sparse initializer '{values.name}'"
+        if values.data_location == onnx.TensorProto.EXTERNAL or indices.data_location == onnx.TensorProto.EXTERNAL:
+            raise ir.ModelFormatError(f"{where} keeps its values or indices in external data, which is not read "
+                                      "for sparse tensors; store it dense")
+        if any(d < 0 for d in dims):
+            raise ir.ModelFormatError(f"{where} has a negative dimension {dims}. Is the file corrupt?")
+        try:
+            vals = numpy_helper.to_array(values)
+            idx = numpy_helper.to_array(indices)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise ir.ModelFormatError(f"{where}: its values or indices cannot be read ({exc}). "
+                                      "Is the file corrupt?") from exc
+        count = 1
+        for d in dims:
+            count *= d
+        nbytes = count * vals.dtype.itemsize
+        if nbytes > _DENSE_MAX:
+            raise ir.ModelFormatError(f"{where}: dense, its dims {dims} take {nbytes / 2**30:.1f} GiB, more than one "
+                                      "tensor holds; store it dense with external data")
+        nnz = vals.size
+        if vals.ndim != 1 or idx.dtype != np.int64 or not (
+                (idx.ndim == 1 and idx.size == nnz) or (idx.ndim == 2 and idx.shape == (nnz, len(dims)))):
+            raise ir.ModelFormatError(
+                f"{where}: {vals.size} values of dims {list(vals.shape)} with int64 indices of dims "
+                f"{list(idx.shape)} (of type {idx.dtype}); ONNX wants 1-D values and [NNZ] or [NNZ, {len(dims)}] "
+                "int64 indices. Is the file corrupt?")
+        if idx.ndim == 2:
+            if nnz and ((idx < 0).any() or (idx >= np.asarray(dims, np.int64)).any()):
+                raise ir.ModelFormatError(f"{where}: an index lies outside its dims {dims}. Is the file corrupt?")
+            flat = np.ravel_multi_index(tuple(idx.T), dims) if nnz else np.zeros(0, np.int64)
+        else:
+            flat = idx
+            if nnz and (int(flat.min()) < 0 or int(flat.max()) >= count):
+                raise ir.ModelFormatError(f"{where}: an index lies outside its {count} elements. Is the file corrupt?")
+        if np.unique(flat).size != flat.size:
+            raise ir.ModelFormatError(f"{where}: an index appears twice, so the element's value is not one. "
+                                      "Is the file corrupt?")
+        dense = np.zeros(count, dtype=vals.dtype)
+        dense[flat] = vals
+        graph.initializer.append(numpy_helper.from_array(dense.reshape(dims), name=values.name))
+    del graph.sparse_initializer[:]
+    for node in graph.node:
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                _densify(path, sub)
 
 
 def _expected_bytes(tensor: onnx.TensorProto) -> int | None:
@@ -518,6 +585,7 @@ def read_onnx(paths: Sequence[Path], options: ir.Options) -> ir.Model:
         )
     path = Path(paths[0])
     proto = _load_proto(path)
+    _densify(path, proto.graph)
     _check_tensors(path, proto)
     _check_external(path, proto)
     _check_graph(path, proto.graph, opsets={o.domain: o.version for o in proto.opset_import})
