@@ -258,8 +258,9 @@ class ParityReport:
                        "conversion can be judged on these inputs (see the output's note).")
         if amplified:
             out.append(f"NOT VERIFIED: on {', '.join(shown(n) for n in amplified)} the source's own float32 run is "
-                       f"more than {FLOAT32_LIMIT:g} x tol from its float64 run: the net amplifies rounding too "
-                       "much for any float32 conversion to be judged on these inputs (see the output's note).")
+                       f"more than {FLOAT32_LIMIT:g} x tol from its float64 run (or, where it has none, from its "
+                       "second float32 run): the net amplifies rounding too much for any float32 conversion to be "
+                       "judged on these inputs (see the output's note).")
         empty = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and "empty on these inputs" in o.note]
         unverified = [n for n in unverified if n not in empty]
         if empty:

@@ -41,6 +41,7 @@ from convert.ir import (
     UsageError,
     Value,
     convert_all,
+    shown,
 )
 from convert.ir.given import refuse_contradicting_shape
 
@@ -294,6 +295,7 @@ class _Lowering:
         for i in inputs:
             if i >= 0 and i not in self.keys:
                 raise RefusedError(f"input tensor '{model.tensors[i].name}' is used before it is produced")
+        _refuse_other_hybrid(model, op)
         node.inputs = [self.float_input(i) if i >= 0 else "" for i in inputs]
         quantized_out = [model.tensors[i] for i in op.outputs if self.is_quant_activation(model.tensors[i])]
         if quantized_out:
@@ -304,6 +306,24 @@ class _Lowering:
             t = model.tensors[index]
             if self.is_quant_activation(t):
                 _quantize_output(ctx, f"{node.name}:{k}", t)
+
+
+def _refuse_other_hybrid(model: TFLModel, op: TFLOp) -> None:
+    """Refuse an operator that reads int8 weights with float activations (dynamic-range quantization)
+    unless its hybrid kernel is written (``hybrid.HYBRID_OPS``): TFLite quantizes its input on the fly,
+    which the float operator on dequantized weights does not reproduce."""
+    from .hybrid import HYBRID_OPS
+
+    if op.name in HYBRID_OPS or op.name in _PASS_THROUGH:
+        return
+    tensors = [model.tensors[i] for i in op.inputs if i >= 0]
+    weights = [t for t in tensors if t.span is not None and t.quant is not None and t.dtype in _QUANT_TYPES]
+    if weights and any(t.span is None and t.quant is None and t.dtype == np.float32 for t in tensors):
+        raise RefusedError(f"int8 weights {shown(weights[0].name)} with float activations (dynamic-range quantization, "
+                           "TFLiteConverter's Optimize.DEFAULT without a representative dataset): TFLite runs "
+                           f"{op.name} with a hybrid kernel, which is converted for CONV_2D, DEPTHWISE_CONV_2D and "
+                           "FULLY_CONNECTED only. Re-export without optimizations, or with a representative dataset "
+                           "(full integer)")
 
 
 def _dequantize(arr: np.ndarray, quant: TFLQuant) -> np.ndarray:

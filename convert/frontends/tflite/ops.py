@@ -59,7 +59,8 @@ OPTIONS: dict[str, list[tuple[str, str, object] | None]] = {
                           ("fused", _B, 0), ("dilation_w", _I, 1), ("dilation_h", _I, 1)],
     "AVERAGE_POOL_2D": [("padding", _B, 0), ("stride_w", _I, 1), ("stride_h", _I, 1), ("filter_w", _I, 1),
                         ("filter_h", _I, 1), ("fused", _B, 0)],
-    "FULLY_CONNECTED": [("fused", _B, 0), ("weights_format", _B, 0), ("keep_num_dims", "<?", False)],
+    "FULLY_CONNECTED": [("fused", _B, 0), ("weights_format", _B, 0), ("keep_num_dims", "<?", False),
+                        ("asymmetric_quantize_inputs", "<?", False)],
     "SOFTMAX": [("beta", _F, 0.0)],
     "CONCATENATION": [("axis", _I, 0), ("fused", _B, 0)],
     "ADD": [("fused", _B, 0)], "SUB": [("fused", _B, 0)], "MUL": [("fused", _B, 0)], "DIV": [("fused", _B, 0)],
@@ -482,7 +483,68 @@ def _shape_of(ctx: TFContext, key: str) -> tuple[int, ...]:
     return tuple(ctx.need_const(key, "the filter").shape)
 
 
-@register("CONV_2D", maps_to="Conv", notes="OHWI filter; SAME/VALID; dilation; int8 filter via DequantizeLinear")
+def is_hybrid(ctx: TFContext, node: TFNode) -> bool:
+    """Whether ``node`` reads int8 weights (input 1) with a float activation (input 0): a dynamic-range
+    quantized operator, which TFLite runs with a hybrid kernel (``hybrid.py``)."""
+    low = getattr(ctx, "lowering", None)
+    op = getattr(low, "current", None)
+    raw = getattr(ctx, "quant_consts", {}).get(node.inputs[1]) if len(node.inputs) > 1 else None
+    if low is None or op is None or raw is None or raw[0].dtype.kind not in "iu" or not op.inputs:
+        return False
+    x = low.model.tensors[op.inputs[0]]
+    return x.dtype == np.float32 and x.quant is None
+
+
+def _hybrid_conv(node: TFNode, ctx: TFContext, perm: tuple[int, ...], kernel: list[int], group: int,
+                 order: str) -> None:
+    """A dynamic-range quantized convolution as TFLite's hybrid kernel computes it (``hybrid.py``)."""
+    from .hybrid import quantize_rows, rescale, weight_scales
+
+    arr, quant = ctx.quant_consts[node.inputs[1]]  # type: ignore[attr-defined]
+    if arr.dtype != np.int8:
+        raise RefusedError(f"dynamic-range weights of type {arr.dtype} (TFLite's hybrid kernels take int8)")
+    if node.inputs[0] in ctx.space_to_batch:
+        raise RefusedError("a dilated convolution (SPACE_TO_BATCH_ND) with dynamic-range int8 weights: TFLite "
+                           "quantizes each space-to-batch block on its own")
+    a = node.attrs
+    strides = [int(a["stride_h"]), int(a["stride_w"])]  # type: ignore[call-overload]
+    dilations = [int(a["dilation_h"]), int(a["dilation_w"])]  # type: ignore[call-overload]
+    tf_like = TFNode(node.name, node.op, node.inputs, {"padding": a["padding"]}, node.shapes, node.dtypes)
+    attrs = {"kernel_shape": kernel, "strides": strides, "dilations": dilations, "group": group,
+             **conv_pads(tf_like, ctx, kernel, strides, dilations)}
+    x = ctx.get(node.inputs[0], NCHW)
+    w = _laid_out(ctx, arr, perm, None, np.dtype(np.int8), f"{node.name}/weight")
+    channels = _shape_after(arr.shape, perm, None)[0]
+    # TFLite's per-channel kernels (every depthwise one) quantize the input asymmetrically, its
+    # per-tensor convolution symmetrically (and folds the filter's scale into each row's)
+    per_channel = order == "depthwise" or (quant.axis is not None and quant.scale.size > 1)
+    q, scale, offset = quantize_rows(ctx, x, [1, 2, 3], asymmetric=per_channel)
+    acc = ctx.emit("ConvInteger", [q, w], attrs, suffix="acc")
+    if offset is not None:  # less the zero point times the weights inside the image (padding reads 0)
+        def i64(v: int) -> Value:
+            return ctx.builder.const(np.array([v], np.int64))
+
+        chw = ctx.emit("Slice", [ctx.emit("Shape", [x]), i64(1), i64(4)])
+        shape = ctx.emit("Concat", [i64(1), chw], {"axis": 0})
+        ones = ctx.emit("Expand", [ctx.builder.const(np.array(1, np.int8)), shape])
+        taps = ctx.emit("ConvInteger", [ones, w], attrs, suffix="taps")
+        acc = ctx.emit("Sub", [acc, ctx.emit("Mul", [offset, taps])])
+    scales = weight_scales(quant, channels, "filter")
+    bias = None
+    if len(node.inputs) > 2 and node.inputs[2]:
+        bias = ctx.builder.const(ctx.need_const(node.inputs[2], "the bias").astype(np.float32).reshape(1, -1, 1, 1),
+                                 name=f"{node.name}/bias")
+    if per_channel:
+        y = rescale(ctx, acc, scale, ctx.builder.const(scales.reshape(1, -1, 1, 1), name=f"{node.name}/scale"), bias,
+                    order)
+    else:  # acc * (input * filter) + bias
+        y = rescale(ctx, acc, scale, ctx.builder.const(np.array(scales[0], np.float32)), bias, "dense")
+    ctx.bind(y, NCHW)
+
+
+@register("CONV_2D", maps_to="Conv / ConvInteger (dynamic range)",
+          notes="OHWI filter; SAME/VALID; dilation; int8 filter via DequantizeLinear; int8 filter with float "
+                "activations as TFLite's hybrid kernel")
 def conv_2d(node: TFNode, ctx: TFContext) -> None:
     """CONV_2D -> Conv (NCHW); the OHWI filter becomes OIHW; groups when it has fewer input channels."""
     _, h, w_, i = _shape_of(ctx, node.inputs[1])
@@ -490,17 +552,24 @@ def conv_2d(node: TFNode, ctx: TFContext) -> None:
     group = 1
     if x_shape is not None and len(x_shape) == 4 and x_shape[3] is not None and int(x_shape[3]) != i:
         group = int(x_shape[3]) // i
+    if is_hybrid(ctx, node):
+        _hybrid_conv(node, ctx, (0, 3, 1, 2), [h, w_], group, "conv")
+        return
     _conv(node, ctx, weight(ctx, node.inputs[1], (0, 3, 1, 2), "weight"), [h, w_], group)
 
 
-@register("DEPTHWISE_CONV_2D", maps_to="Conv (group = in channels)",
-          notes="[1, H, W, C*M] filter; SAME/VALID; dilation; int8 filter via DequantizeLinear")
+@register("DEPTHWISE_CONV_2D", maps_to="Conv (group = in channels) / ConvInteger (dynamic range)",
+          notes="[1, H, W, C*M] filter; SAME/VALID; dilation; int8 filter via DequantizeLinear; int8 filter "
+                "with float activations as TFLite's hybrid kernel")
 def depthwise_conv_2d(node: TFNode, ctx: TFContext) -> None:
     """DEPTHWISE_CONV_2D -> Conv with group = input channels; filter [1, H, W, C*M] -> [C*M, 1, H, W]."""
     _, h, w_, _ = _shape_of(ctx, node.inputs[1])
     x_shape = ctx.shape(node.inputs[0])
     if x_shape is None or len(x_shape) != 4 or x_shape[3] is None:
         raise RefusedError("a depthwise convolution needs the input's channel count")
+    if is_hybrid(ctx, node):
+        _hybrid_conv(node, ctx, (3, 0, 1, 2), [h, w_], int(x_shape[3]), "depthwise")
+        return
     _conv(node, ctx, weight(ctx, node.inputs[1], (3, 0, 1, 2), "weight"), [h, w_], int(x_shape[3]))
 
 
@@ -536,8 +605,9 @@ def transpose_conv(node: TFNode, ctx: TFContext) -> None:
     ctx.bind(ctx.emit("ConvTranspose", inputs, attrs), NCHW)
 
 
-@register("FULLY_CONNECTED", maps_to="Gemm / MatMul + Add / 1x1 Conv",
-          notes="[O, I] weights; int8 weights via DequantizeLinear; on [N, H, W, C] a 1x1 Conv")
+@register("FULLY_CONNECTED", maps_to="Gemm / MatMul + Add / 1x1 Conv / MatMulInteger (dynamic range)",
+          notes="[O, I] weights; int8 weights via DequantizeLinear; on [N, H, W, C] a 1x1 Conv; int8 weights with "
+                "float activations as TFLite's hybrid kernel")
 def fully_connected(node: TFNode, ctx: TFContext) -> None:
     """FULLY_CONNECTED: x flattened to [-1, I] (unless keep_num_dims) times W^T plus bias; with
     keep_num_dims on a rank-4 input (Keras' Dense on [N, H, W, C]) a 1x1 Conv in NCHW."""
@@ -546,6 +616,9 @@ def fully_connected(node: TFNode, ctx: TFContext) -> None:
     out_features, in_features = _shape_of(ctx, node.inputs[1])
     rank = ctx.rank(node.inputs[0])
     keep = bool(node.attrs.get("keep_num_dims", False))
+    if is_hybrid(ctx, node):
+        _hybrid_dense(node, ctx, rank, keep, out_features, in_features)
+        return
     bias = _bias(node, ctx)
     if rank == 4 and keep:  # a 1x1 convolution, in NCHW next to its neighbours
         w = weight(ctx, node.inputs[1], None, "weight", reshape=(out_features, in_features, 1, 1))
@@ -565,6 +638,44 @@ def fully_connected(node: TFNode, ctx: TFContext) -> None:
     if bias is not None:
         y = ctx.emit("Add", [y, bias])
     ctx.bind(y)
+
+
+def _hybrid_dense(node: TFNode, ctx: TFContext, rank: int | None, keep: bool, out_features: int,
+                  in_features: int) -> None:
+    """A dynamic-range quantized FULLY_CONNECTED as TFLite's hybrid kernel computes it (``hybrid.py``):
+    each row of ``in_features`` quantized on its own (per pixel on [N, H, W, C] with keep_num_dims)."""
+    from .hybrid import quantize_rows, rescale, weight_scales
+
+    arr, quant = ctx.quant_consts[node.inputs[1]]  # type: ignore[attr-defined]
+    if arr.dtype != np.int8:
+        raise RefusedError(f"dynamic-range weights of type {arr.dtype} (TFLite's hybrid kernels take int8)")
+    asymmetric = bool(node.attrs.get("asymmetric_quantize_inputs", False))
+    scales = weight_scales(quant, out_features, "weight")
+    row_sums = arr.astype(np.int32).sum(axis=1, dtype=np.int64).astype(np.int32)  # each output's weights
+    bias_arr = None
+    if len(node.inputs) > 2 and node.inputs[2]:
+        bias_arr = ctx.need_const(node.inputs[2], "the bias").astype(np.float32).reshape(-1)
+    if rank == 4 and keep:  # a 1x1 convolution in NCHW, each pixel's channels a row
+        x = ctx.get(node.inputs[0], NCHW)
+        w = _laid_out(ctx, arr, None, (out_features, in_features, 1, 1), np.dtype(np.int8), f"{node.name}/weight")
+        q, scale, offset = quantize_rows(ctx, x, [1], asymmetric=asymmetric)
+        acc = ctx.emit("ConvInteger", [q, w], {"kernel_shape": [1, 1]}, suffix="acc")
+        layout, channel_shape = NCHW, (1, -1, 1, 1)
+    else:
+        x = ctx.get(node.inputs[0], TF)
+        if rank != 2 and not keep:
+            x = ctx.emit("Reshape", [x, ctx.builder.const(np.array([-1, in_features], np.int64))], suffix="flatten")
+        w = _laid_out(ctx, arr, (1, 0), None, np.dtype(np.int8), f"{node.name}/weight")
+        q, scale, offset = quantize_rows(ctx, x, [-1], asymmetric=asymmetric)
+        acc = ctx.emit("MatMulInteger", [q, w], suffix="acc")
+        layout, channel_shape = TF, (-1,)
+    if offset is not None:  # less the zero point times each output's weights
+        sums = ctx.builder.const(row_sums.reshape(channel_shape), name=f"{node.name}/row_sums")
+        acc = ctx.emit("Sub", [acc, ctx.emit("Mul", [offset, sums])])
+    bias = None if bias_arr is None else ctx.builder.const(bias_arr.reshape(channel_shape), name=f"{node.name}/bias")
+    y = rescale(ctx, acc, scale, ctx.builder.const(scales.reshape(channel_shape), name=f"{node.name}/scale"), bias,
+                "dense")
+    ctx.bind(y, layout)
 
 
 @register("SHAPE", maps_to="Shape (+ Cast)", notes="TFLite's axes; out_type int32 or int64")
