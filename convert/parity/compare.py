@@ -40,8 +40,10 @@ __all__ = [
     "mark_inexact",
     "mark_undecided",
     "match_outputs",
+    "nan_agreement_note",
     "needs_float64",
     "no_spread",
+    "nonfinite_agreeing_diff",
     "only_padding",
 ]
 
@@ -336,6 +338,33 @@ def match_outputs(ref_names: Sequence[str], got_names: Sequence[str]) -> list[tu
 QUANT_STEPS = 2
 
 
+def nonfinite_agreeing_diff(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
+    """Return ``|ref - got|`` elementwise, where non-finite values agree when they are equal (an
+    infinity of the same sign) or NaN on both sides (both runtimes computed no number there: the
+    log or square root of a negative value): 0 there; any other non-finite pair is infinitely far.
+    A NaN on one side only is not agreement (``compare_one`` FAILs it)."""
+    diff = np.abs(ref - got)
+    agree = (ref == got) | (np.isnan(ref) & np.isnan(got))
+    return np.where(np.isfinite(ref) & np.isfinite(got), diff, np.where(agree, 0.0, np.inf))
+
+
+def nan_agreement_note(ref: np.ndarray, got: np.ndarray) -> str:
+    """Say where the two sides' NaNs are: on one side only (a FAIL; the note starts with 'NaN'), or
+    how many elements were NaN on both sides (agreement: compared as equal, the rest by value); ''
+    when neither side has one."""
+    nan_r, nan_g = np.isnan(ref), np.isnan(got)
+    ours, theirs = int(np.count_nonzero(nan_g & ~nan_r)), int(np.count_nonzero(nan_r & ~nan_g))
+    if ours or theirs:
+        said = ([f"{ours} element{'s' if ours != 1 else ''} where ours is NaN and the reference is not"] if ours
+                else []) + ([f"{theirs} where the reference is NaN and ours is not"] if theirs else [])
+        return "NaN on one side only: " + "; ".join(said)
+    both = int(np.count_nonzero(nan_r & nan_g))
+    if not both:
+        return ""
+    return (f"{both} of {ref.size} element{'s' if ref.size != 1 else ''} NaN on both sides (the same "
+            "positions: agreement), the rest compared by value")
+
+
 def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol: float, rtol: float,
                 tol: float = 1e-4, step: float = 0.0, spread: float = 0.0, random: str = "",
                 second: np.ndarray | None = None) -> OutputResult:
@@ -378,8 +407,7 @@ def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol
                             "empty on these inputs: nothing was compared", degenerate=True)
     nan_mismatch = bool(np.any(np.isnan(r64) != np.isnan(g64)))
     finite = np.isfinite(r64) & np.isfinite(g64)
-    diff = np.abs(r64 - g64)
-    diff = np.where(finite, diff, np.where(r64 == g64, 0.0, np.inf))
+    diff = nonfinite_agreeing_diff(r64, g64)
     worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
     max_abs = float(diff[worst])
     scale = float(np.abs(r64[np.isfinite(r64)]).max()) if np.isfinite(r64).any() else 0.0
@@ -411,8 +439,10 @@ def compare_one(ref_name: str, ref: np.ndarray, name: str, got: np.ndarray, atol
             f"quantized output: off by {max_abs / step:.3g} steps of {step:.3g}{near}; the reference's own "
             f"kernels differ by {spread / step:.3g} steps here")
     passed = (not nan_mismatch) and within and not degenerate
+    if not nan_mismatch:
+        note = "; ".join(x for x in (note, nan_agreement_note(r64, g64)) if x)
     if nan_mismatch:
-        note = "NaN where the reference has none"
+        note = nan_agreement_note(r64, g64)  # starts with "NaN": no arbiter settles it
     elif degenerate:
         what = ("reference is degenerate (near zero or constant)" if ref.dtype.kind == "f"
                 else "reference is constant (an integer output)" if ref.dtype.kind in "iu"

@@ -50,6 +50,7 @@ from convert import ir
 from convert.formats import normalize
 from convert.ir import Options
 
+from .compare import nonfinite_agreeing_diff
 from .runtime import Runtime
 
 __all__ = ["LayerCheck", "Location", "locate"]
@@ -457,8 +458,7 @@ _DESTS: dict[str, Callable[..., dict[str, tuple[str, list[np.ndarray]]]]] = {
 def _error(ref: np.ndarray, got: np.ndarray) -> float:
     r = ref.astype(np.float64)
     g = got.astype(np.float64)
-    diff = np.abs(r - g)
-    diff = np.where(np.isfinite(r) & np.isfinite(g), diff, np.where(r == g, 0.0, np.inf))
+    diff = nonfinite_agreeing_diff(r, g)  # NaN on both sides at a place agrees, as in the verdict
     finite = r[np.isfinite(r)]
     scale = float(np.abs(finite).max()) if finite.size else 0.0
     worst = float(diff.max()) if diff.size else 0.0

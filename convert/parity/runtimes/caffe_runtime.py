@@ -35,7 +35,7 @@ from convert._caffe_home import CAFFE_DIALECTS, find_caffe
 from convert.ir import Options, UsageError
 from convert.parity.runtime import Runtime, TensorSpec
 
-from .opencv_caffe import OpenCVCaffeRuntime, net_io, round_mode_note, translate_round_mode
+from .opencv_caffe import OpenCVCaffeRuntime, input_domains, net_io, round_mode_note, translate_round_mode
 
 __all__ = ["RealCaffeRuntime", "dialect_of", "find_caffe", "open_runtime", "real_caffe", "written_for"]
 
@@ -148,6 +148,7 @@ class RealCaffeRuntime:
         self.caffemodel = Path(caffemodel)
         self.caffe_dir = caffe_dir
         self._inputs, self._outputs, self._writer = net_io(netdef)
+        self.input_ranges = input_domains(netdef)  # seeded inputs in the first layer's domain
         self._tops = {layer.name: list(layer.tops) for layer in netdef.layers}
         self.name = _DIALECTS[dialect][2] + (" (round_mode read as ceil_mode)" if translated != text else "")
         self.device = "cpu"

@@ -22,7 +22,7 @@ import numpy as np
 from convert.ir import Options, UsageError
 from convert.parity.runtime import Runtime, TensorSpec
 
-__all__ = ["OpenCVCaffeRuntime", "open_runtime"]
+__all__ = ["DOMAIN_ARGUMENT", "OpenCVCaffeRuntime", "input_domains", "open_runtime"]
 
 _ROUND_MODE = re.compile(r"\bround_mode\s*:\s*(FLOOR|CEIL)\b")
 
@@ -68,6 +68,61 @@ def net_io(netdef: object) -> tuple[list[TensorSpec], list[str], dict[str, tuple
     return inputs, [t for t in order if not consumed[t]], writer
 
 
+# Where the seeded inputs of a net whose input goes straight into a layer with a restricted domain
+# are drawn: that layer's argument (shift + scale * x) uniform in this range, positive, so that
+# both runtimes compute numbers to compare, not NaN. N(0, 1) otherwise.
+DOMAIN_ARGUMENT = (0.1, 3.0)
+
+
+def _domain(layer: object) -> tuple[float, float, str] | None:
+    """Return ``(scale, shift, formula)`` when ``layer`` computes a function of ``shift + scale * x``
+    that is real only for positive (Log, a negative power) or non-negative (a fractional power: a
+    square root) arguments; None otherwise."""
+    kind = getattr(layer, "type", "")
+    if kind == "Log":
+        lp = layer.param.log_param  # type: ignore[attr-defined]
+        scale, shift = float(lp.scale), float(lp.shift)
+        return scale, shift, f"log({shift:g} + {scale:g} x), real only where {shift:g} + {scale:g} x > 0"
+    if kind == "Power":
+        pp = layer.param.power_param  # type: ignore[attr-defined]
+        power, scale, shift = float(pp.power), float(pp.scale), float(pp.shift)
+        if power == int(power) and power >= 0:
+            return None
+        sign = ">" if power < 0 else ">="
+        return scale, shift, f"({shift:g} + {scale:g} x)^{power:g}, real only where {shift:g} + {scale:g} x {sign} 0"
+    return None
+
+
+def input_domains(netdef: object) -> dict[str, tuple[float, float, str]]:
+    """Return, for each net input read first by a layer with a restricted domain (Log, a fractional
+    or negative Power: ``_domain``), the range ``[lo, hi)`` to draw it from and why: the layer's
+    argument then lies in ``DOMAIN_ARGUMENT``. Inputs read by several such layers get the range all
+    of them allow (none when they allow none)."""
+    inputs, _, _ = net_io(netdef)
+    layers = list(netdef.layers)  # type: ignore[attr-defined]
+    ranges: dict[str, tuple[float, float, str]] = {}
+    for spec in inputs:
+        lo, hi, why = -np.inf, np.inf, []
+        for layer in layers:
+            if layer.type == "Input":
+                continue
+            if spec.name in layer.bottoms:
+                domain = _domain(layer)
+                if domain is not None:
+                    scale, shift, formula = domain
+                    if scale == 0:
+                        continue  # a constant argument: no input changes it
+                    a, b = ((DOMAIN_ARGUMENT[0] - shift) / scale, (DOMAIN_ARGUMENT[1] - shift) / scale)
+                    lo, hi = max(lo, min(a, b)), min(hi, max(a, b))
+                    why.append(f"its first layer '{layer.name}' ({layer.type}) computes {formula}")
+            if spec.name in layer.tops:
+                break  # rewritten in place: later layers read another value
+        if why and lo < hi:
+            ranges[spec.name] = (float(lo), float(hi), f"{'; '.join(why)} (N(0, 1) would give NaN there)")
+    return ranges
+
+
+_SILENCE = re.compile(r"(?m)^\s*layers?\s*\{[^{}]*\btype:\s*(?:\"Silence\"|SILENCE)[^{}]*\}\s*$\n?")
 # Layers of the SSD fork that OpenCV DNN 4.x has no implementation of.
 _NOT_IN_OPENCV = frozenset({"Upsample"})
 
@@ -117,6 +172,7 @@ class OpenCVCaffeRuntime:
         self.notes = [round_mode_note(Path(prototxt).name, "OpenCV DNN")] if translated != text else []
         self.device = "cpu"
         self._inputs, self._outputs, writer = net_io(netdef)
+        self.input_ranges = input_domains(netdef)  # seeded inputs in the first layer's domain
         self._tops = {layer.name: list(layer.tops) for layer in netdef.layers}
         # OpenCV 4.x sometimes names a layer after its top instead of its own name (a one-layer net
         # does): ask for the layer by the name OpenCV actually gave it.
