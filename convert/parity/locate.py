@@ -287,7 +287,7 @@ def _caffe_dest(paths: Sequence[Path], keys: Sequence[str], feeds: Mapping[str, 
     origins = caffe_origins(Path(proto))
     if not origins:  # a prototxt written without origins: layers named as the source's
         origins = {layer.name: (layer.name, f"'{layer.name}'") for layer in layers}
-    consumed = {b for layer in layers for b in layer.bottoms}
+    consumed = {b for layer in layers if layer.type != "Silence" for b in layer.bottoms}  # Silence: the unused
     tops = {layer.name: list(layer.tops) for layer in layers}
     wanted = [k for k in keys if k in origins]
     runtime = _caffe_runtime(paths, options)
