@@ -201,6 +201,14 @@ class RuntimeFailedError(ConvertError):
     """A framework's runtime raised while running a model: the verdict cannot be given."""
 
 
+def _refused(runtime: Runtime, *, converted: bool) -> str:
+    """Why the file's own runtime refused the file ``runtime`` runs in its stead ('' : it did not),
+    with, for a ``converted`` file, the advice on writing it otherwise (``refusal_hint``)."""
+    why = str(getattr(runtime, "target_refused", "") or "")
+    hint = str(getattr(runtime, "refusal_hint", "") or "") if converted else ""
+    return f"{why}. {hint}" if why and hint else why
+
+
 def _run(runtime: Runtime, what: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     try:
         return runtime.run(feeds)
@@ -246,12 +254,28 @@ def run_parity(
     if follow is not None:
         follow(getattr(dst, "metadata", {}))
     src_specs = list(src.inputs())
+    # A file its own runtime refused (real Caffe) is run by a stand-in (OpenCV DNN): never a PASS then.
+    # Where the stand-in cannot run it either, the report says why, with nothing compared.
+    source_refused, target_refused = _refused(src, converted=False), _refused(dst, converted=True)
+    ref: dict[str, np.ndarray] | None = None
+    got: dict[str, np.ndarray] | None = None
     shapes = ", ".join(f"{k} {'x'.join(map(str, np.shape(v)))}" for k, v in feeds.items())
     options.progress(f"parity: the source in {src.name} on {shapes}", 0, 0)  # a phase: the CLI's status line
-    ref = _run(src, "the source model", feeds)
-    dst_feeds = _rename_feeds(feeds, src_specs, list(dst.inputs()))
-    options.progress(f"parity: the converted model in {dst.name}", 0, 0)
-    got = _run(dst, "the converted model", dst_feeds)
+    try:
+        ref = _run(src, "the source model", feeds)
+    except RuntimeFailedError as exc:
+        if not source_refused:
+            raise
+        source_refused += f"; its stand-in failed too ({exc})"
+    if ref is not None:
+        dst_feeds = _rename_feeds(feeds, src_specs, list(dst.inputs()))
+        options.progress(f"parity: the converted model in {dst.name}", 0, 0)
+        try:
+            got = _run(dst, "the converted model", dst_feeds)
+        except RuntimeFailedError as exc:
+            if not target_refused:
+                raise
+            target_refused += f"; its stand-in failed too ({exc})"
     report = ParityReport(
         source=normalize(source_format), source_runtime=src.name, source_device=src.device,
         dest=normalize(dest_format), dest_runtime=dst.name, dest_device=dst.device,
@@ -262,6 +286,10 @@ def run_parity(
     )
     if inputs is None:
         report.method += seeded_input_method(src, feeds)
+    report.source_refused, report.target_refused = source_refused, target_refused
+    report.refusal_is_ours = bool(getattr(dst, "refusal_is_ours", False))
+    if ref is None or got is None:
+        return report
     try:
         pairs = match_outputs(list(ref), list(got))
     except ValueError as exc:
@@ -275,8 +303,6 @@ def run_parity(
                                   second=seconds.get(r))
                       for r, g in pairs]
     set_groups = _compare_as_sets(dst, ref, got, pairs, report)
-    report.target_refused = str(getattr(dst, "target_refused", "") or "")  # the file's own runtime refused it
-    report.refusal_is_ours = bool(getattr(dst, "refusal_is_ours", False))
     precision = str(getattr(dst, "precision", "fp32"))  # a half-precision ONNX file of ours says so
     if precision != "fp32":
         report.precision = precision

@@ -135,6 +135,9 @@ class ParityReport:
     target_refused: str = ""
     #: ... and the refusal is a limit of what is installed here, not of the target: NOT VERIFIED, not FAIL.
     refusal_is_ours: bool = False
+    #: The source's own runtime refused the source (its Caffe; another runtime, or none, stood in
+    #: as the reference): why. Never PASS then: NOT VERIFIED, or FAIL where an output fails.
+    source_refused: str = ""
     #: The converted file checked in deployment toolchains (``--on``): one ``convert.targets.base.TargetResult``
     #: per target and precision; a target's FAIL fails the report like any output's.
     targets: list[TargetResult] = field(default_factory=list)
@@ -145,6 +148,7 @@ class ParityReport:
     def passed(self) -> bool:
         """True when every output passed (and there was at least one), in the runtime the file is for."""
         return (bool(self.outputs) and all(o.passed for o in self.outputs) and not self.target_refused
+                and not self.source_refused
                 and all(t.passed for t in self.targets))
 
     @property
@@ -157,7 +161,8 @@ class ParityReport:
             return "FAIL"
         if any(t.verdict == "FAIL" for t in self.targets):
             return "FAIL"
-        if self.outputs and all(o.verdict != "FAIL" for o in self.outputs):
+        refused = self.source_refused or self.target_refused  # nothing compared: refused, not failed
+        if (self.outputs or refused) and all(o.verdict != "FAIL" for o in self.outputs):
             return "NOT VERIFIED"
         return "FAIL"
 
@@ -215,9 +220,14 @@ class ParityReport:
             out.append(f"why PASS beside allclose 'no': {shown(o.name)} reaches {o.ref_scale:.3g} (its scale), and its "
                        f"error is {o.rel_to_scale:.2g} of that, within tol; allclose's atol/rtol are absolute and "
                        "relative per element, which flags large or near-zero elements, so it is shown, not decisive")
+        if self.source_refused:
+            seen = (f"the reference outputs above are {self.source_runtime}'s, standing in for it" if self.outputs
+                    else "nothing was compared")
+            out.append(f"NOT VERIFIED: the source's own runtime refused it: {self.source_refused}; {seen}")
         if self.target_refused:
             out.append(("NOT VERIFIED: " if self.refusal_is_ours else "FAIL: ") + self.target_refused
-                       + f"; the outputs above are {self.dest_runtime}'s, not the target's")
+                       + (f"; the outputs above are {self.dest_runtime}'s, not the target's" if self.outputs
+                          else "; nothing was compared"))
         out += [f"how: {line}" for line in self.method]
         out += [f"NOTE: {note}" for note in self.notes]
         unverified = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.degenerate]

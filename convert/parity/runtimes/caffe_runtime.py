@@ -96,18 +96,20 @@ def real_caffe(prototxt: Path, caffemodel: Path) -> RealCaffeRuntime | None:
 # hard-coded SetTotalBytesLimit(536870912) in src/caffe/util/io.cpp: no larger file loads there.
 FORK_CAFFEMODEL_LIMIT = 536870912
 # Layers of Caffe forks that neither Caffe built here has: a refusal for them is our installation's.
-_OTHER_FORKS = {"Interp": "PSPNet's and DeepLab's Caffe forks"}
+_OTHER_FORKS = {"Interp": "PSPNet's and DeepLab's Caffe forks", "BN": "PSPNet's Caffe fork",
+                "ShuffleChannel": "ShuffleNet's Caffe forks"}
 
 
-def refusal(prototxt: Path, caffemodel: Path, dialect: str, error: str) -> tuple[str, bool]:
-    """Say why the real Caffe of ``dialect`` refused a file, and whether that is a limit of what is
-    built here (True: the file's own Caffe is another fork) rather than of the file's target."""
+def refusal(prototxt: Path, caffemodel: Path, dialect: str, error: str) -> tuple[str, bool, str]:
+    """Say why the real Caffe of ``dialect`` refused a file, whether that is a limit of what is built
+    here (True: the file's own Caffe is another fork) rather than of the file's Caffe, and what to do
+    about it when the file is one ``convert`` wrote ('' : nothing)."""
     size = caffemodel.stat().st_size if caffemodel.is_file() else 0
     name = _DIALECTS[dialect][2]
     if dialect == "ssd" and size > FORK_CAFFEMODEL_LIMIT:
         return (f"{name} cannot read {caffemodel.name} ({size / 2**20:.0f} MiB): the SSD-era forks read at most "
-                "512 MiB of caffemodel (SetTotalBytesLimit(536870912) in their io.cpp). Convert with "
-                "--caffe-flavor bvlc (BVLC master reads up to 2 GiB) for a Caffe that loads it", False)
+                "512 MiB of caffemodel (SetTotalBytesLimit(536870912) in their io.cpp)", False,
+                "Convert with --caffe-flavor bvlc (BVLC master reads up to 2 GiB) for a Caffe that loads it")
     try:
         from convert.frontends.caffe.reader import read_prototxt
 
@@ -115,12 +117,14 @@ def refusal(prototxt: Path, caffemodel: Path, dialect: str, error: str) -> tuple
     except Exception:  # the refusal stands as Caffe said it
         types = set()
     other = sorted(t for t in types if t in _OTHER_FORKS)
+    if len(other) == 1:
+        return (f"{other[0]} is a layer of {_OTHER_FORKS[other[0]]}, which is not built here ({name} refused the "
+                f"file: {error}); the Caffe this file is for was not run", True, "")
     if other:
-        forks = ", ".join(_OTHER_FORKS[t] for t in other)
-        return (f"{', '.join(other)} {'is a layer' if len(other) == 1 else 'are layers'} of {forks}, which "
-                f"{'is' if len(other) == 1 else 'are'} not built here ({name} refused the file: {error}); the "
-                "Caffe this file is for was not run", True)
-    return f"{name}, the Caffe this file is written for, cannot load it: {error}", False
+        layers = ", ".join(f"{t} ({_OTHER_FORKS[t]})" for t in other)
+        return (f"{layers} are layers of Caffe forks not built here ({name} refused the file: {error}); the "
+                "Caffe this file is for was not run", True, "")
+    return f"{name}, the Caffe this file is written for, cannot load it: {error}", False, ""
 
 
 class CaffeFailedError(RuntimeError):
@@ -206,6 +210,34 @@ class RealCaffeRuntime:
                 if all(f"{n}:{k}" in got for k in range(len(self._tops[n])))}
 
 
+class _Unloaded:
+    """The stand-in for a net neither real Caffe nor OpenCV DNN loads: its inputs and outputs come
+    from the prototxt; running it raises OpenCV's refusal (``run_parity`` reports the file NOT
+    VERIFIED with both reasons, or FAIL where the file's own Caffe refused a file convert wrote)."""
+
+    def __init__(self, prototxt: Path, error: str) -> None:
+        from convert.frontends.caffe.reader import read_prototxt
+
+        self._inputs, self._outputs, _ = net_io(read_prototxt(Path(prototxt)))
+        self.input_ranges = input_domains(read_prototxt(Path(prototxt)))
+        self._error = error
+        self.name = "OpenCV DNN"
+        self.device = "cpu"
+        self.notes: list[str] = []
+
+    def inputs(self) -> Sequence[TensorSpec]:
+        """Return the net's inputs (from the prototxt)."""
+        return list(self._inputs)
+
+    def outputs(self) -> Sequence[str]:
+        """Return the net's output blobs (from the prototxt)."""
+        return list(self._outputs)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Raise OpenCV's refusal: nothing here runs the net."""
+        raise RuntimeError(self._error)
+
+
 def open_runtime(paths: Sequence[Path], options: Options) -> Runtime:
     """Open ``[prototxt, caffemodel]`` in real Caffe when built here (else OpenCV DNN)."""
     from convert.frontends.caffe.frontend import split_paths
@@ -224,10 +256,15 @@ def open_runtime(paths: Sequence[Path], options: Options) -> Runtime:
         except CaffeFailedError as exc:
             if choice == "caffe":
                 raise UsageError(str(exc)) from exc
-            fallback = OpenCVCaffeRuntime(proto, weights)
-            fallback.notes = [*getattr(fallback, "notes", []),
+            try:
+                fallback: Runtime = OpenCVCaffeRuntime(proto, weights)
+            except UsageError as cv_exc:  # OpenCV cannot load it either: the report says so, unverified
+                fallback = _Unloaded(proto, str(cv_exc))
+            fallback.notes = [*getattr(fallback, "notes", []),  # type: ignore[attr-defined]
                               f"REAL CAFFE REFUSED THIS FILE ({exc}); the check ran in OpenCV DNN instead"]
-            # As the converted file, this verdict is for the Caffe it is written for: say why it refused.
-            fallback.target_refused, fallback.refusal_is_ours = refusal(proto, weights, dialect, str(exc))
+            # Whether source or converted file, no verdict of the stand-in is that Caffe's: say why it
+            # refused (the check never PASSes then).
+            (fallback.target_refused, fallback.refusal_is_ours,  # type: ignore[attr-defined]
+             fallback.refusal_hint) = refusal(proto, weights, dialect, str(exc))  # type: ignore[attr-defined]
             return fallback
     return OpenCVCaffeRuntime(proto, weights)

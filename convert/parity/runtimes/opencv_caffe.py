@@ -13,7 +13,6 @@ OpenCV names results by layer, not by blob: the output blob ``conv1`` of an in-p
 from __future__ import annotations
 
 import re
-import re
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,12 +24,32 @@ from convert.parity.runtime import Runtime, TensorSpec
 
 __all__ = ["DOMAIN_ARGUMENT", "OpenCVCaffeRuntime", "input_domains", "open_runtime"]
 
-_ROUND_MODE = re.compile(r"\bround_mode\s*:\s*(FLOOR|CEIL)\b")
-
-
 def translate_round_mode(text: str) -> str:
-    """Spell BVLC's ``round_mode: FLOOR|CEIL`` as the fork's ``ceil_mode: false|true`` (same rounding)."""
-    return _ROUND_MODE.sub(lambda m: f"ceil_mode: {'true' if m.group(1) == 'CEIL' else 'false'}", text)
+    """Spell BVLC's ``round_mode: FLOOR|CEIL`` as the fork's ``ceil_mode: false|true`` (same rounding).
+
+    The prototxt is parsed, not searched: only a pooling layer's ``round_mode`` field is translated
+    (never the words in a comment or a name), into a copy written from the parsed net. A file
+    without one is returned as it is.
+    """
+    from google.protobuf import text_format
+
+    from convert._proto import caffe_pb2
+
+    net = caffe_pb2.NetParameter()
+    try:
+        text_format.Parse(text, net)
+    except text_format.ParseError:
+        return text  # the runtime's own parser says what is wrong with it
+    pools = [layer.pooling_param for layer in [*net.layer, *net.layers] if layer.HasField("pooling_param")]
+    if not any(pool.HasField("round_mode") for pool in pools):
+        return text
+    for pool in pools:
+        if pool.HasField("round_mode"):
+            ceil = int(pool.round_mode) == caffe_pb2.PoolingParameter.CEIL
+            pool.ClearField("round_mode")
+            if not pool.HasField("ceil_mode"):  # both given: ceil_mode decides, as the frontend reads it
+                pool.ceil_mode = ceil
+    return text_format.MessageToString(net)
 
 
 def round_mode_note(name: str, runtime: str) -> str:
@@ -124,7 +143,6 @@ def input_domains(netdef: object) -> dict[str, tuple[float, float, str]]:
 
 
 _SILENCE = re.compile(r"(?m)^\s*layers?\s*\{[^{}]*\btype:\s*(?:\"Silence\"|SILENCE)[^{}]*\}\s*$\n?")
-_SILENCE = re.compile(r"(?m)^\s*layers?\s*\{[^{}]*\btype:\s*(?:\"Silence\"|SILENCE)[^{}]*\}\s*$\n?")
 # Layers of the SSD fork that OpenCV DNN 4.x has no implementation of.
 _NOT_IN_OPENCV = frozenset({"Upsample"})
 
@@ -152,15 +170,11 @@ class OpenCVCaffeRuntime:
                              "scripts/build_caffe builds (CPU, about 10 minutes); --no-check skips the check")
         text = Path(prototxt).read_text()
         translated = translate_round_mode(text)
-        # A Silence layer (it reads tops nothing else does) makes OpenCV 4.14 reuse those buffers for a
-        # Slice's other outputs, which breaks reading layers one by one (locate): OpenCV runs the net
-        # without it; the outputs are still the net's (net_io reads the Silence layer in the prototxt).
-        loaded = _SILENCE.sub("", translated)
         try:
-            if loaded != text:
+            if translated != text:
                 with tempfile.TemporaryDirectory() as tmp:
                     copy = Path(tmp) / Path(prototxt).name
-                    copy.write_text(loaded)
+                    copy.write_text(translated)
                     self._net = cv2.dnn.readNetFromCaffe(str(copy), str(caffemodel))
             else:
                 self._net = cv2.dnn.readNetFromCaffe(str(prototxt), str(caffemodel))
