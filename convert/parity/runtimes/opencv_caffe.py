@@ -143,6 +143,7 @@ def input_domains(netdef: object) -> dict[str, tuple[float, float, str]]:
 
 
 _SILENCE = re.compile(r"(?m)^\s*layers?\s*\{[^{}]*\btype:\s*(?:\"Silence\"|SILENCE)[^{}]*\}\s*$\n?")
+_SILENCE = re.compile(r"(?m)^\s*layers?\s*\{[^{}]*\btype:\s*(?:\"Silence\"|SILENCE)[^{}]*\}\s*$\n?")
 # Layers of the SSD fork that OpenCV DNN 4.x has no implementation of.
 _NOT_IN_OPENCV = frozenset({"Upsample"})
 
@@ -170,11 +171,15 @@ class OpenCVCaffeRuntime:
                              "scripts/build_caffe builds (CPU, about 10 minutes); --no-check skips the check")
         text = Path(prototxt).read_text()
         translated = translate_round_mode(text)
+        # A Silence layer (it reads tops nothing else does) makes OpenCV 4.14 reuse those buffers for a
+        # Slice's other outputs, which breaks reading layers one by one (locate): OpenCV runs the net
+        # without it; the outputs are still the net's (net_io reads the Silence layer in the prototxt).
+        loaded = _SILENCE.sub("", translated)
         try:
-            if translated != text:
+            if loaded != text:
                 with tempfile.TemporaryDirectory() as tmp:
                     copy = Path(tmp) / Path(prototxt).name
-                    copy.write_text(translated)
+                    copy.write_text(loaded)
                     self._net = cv2.dnn.readNetFromCaffe(str(copy), str(caffemodel))
             else:
                 self._net = cv2.dnn.readNetFromCaffe(str(prototxt), str(caffemodel))
