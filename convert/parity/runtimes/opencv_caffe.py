@@ -143,7 +143,6 @@ def input_domains(netdef: object) -> dict[str, tuple[float, float, str]]:
 
 
 _SILENCE = re.compile(r"(?m)^\s*layers?\s*\{[^{}]*\btype:\s*(?:\"Silence\"|SILENCE)[^{}]*\}\s*$\n?")
-_SILENCE = re.compile(r"(?m)^\s*layers?\s*\{[^{}]*\btype:\s*(?:\"Silence\"|SILENCE)[^{}]*\}\s*$\n?")
 # Layers of the SSD fork that OpenCV DNN 4.x has no implementation of.
 _NOT_IN_OPENCV = frozenset({"Upsample"})
 
