@@ -167,7 +167,8 @@ class OpenCVCaffeRuntime:
         if absent:  # OpenCV would fail only when the net first runs, with "Can't create layer"
             raise UsageError(f"OpenCV DNN cannot create the SSD fork's {absent[0].type} layer ('{absent[0].name}' "
                              f"in {Path(prototxt).name}): checking this file needs real Caffe, which "
-                             "scripts/build_caffe builds (CPU, about 10 minutes); --no-check skips the check")
+                             "scripts/build_caffe builds (CPU, about 14 minutes on an idle 2-core machine); --no-check "
+                             "skips the check")
         text = Path(prototxt).read_text()
         translated = translate_round_mode(text)
         # A Silence layer (it reads tops nothing else does) makes OpenCV 4.14 reuse those buffers for a
