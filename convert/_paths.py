@@ -88,7 +88,7 @@ def default_output(paths: Sequence[Path], ex: _HasSuffix, out: str | Path | None
             raise UsageError(f"the output {target} would be written into the model folder '{first}' it is converted "
                              "from; choose another folder with -o")
         return target
-    stem = first.name if first.is_dir() else first.stem
+    stem = (first.resolve().name if first.is_dir() else first.stem) or "model"  # `convert tf:onnx .` in a SavedModel
     if out is None:
         target = Path.cwd() / (stem + ex.suffix)
     else:

@@ -137,3 +137,18 @@ def test_written_files_honour_the_umask(tmp_path: Path, umask: int) -> None:
         os.umask(old)
     for name in ("net.prototxt", "net.caffemodel", "o.onnx"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+
+
+def test_a_folder_given_as_dot_names_the_output_after_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`convert tensorflow:onnx .` inside a SavedModel wrote '.onnx' (a hidden file named only by its
+    suffix; found by the #48 fuzz campaign): the folder's own name is the stem."""
+    from types import SimpleNamespace
+
+    from convert._paths import default_output
+
+    folder = tmp_path / "resnet_saved"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    spec = SimpleNamespace(suffix=".onnx")
+    assert default_output([Path(".")], spec, None) == folder / "resnet_saved.onnx"
+    assert default_output([Path(".")], spec, tmp_path / "out/") == tmp_path / "out" / "resnet_saved.onnx"
