@@ -151,4 +151,4 @@ def test_a_folder_given_as_dot_names_the_output_after_itself(tmp_path: Path, mon
     monkeypatch.chdir(folder)
     spec = SimpleNamespace(suffix=".onnx")
     assert default_output([Path(".")], spec, None) == folder / "resnet_saved.onnx"
-    assert default_output([Path(".")], spec, tmp_path / "out/") == tmp_path / "out" / "resnet_saved.onnx"
+    assert default_output([Path(".")], spec, f"{tmp_path / 'out'}/") == tmp_path / "out" / "resnet_saved.onnx"
