@@ -92,7 +92,14 @@ class TFLiteRuntime:
         # Quantized outputs: the reference kernels are the reference, the default kernels a second opinion.
         self.output_spread: dict[str, float] = {}
         self.output_second: dict[str, np.ndarray] = {}  # the optimised kernels' outputs, last run
-        if self.output_steps and resolvers is not None and hasattr(resolvers, "BUILTIN_REF"):
+        # Dynamic-range quantized operators (int8 weights read with float activations) are computed by
+        # TFLite's built-in hybrid kernels, optimised and reference alike; XNNPACK quantizes their input
+        # its own way (a two-layer net 1.3e-2 of scale apart): the reference kernels are the reference.
+        self.dynamic_range = any(
+            any(t.span is not None and t.quant is not None and t.dtype.kind in "iu" and t.dtype.itemsize == 1
+                for t in ins) and any(t.span is None and t.quant is None and t.dtype == np.float32 for t in ins)
+            for ins in ([model.tensors[i] for i in op.inputs if i >= 0] for op in model.ops))
+        if (self.output_steps or self.dynamic_range) and resolvers is not None and hasattr(resolvers, "BUILTIN_REF"):
             self._second = self._interp
             self._interp = cls(model_path=str(path), num_threads=1,
                                experimental_op_resolver_type=resolvers.BUILTIN_REF)  # type: ignore[attr-defined]
