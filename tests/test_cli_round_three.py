@@ -82,7 +82,8 @@ def test_caffe_doc_names_every_source_format() -> None:
     shown = {"onnx": "ONNX", "pytorch": "PyTorch", "tensorflow": "TensorFlow", "tflite": "TFLite",
              "darknet": "Darknet", "paddle": "Paddle", "caffe": "Caffe"}
     first = (ROOT / "docs" / "caffe.md").read_text().split("\n\n")[1]
-    assert all(re.search(rf"\b{shown[n]}\b", first) for n in formats.frontend_names()), first
+    # hf (Hugging Face decoders) aside: attention has no Caffe layer (README, Limits)
+    assert all(re.search(rf"\b{shown[n]}\b", first) for n in formats.frontend_names() if n != "hf"), first
 
 
 def test_models_caffe_readme_does_not_call_a_converting_net_refused() -> None:
@@ -353,7 +354,7 @@ def test_onnx_strictness_beyond_the_runtime_is_no_refusal(tmp_path: Path) -> Non
 
     proto = parser.parse_model('<ir_version: 8, opset_import: ["" : 17]>\n'
                                "g (float[1, 4] x) => (float[1, 5] y) { y = Relu (x) }")
-    assert "Can't merge shape info" in strict_inference_error(proto)
+    assert strict_inference_error(proto)  # onnx objects ("Inferred shape and existing shape differ" ...)
     onnx.save(proto, str(tmp_path / "lenient.onnx"))
     r = _run(tmp_path, "onnx:onnx", "lenient.onnx", "-o", "out.onnx", "--no-check")
     assert r.returncode == 0, r.stderr
