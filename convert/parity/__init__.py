@@ -287,6 +287,10 @@ def run_parity(
     if inputs is None:
         report.method += seeded_input_method(src, feeds)
     report.source_refused, report.target_refused = source_refused, target_refused
+    from convert.ir import FROZEN_DECISIONS  # decisions a capture froze to the example's (frontends/pytorch/frozen.py)
+
+    report.frozen = [str(d) for d in options.extra.get(FROZEN_DECISIONS) or ()]  # type: ignore[attr-defined]
+    report.on_example = bool(report.frozen) and _on_example(options, feeds)
     report.refusal_is_ours = bool(getattr(dst, "refusal_is_ours", False))
     if ref is None or got is None:
         return report
@@ -325,11 +329,23 @@ def run_parity(
     # A half-precision model differs from the float32 source at every layer: no layer stands out.
     failed = (any(not o.passed and not o.random and not o.undecided for o in report.outputs)
               and precision == "fp32")
+    failed = failed and report.verdict == "FAIL"  # not where a frozen decision may be all that differs
     if locate or (locate is None and failed):
         report.location = _locate(source_format, source_paths, dest_format, dest_paths, src, feeds, dst_feeds,
                                   options, tol)
         report.location.outputs_differ = any(o.verdict == "FAIL" for o in report.outputs)
     return report
+
+
+def _on_example(options: Options, feeds: Mapping[str, np.ndarray]) -> bool:
+    """Whether ``feeds`` are the example a capture took its decisions from (``EXAMPLE_FEEDS``, in
+    input order)."""
+    from convert.ir import EXAMPLE_FEEDS
+
+    example = options.extra.get(EXAMPLE_FEEDS)
+    if not isinstance(example, tuple) or len(example) != len(feeds):
+        return False
+    return all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(example, feeds.values(), strict=True))
 
 
 def _constant_on_another_draw(src: Runtime, options: Options, seed: int, pairs: Sequence[tuple[str, str]],

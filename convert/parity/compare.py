@@ -143,6 +143,13 @@ class ParityReport:
     targets: list[TargetResult] = field(default_factory=list)
     #: Outputs without spread on a second seeded draw too: constant whatever the input (their weights').
     constant_anyway: list[str] = field(default_factory=list)
+    #: Decisions on tensor values the conversion froze to the example's outcome (PyTorch's
+    #: ``--freeze-data-branches``), each 'file:line `code` (the example: True)': the file holds only
+    #: for inputs that decide alike, so a pass is "PASS on the example's branch", never a plain PASS.
+    frozen: list[str] = field(default_factory=list)
+    #: ... and the inputs compared are that example (elsewhere a difference may be a frozen decision:
+    #: NOT VERIFIED, not FAIL).
+    on_example: bool = False
 
     @property
     def passed(self) -> bool:
@@ -156,11 +163,13 @@ class ParityReport:
         """PASS; NOT VERIFIED when no output failed but some could not be judged (or the target runtime
         is not installed here); else FAIL (an output, or the target runtime refusing the file)."""
         if self.passed:
-            return "PASS"
+            return "PASS on the example's branch" if self.frozen else "PASS"
         if self.target_refused and not self.refusal_is_ours:
             return "FAIL"
         if any(t.verdict == "FAIL" for t in self.targets):
             return "FAIL"
+        if self.frozen and not self.on_example and self.outputs:  # inputs the file was not built for
+            return "NOT VERIFIED"
         refused = self.source_refused or self.target_refused  # nothing compared: refused, not failed
         if (self.outputs or refused) and all(o.verdict != "FAIL" for o in self.outputs):
             return "NOT VERIFIED"
@@ -224,6 +233,15 @@ class ParityReport:
             seen = (f"the reference outputs above are {self.source_runtime}'s, standing in for it" if self.outputs
                     else "nothing was compared")
             out.append(f"NOT VERIFIED: the source's own runtime refused it: {self.source_refused}; {seen}")
+        if self.frozen:
+            decided = "; ".join(self.frozen[:4]) + (f"; and {len(self.frozen) - 4} more" if len(self.frozen) > 4
+                                                   else "")
+            out.append(("NOT VERIFIED beyond the example's branch: " if self.on_example or self.passed else
+                        "NOT VERIFIED: these inputs are not the example the file was built on, and ")
+                       + f"the conversion froze {len(self.frozen)} decision(s) on tensor values to the example's "
+                       f"outcome ({decided}, --freeze-data-branches): an input that decides otherwise gets the "
+                       "example's path, which " + ("this check does not see" if self.on_example or self.passed
+                                                   else "may be all that differs here"))
         if self.target_refused:
             out.append(("NOT VERIFIED: " if self.refusal_is_ours else "FAIL: ") + self.target_refused
                        + (f"; the outputs above are {self.dest_runtime}'s, not the target's" if self.outputs

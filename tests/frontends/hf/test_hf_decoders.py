@@ -23,7 +23,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime_genai")
 
-import convert  # noqa: E402
+import convert
 
 pytestmark = [pytest.mark.torch, pytest.mark.transformers]
 
@@ -78,7 +78,7 @@ def test_deployed_layout(arch: str, tmp_path_factory: pytest.TempPathFactory,
     assert list(ins)[:3] == ["input_ids", "attention_mask", "position_ids"]
     assert ins["input_ids"] == ["batch", "sequence"] and ins["attention_mask"] == ["batch", "total_sequence"]
     assert ins["past_key_values.1.value"][0] == "batch" and ins["past_key_values.1.value"][2] == "past_sequence"
-    assert list(outs)[0] == "logits" and outs["logits"] == ["batch", "sequence", 512]
+    assert next(iter(outs)) == "logits" and outs["logits"] == ["batch", "sequence", 512]
     assert outs["present.0.key"][2] == "total_sequence"
     assert len(ins) == 3 + 4 and len(outs) == 1 + 4
     inline = [t.name for t in model.graph.initializer
