@@ -35,7 +35,14 @@ from convert._caffe_home import CAFFE_DIALECTS, find_caffe
 from convert.ir import Options, UsageError
 from convert.parity.runtime import Runtime, TensorSpec
 
-from .opencv_caffe import OpenCVCaffeRuntime, input_domains, net_io, round_mode_note, translate_round_mode
+from .opencv_caffe import (
+    OpenCVCaffeRuntime,
+    detection_rows,
+    input_domains,
+    net_io,
+    round_mode_note,
+    translate_round_mode,
+)
 
 __all__ = ["RealCaffeRuntime", "dialect_of", "find_caffe", "open_runtime", "real_caffe", "written_for"]
 
@@ -153,6 +160,7 @@ class RealCaffeRuntime:
         self.caffe_dir = caffe_dir
         self._inputs, self._outputs, self._writer = net_io(netdef)
         self.input_ranges = input_domains(netdef)  # seeded inputs in the first layer's domain
+        self.set_outputs, self.row_axes = detection_rows(netdef, Path(prototxt).name)  # rows compared as sets
         self._tops = {layer.name: list(layer.tops) for layer in netdef.layers}
         self.name = _DIALECTS[dialect][2] + (" (round_mode read as ceil_mode)" if translated != text else "")
         self.device = "cpu"
@@ -220,7 +228,7 @@ class _Unloaded:
 
         self._inputs, self._outputs, _ = net_io(read_prototxt(Path(prototxt)))
         self.input_ranges = input_domains(read_prototxt(Path(prototxt)))
-        self._error = error
+        self._error = " ".join(error.split())[:400]  # OpenCV's message spans lines; the report keeps one
         self.name = "OpenCV DNN"
         self.device = "cpu"
         self.notes: list[str] = []

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from convert.ir import Options, UsageError
+from convert.ir import Options, UsageError, shown
 from convert.parity.runtime import Runtime, TensorSpec
 
 __all__ = ["DOMAIN_ARGUMENT", "OpenCVCaffeRuntime", "input_domains", "open_runtime"]
@@ -86,6 +86,20 @@ def net_io(netdef: object) -> tuple[list[TensorSpec], list[str], dict[str, tuple
             consumed[t] = False
             writer[t] = (layer.name, i)
     return inputs, [t for t in order if not consumed[t]], writer
+
+
+def detection_rows(netdef: object, source: str) -> tuple[dict[str, str], dict[str, int]]:
+    """Return the outputs of the net's ``DetectionOutput`` layers, whose rows (axis 2 of
+    ``[1, 1, N, 7]``) come out of an NMS with a count the net computes, and that axis: where they
+    come from (``set_outputs``) and ``row_axes``, as ONNX Runtime's runtime tells them for a file's
+    TopK/NMS. Without them a Caffe net checked against Caffe compared such an output in order, and
+    the one ``[0, -1, ...]`` row both sides give when nothing is detected was a PASS."""
+    origins: dict[str, str] = {}
+    for layer in netdef.layers:  # type: ignore[attr-defined]
+        if layer.type == "DetectionOutput" and layer.tops:
+            where = f"{source}:{layer.line}" if layer.line is not None else source
+            origins[layer.tops[0]] = f"DetectionOutput {shown(layer.name)} at {where}"
+    return origins, dict.fromkeys(origins, 2)
 
 
 # Where the seeded inputs of a net whose input goes straight into a layer with a restricted domain
@@ -198,6 +212,7 @@ class OpenCVCaffeRuntime:
         self.device = "cpu"
         self._inputs, self._outputs, writer = net_io(netdef)
         self.input_ranges = input_domains(netdef)  # seeded inputs in the first layer's domain
+        self.set_outputs, self.row_axes = detection_rows(netdef, Path(prototxt).name)  # rows compared as sets
         self._tops = {layer.name: list(layer.tops) for layer in netdef.layers}
         # OpenCV 4.x sometimes names a layer after its top instead of its own name (a one-layer net
         # does): ask for the layer by the name OpenCV actually gave it.

@@ -224,3 +224,35 @@ def test_mobilenet_ssd_verdicts_on_no_detection_and_saturated_scores(tmp_path: P
     assert report.verdict == "PASS", report.table()
     print(f"SSD saturated: {ref.shape[2]} rows, {report.outputs[0].rel_to_scale:.1e}, as a set: "
           f"{report.outputs[0].as_set}")
+
+
+def test_mobilenet_ssd_caffe_to_caffe_judges_detections_as_rows(tmp_path: Path) -> None:
+    """Caffe -> Caffe (the ssd flavor), against real Caffe on both sides: nothing detected is the one
+    ``[0, -1, ...]`` row on both sides, NOT VERIFIED (it was a PASS: with no TopK in a Caffe file the
+    output was compared in order, and two equal padding rows agree); 100 detections PASS as rows; a
+    scaled classifier weight FAILs."""
+    from convert.parity import run_parity
+
+    proto = ROOT / "models" / "caffe" / "deploy" / "mobilenet_ssd.prototxt"
+    paths = [proto, fill_weights.fill(proto, tmp_path / "ssd.caffemodel", seed=0)]
+    src = _runtime(paths, False)
+    spec = src.inputs()[0]  # type: ignore[attr-defined]
+    model = FRONTEND.load(paths, Options())
+    passes.standard_pipeline()(model)
+    out = list(EXPORTER.save(model, tmp_path / "out" / "ssd", Options(extra={"caffe_flavor": "ssd"})))
+
+    x = np.random.default_rng(1).standard_normal(spec.shape).astype(np.float32)
+    dim = run_parity("caffe", paths, "caffe", out, source_runtime=src, inputs={spec.name: x * 0.3}, locate=False)
+    assert dim.verdict == "NOT VERIFIED" and "empty on these inputs" in dim.outputs[0].note, dim.table()
+    bright = run_parity("caffe", paths, "caffe", out, source_runtime=src, inputs={spec.name: x * 3}, locate=False)
+    assert bright.verdict == "PASS" and bright.outputs[0].shape[2] == 100, bright.table()
+
+    from convert._proto import caffe_pb2
+
+    net = caffe_pb2.NetParameter()
+    net.ParseFromString(out[1].read_bytes())
+    conf = next(layer for layer in net.layer if layer.blobs and "conf" in layer.name)
+    conf.blobs[0].data[:] = np.asarray(conf.blobs[0].data, np.float32) * 1.5
+    out[1].write_bytes(net.SerializeToString())
+    bad = run_parity("caffe", paths, "caffe", out, source_runtime=src, inputs={spec.name: x * 3}, locate=False)
+    assert bad.verdict == "FAIL", bad.table()
