@@ -228,7 +228,10 @@ class _Unloaded:
 
         self._inputs, self._outputs, _ = net_io(read_prototxt(Path(prototxt)))
         self.input_ranges = input_domains(read_prototxt(Path(prototxt)))
-        self._error = " ".join(error.split())[:400]  # OpenCV's message spans lines; the report keeps one
+        # OpenCV's message spans lines (where, in which C++ function, then why): the report keeps one
+        lines = [ln.strip().lstrip(">").strip() for ln in error.splitlines() if ln.strip()]
+        head = re.sub(r" in function '.*$", "", lines[0]) if lines else "OpenCV could not load it"
+        self._error = (head + (f": {lines[1]}" if len(lines) > 1 else ""))[:400]
         self.name = "OpenCV DNN"
         self.device = "cpu"
         self.notes: list[str] = []
