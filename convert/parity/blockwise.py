@@ -30,6 +30,7 @@ import numpy as np
 from convert import ir
 from convert.ir import ConversionError, Options, UsageError
 
+from .compare import HALF_MARGIN
 from .generation import BF16_ON_CPU, GenerationReport, PromptResult, default_prompts, file_metadata, positions
 
 __all__ = ["block_values", "check_blocks"]
@@ -93,8 +94,10 @@ def block_values(model: ir.Model, layers_path: str, count: int) -> list[tuple[ir
     outs: list[ir.Value] = []
     for i, block in enumerate(nodes):
         members = set(map(id, block))
+        produced = {id(v) for n in block for v in n.outputs}
         leaving = [v for n in block for v in n.outputs
-                   if not v.is_graph_output() and any(id(u.node) not in members for u in v.uses())]
+                   if not v.is_graph_output() and not _passes_through(n, produced)
+                   and any(id(u.node) not in members and not _to_output(u.node) for u in v.uses())]
         if len(leaving) != 1:
             raise ConversionError("block check", f"block {i} of the converted graph has {len(leaving)} values read "
                                   "outside it, not one hidden state")
@@ -108,6 +111,18 @@ def block_values(model: ir.Model, layers_path: str, count: int) -> list[tuple[ir
     if ins[0] is None:
         raise ConversionError("block check", "cannot tell which value enters the first block of the converted graph")
     return [(a, b) for a, b in zip(ins, outs, strict=True)]  # type: ignore[misc]
+
+
+def _passes_through(node: ir.Node, produced: set[int]) -> bool:
+    """A cast (or identity) of a value from outside the block that the block's first user of it made
+    and later blocks share (``--precision``'s casts of the mask and the rotary angles): not its output."""
+    return node.op_type in ("Cast", "Identity") and bool(node.inputs) and node.inputs[0] is not None \
+        and id(node.inputs[0]) not in produced
+
+
+def _to_output(node: ir.Node) -> bool:
+    """A cast whose output is a graph output (a half file's present keys cast back to float32)."""
+    return node.op_type in ("Cast", "Identity") and all(v.is_graph_output() for v in node.outputs)
 
 
 def _subsession(path: Path, inputs: Sequence[str], outputs: Sequence[str]) -> object:
@@ -280,6 +295,13 @@ def check_blocks(source: object, model_path: Path, options: Options, *, tol: flo
     feeds_base = {"input_ids": ids, "attention_mask": mask, "position_ids": positions(mask)}
     cache = DynamicCache(config=config)
     captured: dict[str, np.ndarray] = {}
+    half_file = report.precision == "fp16"
+    if half_file:
+        report.method.append(f"fp16 file: each part judged against the source's own fp16 run of it (the block "
+                             f"in half on the same input; at most {HALF_MARGIN:g}x its error from float32)")
+    head = getattr(model, "lm_head", None) or model.get_output_embeddings()
+    head_hook = head.register_forward_pre_hook(  # the head's input, for its fp16 run
+        lambda _m, a: captured.__setitem__("head_in", a[0].detach().clone())) if half_file else None
 
     def before(index_: int):
         def hook(module: torch.nn.Module, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
@@ -291,14 +313,15 @@ def check_blocks(source: object, model_path: Path, options: Options, *, tol: flo
     def after(index_: int):
         def hook(module: torch.nn.Module, args: tuple[object, ...], kwargs: dict[str, object], output: object) -> None:
             hidden = output[0] if isinstance(output, tuple) else output
-            drop(module)
-            gc.collect()
             ref = {"hidden": hidden.detach().numpy()}  # type: ignore[union-attr]
             layer = cache.layers[index_] if index_ < len(cache.layers) else None
             if layer is not None and getattr(layer, "keys", None) is not None and layer.keys.numel():
                 ref["key"], ref["value"] = layer.keys.detach().numpy(), layer.values.detach().numpy()
+            half = _half_block(module, index_, args, kwargs, config) if half_file else None
+            drop(module)
+            gc.collect()
             captured["last"] = ref["hidden"]
-            report.rows.append(_run_block(graph_path, index_, names, feeds_base, captured, ref, tol))
+            report.rows.append(_run_block(graph_path, index_, names, feeds_base, captured, ref, tol, half))
         return hook
 
     handles = []
@@ -312,12 +335,19 @@ def check_blocks(source: object, model_path: Path, options: Options, *, tol: flo
     finally:
         for h in handles:
             h.remove()
+        if head_hook is not None:
+            head_hook.remove()
     logits = out.logits.detach().numpy()
+    embeds = captured["in0"]
+    # fp16 runs of the parts outside the blocks: the embeddings rounded to half (a half Gather of
+    # half weights), the head's projection in half (then the model's final soft-capping, if any)
+    half_embeds = embeds.astype(np.float16).astype(np.float32) if half_file else None
+    half_logits = _half_head(head, captured.get("head_in"), config) if half_file else None
     report.rows.insert(0, _run_part(graph_path, "embeddings", [], [names[0][0]], feeds_base,
-                                    {names[0][0]: captured["in0"]}, tol))
+                                    {names[0][0]: embeds}, tol, half_embeds))
     head_in = names[-1][1]
     report.rows.append(_run_part(graph_path, "head (norm, lm_head)", [head_in], ["logits"],
-                                 {**feeds_base, head_in: captured["last"]}, {"logits": logits}, tol))
+                                 {**feeds_base, head_in: captured["last"]}, {"logits": logits}, tol, half_logits))
     report.peak_rss = _peak()
     size32 = sum(4 * t.numel for t in folder.tensors.values())
     report.method.append(f"peak resident memory of the check: {report.peak_rss / 2**30:.2f} GiB (the model's float32 "
@@ -325,11 +355,93 @@ def check_blocks(source: object, model_path: Path, options: Options, *, tol: flo
     return report
 
 
+def _half_block(module: object, index: int, args: tuple[object, ...], kwargs: dict[str, object],
+                config: object) -> dict[str, np.ndarray]:
+    """The source's own fp16 run of a block, on the same input (its hidden state, keys and values)."""
+    import torch
+    from transformers import DynamicCache
+
+    def half(x: object) -> object:
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            return x.half()
+        if isinstance(x, tuple):
+            return tuple(half(v) for v in x)
+        return x
+
+    cache = DynamicCache(config=config)
+    call_kwargs = {k: half(v) for k, v in kwargs.items()}
+    if "past_key_values" in call_kwargs:
+        call_kwargs["past_key_values"] = cache
+    hooks = module._forward_hooks, module._forward_pre_hooks  # type: ignore[attr-defined]
+    module._forward_hooks, module._forward_pre_hooks = type(hooks[0])(), type(hooks[1])()  # type: ignore[attr-defined]
+    try:
+        module.half()  # type: ignore[attr-defined]
+        with torch.no_grad():
+            out = module(*(half(a) for a in args), **call_kwargs)  # type: ignore[operator]
+    finally:
+        module._forward_hooks, module._forward_pre_hooks = hooks  # type: ignore[attr-defined]
+    hidden = out[0] if isinstance(out, tuple) else out
+    result = {"hidden": hidden.float().numpy()}
+    layer = cache.layers[index] if index < len(cache.layers) else None
+    if layer is not None and getattr(layer, "keys", None) is not None and layer.keys.numel():
+        result["key"], result["value"] = layer.keys.float().numpy(), layer.values.float().numpy()
+    return result
+
+
+def _half_head(head: object, head_in: object, config: object) -> np.ndarray | None:
+    """The head's projection in fp16 on its float32 input, then the final soft-capping (Gemma 2)."""
+    import torch
+
+    if head_in is None:
+        return None
+    weight = head.weight.detach().half()  # type: ignore[attr-defined]
+    with torch.no_grad():
+        logits = torch.nn.functional.linear(head_in.half(), weight).float()  # type: ignore[attr-defined]
+        cap = getattr(config.get_text_config(), "final_logit_softcapping", None)  # type: ignore[attr-defined]
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+    return logits.numpy()
+
+
+def _real(value: np.ndarray, mask: np.ndarray, kind: str) -> np.ndarray:
+    """The values of the real (not padding) positions: a hidden state or logits [b, s, ...] or a
+    block's keys/values [b, heads, s, d]. A padding position's query attends to nothing; what a
+    runtime makes of it is arbitrary, and generation never reads it."""
+    real = mask.astype(bool)
+    if kind in ("key", "value"):
+        return np.swapaxes(value, 1, 2)[real]
+    return value[real]
+
+
+def _judge(got: np.ndarray, ref: np.ndarray, half: np.ndarray | None, tol: float) -> tuple[float, str, str]:
+    """(error, PASS/FAIL/NOT VERIFIED, note): within ``tol``, or for a half file at most HALF_MARGIN x the
+    source's own half run's error (NOT VERIFIED where that run is not finite)."""
+    err = _err(got, ref)
+    if err <= tol:
+        return err, "PASS", ""
+    if half is None:
+        return err, "FAIL", ""
+    theirs = _err(half, ref)
+    note = f"ours {err:.2g}, the source's fp16 run {theirs:.2g}"
+    if not np.isfinite(theirs):
+        return err, "NOT VERIFIED", note + " (its fp16 run overflows: what fp16 costs is unknown)"
+    return err, "PASS" if err <= HALF_MARGIN * theirs else "FAIL", note
+
+
+def _verdict_of(judged: dict[str, tuple[float, str, str]]) -> tuple[str, str]:
+    results = [r for _, r, _ in judged.values()]
+    result = "FAIL" if "FAIL" in results else "NOT VERIFIED" if "NOT VERIFIED" in results else "PASS"
+    note = "; ".join(f"{k} {note or f'{e:.2g}'}" for k, (e, r, note) in judged.items() if r != "PASS")
+    return result, note
+
+
 def _run_block(path: Path, i: int, names: Sequence[tuple[str, str]], base: dict[str, np.ndarray],
-               captured: dict[str, np.ndarray], ref: dict[str, np.ndarray], tol: float) -> PromptResult:
+               captured: dict[str, np.ndarray], ref: dict[str, np.ndarray], tol: float,
+               half: dict[str, np.ndarray] | None = None) -> PromptResult:
     hidden_in, hidden_out = names[i]
     first_in = names[0][0]
-    batch = base["input_ids"].shape[0]
+    mask = base["attention_mask"]
+    batch = mask.shape[0]
     feeds = dict(base)
     feeds[hidden_in] = captured[f"in{i}"]
     if first_in != hidden_in:
@@ -340,35 +452,46 @@ def _run_block(path: Path, i: int, names: Sequence[tuple[str, str]], base: dict[
         if spec.name.startswith("past_key_values."):
             dtype = np.float16 if spec.type == "tensor(float16)" else np.float32
             feeds[spec.name] = np.zeros((batch, int(spec.shape[1]), 0, int(spec.shape[3])), dtype=dtype)
-    wanted = {s.name for s in session.get_inputs()}  # type: ignore[attr-defined]
-    got = session.run(outputs, {k: v for k, v in feeds.items() if k in wanted})  # type: ignore[attr-defined]
+    got = [np.asarray(g, np.float32) for g in session.run(outputs, _typed(session, feeds))]  # type: ignore[attr-defined]
     del session
-    errs = {"hidden": _err(got[0], ref["hidden"])}
-    for j, kind in ((1, "key"), (2, "value")):
+    judged = {}
+    for j, kind in ((0, "hidden"), (1, "key"), (2, "value")):
         if kind in ref and ref[kind].shape == got[j].shape:
-            errs[kind] = _err(got[j], ref[kind])
-    worst = max(errs, key=lambda k: errs[k])
+            theirs = None if half is None or kind not in half else _real(half[kind], mask, kind)
+            judged[kind] = _judge(_real(got[j], mask, kind), _real(ref[kind], mask, kind), theirs, tol)
+    worst = max(judged, key=lambda k: judged[k][0])
     row = PromptResult(name=f"block {i}", shape=tuple(ref["hidden"].shape), steps=0, matched=0,
-                       max_err=errs[worst], worst_step=0)
-    if not all(e <= tol for e in errs.values()):
-        row.result = "FAIL"
-        row.note = ", ".join(f"{k} {v:.2g}" for k, v in errs.items())
+                       max_err=judged[worst][0], worst_step=0)
+    row.result, row.note = _verdict_of(judged)
     gc.collect()
     return row
 
 
 def _run_part(path: Path, label: str, cut: Sequence[str], outputs: Sequence[str], feeds: dict[str, np.ndarray],
-              ref: dict[str, np.ndarray], tol: float) -> PromptResult:
+              ref: dict[str, np.ndarray], tol: float, half: np.ndarray | None = None) -> PromptResult:
     session = _subsession(path, [*cut, "input_ids", "attention_mask", "position_ids"], outputs)
-    wanted = {s.name for s in session.get_inputs()}  # type: ignore[attr-defined]
-    got = session.run(list(outputs), {k: v for k, v in feeds.items() if k in wanted})  # type: ignore[attr-defined]
+    got = [np.asarray(g, np.float32) for g in session.run(list(outputs), _typed(session, feeds))]  # type: ignore[attr-defined]
     del session
-    errs = [_err(g, ref[n]) for g, n in zip(got, outputs, strict=True)]
+    mask = feeds["attention_mask"]
+    judged = {outputs[0]: _judge(_real(got[0], mask, ""), _real(ref[outputs[0]], mask, ""),
+                                 None if half is None else _real(half, mask, ""), tol)}
     shape = tuple(np.asarray(ref[outputs[0]]).shape)
-    row = PromptResult(name=label, shape=shape, steps=0, matched=0, max_err=max(errs), worst_step=0)
-    if max(errs) > tol:
-        row.result = "FAIL"
+    row = PromptResult(name=label, shape=shape, steps=0, matched=0, max_err=judged[outputs[0]][0], worst_step=0)
+    row.result, row.note = _verdict_of(judged)
     return row
+
+
+_ORT_FLOATS = {"tensor(float16)": np.float16, "tensor(float)": np.float32, "tensor(double)": np.float64}
+
+
+def _typed(session: object, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The feeds ``session`` takes, each float one in the type it takes (a half file's inner values)."""
+    out = {}
+    for spec in session.get_inputs():  # type: ignore[attr-defined]
+        value = feeds[spec.name]
+        want = _ORT_FLOATS.get(spec.type)
+        out[spec.name] = value.astype(want) if want is not None and value.dtype.kind == "f" else value
+    return out
 
 
 def _try(fn: object, arg: str) -> object | None:

@@ -153,10 +153,12 @@ class GenerationReport:
         if self.not_run:
             out.append(f"NOT VERIFIED: {self.not_run}")
         elif self.regime == "blocks":
+            half = (f", or at most {HALF_MARGIN:g}x as far as the source's own {self.precision} run of it"
+                    if self.precision != "fp32" else "")
             out.append(f"{self.verdict} (block-by-block regime, not a check of generation): each decoder block of "
                        f"the converted graph on the source's activations within tol={self.tol:g} of its output's "
-                       "scale" + (f"; peak memory of the check {self.peak_rss / 2**30:.2f} GiB" if self.peak_rss
-                                  else ""))
+                       f"scale{half}, real positions" + (f"; peak memory of the check {self.peak_rss / 2**30:.2f} GiB"
+                                                         if self.peak_rss else ""))
         elif self.precision != "fp32":
             out.append(f"{self.verdict}: tokens identical and each step's logits within tol={self.tol:g} of their "
                        f"scale, or at most {HALF_MARGIN:g}x as far from the float32 source as the source's own "

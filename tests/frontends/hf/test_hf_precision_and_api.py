@@ -3,9 +3,10 @@ an in-memory PreTrainedModel through the Python API.
 
 * A bf16 checkpoint in shards (3 or more, with an index) converts to float32 (every weight cast
   chunk by chunk) and passes generation; to fp16, judged as docs/precision.md says (against the
-  float32 source, each step within 2x the source's own fp16 run) and passes; to bf16, its weights are the shards' bytes,
-  copied (the RMS norms stay float32), and the check says NOT VERIFIED: ONNX Runtime's CPU provider
-  has no bf16 kernels.
+  float32 source, each step within 2x the source's own fp16 run) and passes, as does its
+  block-by-block check (each block within 2x the source's own fp16 run of that block); to bf16,
+  its weights are the shards' bytes, copied (the RMS norms stay float32), and the check says NOT
+  VERIFIED: ONNX Runtime's CPU provider has no bf16 kernels.
 * ``logits="last"`` gives logits [batch, 1, vocab] and generates the same tokens.
 * ``convert.convert(model, to="onnx")`` on a transformers model in memory writes model.onnx with
   genai_config.json and passes.
@@ -25,6 +26,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import convert
+from convert import ir
+from convert.parity.generation import check_converted
 
 pytestmark = [pytest.mark.torch, pytest.mark.transformers]
 
@@ -73,6 +76,10 @@ def test_bf16_shards_to_fp16_pass_by_the_half_rule(bf16_shards: Path, tmp_path: 
     assert all(r.matched == 16 for r in report.rows[:2])
     inits = _initializers(result.outputs[0])
     assert sum(t == onnx.TensorProto.FLOAT16 for t, _ in inits.values()) >= len(inits) - 5  # norms stay float32
+    options = ir.Options()
+    options.extra["check_by"] = "blocks"
+    blocks = check_converted([bf16_shards], result.outputs, options)  # each block against its own fp16 run
+    assert blocks.verdict == "PASS" and len(blocks.rows) == 4, blocks.table()
 
 
 def test_bf16_shards_to_bf16_copy_the_bytes_and_are_not_verified_on_the_cpu(bf16_shards: Path,
