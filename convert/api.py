@@ -26,6 +26,7 @@ from ._words import did_you_mean, speaks_python
 
 if TYPE_CHECKING:  # the check itself is imported where it runs: a conversion without it does not
     from .parity import ParityReport
+    from .parity.indices import IndexBound
 
 __all__ = ["ConversionResult", "convert", "load", "routes", "save", "supported_ops", "verify"]
 
@@ -341,9 +342,10 @@ def convert(
     # --inputs file is an error with nothing written; a missing runtime only skips the check.
     src_runtime = None
     feeds = None
+    index_ranges: dict[str, IndexBound] = {}
     parity_error = ""
     if check and fe.verdict is None:  # a frontend with a check of its own runs it after writing
-        from .parity import open_runtime, resolve_inputs, source_options
+        from .parity import index_bounds, open_runtime, resolve_inputs, source_index_ranges, source_options
         try:
             if module_src and fe.object_runtime is not None:
                 src_runtime = fe.object_runtime(src, example_inputs, opts)  # type: ignore[assignment]
@@ -359,7 +361,10 @@ def convert(
                 given = {spec.name: arr for spec, arr in zip(specs, example, strict=True)}
                 opts.diagnostics.note("the parity check ran on the example inputs, which the capture took sizes "
                                       "from (give --inputs to check others)")
-            feeds = resolve_inputs(src_runtime, given, opts, seed=seed)
+            # integer inputs that index a table in the converted graph are drawn from its rows
+            index_ranges = source_index_ranges(index_bounds(model.graph), specs, [v.name or "" for v in
+                                                                                 model.graph.inputs])
+            feeds = resolve_inputs(src_runtime, given, opts, seed=seed, index_ranges=index_ranges)
     target = (default_output(paths, ex, out, source_format=fmt) if paths
               else _object_output(fe, out, ex.suffix))
     refuse_overwrite(_files_read(paths, model), written_candidates(target, ex))
@@ -406,7 +411,7 @@ def convert(
         seeded = inputs is None and ir.EXAMPLE_FEEDS not in opts.extra
         result.report.seed = seed if seeded else None
         if seeded and src_runtime is not None and feeds is not None:
-            result.report.method += seeded_input_method(src_runtime, feeds)
+            result.report.method += seeded_input_method(src_runtime, feeds, index_ranges)
         if on_targets and feeds is not None:
             from .targets.check import check_targets
 

@@ -358,7 +358,10 @@ def _print_result(result: ConversionResult, out: object, report_path: object, ex
         if report_path:
             write_report(Path(str(report_path)), result.report.to_json(), result.outputs)
     if result.parity_error:
-        click.echo(f"convert: parity NOT CHECKED: {one_line(result.parity_error)} (--no-check skips it)", err=True)
+        # the source failing on the drawn inputs: inputs it takes are the way to a verdict
+        ran = "could not run the source model" in result.parity_error
+        hint = "give inputs it takes with --inputs FILE.npz, or --no-check skips it" if ran else "--no-check skips it"
+        click.echo(f"convert: parity NOT CHECKED: {one_line(result.parity_error)} ({hint})", err=True)
         verdict = "parity NOT CHECKED"
     elif result.report is None:
         verdict = "parity not checked (--no-check)"

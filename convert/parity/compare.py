@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -35,9 +35,13 @@ __all__ = [
     "SetItem",
     "arbitrate_float64",
     "arbitrate_half",
+    "arbitrate_second_float32",
     "arbitrate_set_float64",
+    "arbitrate_set_second_float32",
     "compare_sets",
+    "judge_set_integers",
     "mark_inexact",
+    "mark_unarbitrated",
     "mark_undecided",
     "match_outputs",
     "nan_agreement_note",
@@ -45,6 +49,7 @@ __all__ = [
     "no_spread",
     "nonfinite_agreeing_diff",
     "only_padding",
+    "set_pair_keys",
 ]
 
 
@@ -98,6 +103,12 @@ class OutputResult:
     #: the output is computed from; the source leaves open which function is meant): NOT VERIFIED
     #: with this reason, never PASS or FAIL (``mark_undecided``).
     undecided: str = ""
+    #: Missed ``tol`` on its error alone, and nothing measured what float32 rounding costs the
+    #: source here (no float64 run, and its second float32 path gave the same values): why. NOT
+    #: VERIFIED, never a FAIL for the want of an arbiter.
+    unarbitrated: str = ""
+    #: Passed by the source's second float32 path (``arbitrate_second_float32``): no float64 run.
+    by_second: bool = False
 
     @property
     def verdict(self) -> str:
@@ -105,7 +116,7 @@ class OutputResult:
         if self.passed:
             return "PASS"
         unjudged = (self.degenerate or self.unstable or self.random or self.amplified or self.half_unjudged
-                    or self.ref_inexact or self.tied or bool(self.undecided))
+                    or self.ref_inexact or self.tied or bool(self.undecided) or bool(self.unarbitrated))
         return "NOT VERIFIED" if unjudged and not self.differs else "FAIL"
 
 
@@ -138,11 +149,11 @@ class ParityReport:
     #: The source's own runtime refused the source (its Caffe; another runtime, or none, stood in
     #: as the reference): why. Never PASS then: NOT VERIFIED, or FAIL where an output fails.
     source_refused: str = ""
+    #: Outputs without spread on a second seeded draw too: constant whatever the input (their weights').
+    constant_anyway: list[str] = field(default_factory=list)
     #: The converted file checked in deployment toolchains (``--on``): one ``convert.targets.base.TargetResult``
     #: per target and precision; a target's FAIL fails the report like any output's.
     targets: list[TargetResult] = field(default_factory=list)
-    #: Outputs without spread on a second seeded draw too: constant whatever the input (their weights').
-    constant_anyway: list[str] = field(default_factory=list)
     #: Decisions on tensor values the conversion froze to the example's outcome (PyTorch's
     #: ``--freeze-data-branches``), each 'file:line `code` (the example: True)': the file holds only
     #: for inputs that decide alike, so a pass is "PASS on the example's branch", never a plain PASS.
@@ -217,6 +228,10 @@ class ParityReport:
         by64 = sum(o.passed and o.by_float64 for o in self.outputs)
         settled = (f" or, {by64} of them, at most {FLOAT64_MARGIN:g}x as far from the source's float64 run as "
                    "its own float32 run (float32 rounding)" if by64 else "")
+        by_second = sum(o.passed and o.by_second for o in self.outputs)
+        settled += (f" or, {by_second} of them (no float64 run), at most {FLOAT64_MARGIN:g}x as far from the "
+                    "nearer of the source's two float32 runs on different kernels as those are apart"
+                    if by_second else "")
         by_half = sum(o.passed and o.by_half for o in self.outputs)
         settled += (f" or, {by_half} of them (a half-precision model), at most {HALF_MARGIN:g}x as far from "
                     "the float32 source as the source's own half-precision run" if by_half else "")
@@ -265,6 +280,15 @@ class ParityReport:
         for reason, names in undecided.items():
             out.append(f"NOT VERIFIED: {', '.join(shown(n) for n in names)}: {reason}"
                        + ("" if reason.endswith((".", "?", "!")) else "."))
+        unarbitrated: dict[str, list[str]] = {}
+        for o in self.outputs:
+            if o.verdict == "NOT VERIFIED" and o.unarbitrated:
+                unarbitrated.setdefault(o.unarbitrated, []).append(o.name)
+        for reason, names in unarbitrated.items():
+            out.append(f"NOT VERIFIED: {', '.join(shown(n) for n in names)} {'miss' if len(names) > 1 else 'misses'} "
+                       f"tol on the error alone, and nothing here measures what float32 rounding costs the "
+                       f"source: {reason}. Give inputs with --inputs FILE.npz, or check the model where it runs "
+                       "in float64 (the Python API with the nn.Module).")
         inexact = [o.name for o in self.outputs if o.verdict == "NOT VERIFIED" and o.ref_inexact]
         if inexact:
             out.append(f"NOT VERIFIED: {', '.join(shown(n) for n in inexact)} "
@@ -308,9 +332,10 @@ class ParityReport:
                           "(--inputs FILE.npz) will hardly help; check the model with its trained weights."
                           if set(unverified) <= set(self.constant_anyway) else
                           "Give real inputs with --inputs FILE.npz.")
-                       + (f" If {', '.join(shown(n) for n in constant)} is an integer output constant by design "
-                          "(such as a single-class detector's labels), it stays NOT VERIFIED whatever the inputs; "
-                          "judge the other outputs by their rows." if constant else ""))
+                       + (f" {', '.join(shown(n) for n in constant)}: an integer output constant on these inputs "
+                          "is judged exactly where it labels rows compared as a set whose other outputs vary (a "
+                          "single-class detector's labels beside its boxes); here nothing beside it varies."
+                          if constant else ""))
         if self.location is not None:
             out += self.location.lines()
         if self.targets:
@@ -540,6 +565,13 @@ def mark_inexact(result: OutputResult, reason: str) -> OutputResult:
     return replace(result, note=note, ref_inexact=True, differs=False)
 
 
+def mark_undecided(result: OutputResult, label: str, reason: str) -> OutputResult:
+    """NOT VERIFIED, whatever the numbers, for an output the reference cannot decide (``reason``,
+    said once below the table; ``label`` in the output's row): never PASS, never FAIL."""
+    return replace(result, passed=False, differs=False, degenerate=False, ref_inexact=False, note=label,
+                   undecided=reason)
+
+
 def no_spread(ref: np.ndarray) -> bool:
     """Whether a reference output is degenerate as ``compare_one`` judges it: near zero, or constant."""
     r64 = np.asarray(ref, dtype=np.float64)
@@ -548,13 +580,6 @@ def no_spread(ref: np.ndarray) -> bool:
         return True
     scale = float(np.abs(finite).max())
     return scale < 1e-6 or float(finite.std()) <= 1e-6 * scale
-
-
-def mark_undecided(result: OutputResult, label: str, reason: str) -> OutputResult:
-    """NOT VERIFIED, whatever the numbers, for an output the reference cannot decide (``reason``,
-    said once below the table; ``label`` in the output's row): never PASS, never FAIL."""
-    return replace(result, passed=False, differs=False, degenerate=False, ref_inexact=False, note=label,
-                   undecided=reason)
 
 
 def needs_float64(result: OutputResult, ref: np.ndarray, *, as_set: bool = False) -> bool:
@@ -720,35 +745,137 @@ def compare_sets(items: Sequence[SetItem], origin: str, atol: float, rtol: float
     return results
 
 
-def arbitrate_set_float64(items: Sequence[SetItem], results: Sequence[OutputResult], ref64: Sequence[np.ndarray],
-                          tol: float) -> list[OutputResult]:
+def arbitrate_set_float64(items: Sequence[SetItem], results: Sequence[OutputResult],
+                          ref64: Sequence[np.ndarray | None], tol: float) -> list[OutputResult]:
     """The float64 rule for a group compared as a set (``compare_sets``): the source's float64 run
-    (``ref64``, one array per item) is paired with the reference row by row, as ours was, and each
-    member that missed ``tol`` on its error alone is judged by ``arbitrate_float64`` on the paired
-    rows. Nothing is judged when a side has rows without a counterpart, or when the float64 run
-    keeps another number of rows (its own NMS decided otherwise: no arbiter)."""
+    (``ref64``, one array per item; None for a member the run did not compute, which neither needs
+    it nor pairs rows) is paired with the reference row by row, as ours was, and each member that
+    missed ``tol`` on its error alone is judged by ``arbitrate_float64`` on the paired rows. Nothing
+    is judged when a side has rows without a counterpart, or when the float64 run keeps another
+    number of rows (its own NMS decided otherwise: no arbiter)."""
+    return _arbitrate_set(items, results, ref64, lambda res, r, g, w: arbitrate_float64(res, r, g, w, tol))
+
+
+def set_pair_keys(items: Sequence[SetItem]) -> list[int]:
+    """The members of a set group whose rows take part in pairing them (``PAIR_KEY_SIZE``): what a
+    second run of the source must compute for its rows to be paired with the reference's."""
+    sizes = [_rows(it.ref, it.axis).shape[1] for it in items]
+    return [k for k, n in enumerate(sizes) if n <= PAIR_KEY_SIZE] or list(range(len(items)))
+
+
+def _arbitrate_set(items: Sequence[SetItem], results: Sequence[OutputResult], other: Sequence[np.ndarray | None],
+                   judge: Callable[[OutputResult, np.ndarray, np.ndarray, np.ndarray], OutputResult],
+                   only: Collection[int] | None = None) -> list[OutputResult]:
+    """Pair another run of the source (``other``: one array per item, or None) with the reference
+    row by row, as ours was, and ``judge`` each member that missed ``tol`` on its error alone on
+    the paired rows (``judge(result, ref rows, our rows, other rows)``; ``only``: of these members).
+    Nothing is judged when a side has rows without a counterpart, or when the other run keeps
+    another number of rows."""
+    have = [k for k, a in enumerate(other) if a is not None]
+    pending = [k for k, res in enumerate(results) if needs_float64(res, items[k].ref, as_set=True) and k in have
+               and (only is None or k in only)]
+    if not pending or not set(set_pair_keys(items)) <= set(have):
+        return list(results)
     ref_rows = [_rows(it.ref, it.axis) for it in items]
     got_rows = [_rows(it.got, it.axis) for it in items]
-    r64_rows = [_rows(np.asarray(a), it.axis) for it, a in zip(items, ref64, strict=True)]
+    w_rows = {k: _rows(np.asarray(other[k]), items[k].axis) for k in have}
     n = ref_rows[0].shape[0] - _trailing_padding(ref_rows)
     m = got_rows[0].shape[0] - _trailing_padding(got_rows)
-    n64 = r64_rows[0].shape[0] - _trailing_padding(r64_rows)
-    pending = [k for k, res in enumerate(results) if needs_float64(res, items[k].ref, as_set=True)]
-    if not pending or n != m or n != n64 or any(r.shape[1:] != w.shape[1:] for r, w in zip(ref_rows, r64_rows,
-                                                                                           strict=True)):
+    nw = w_rows[have[0]].shape[0] - _trailing_padding([w_rows[k] for k in have])
+    if n != m or n != nw or any(ref_rows[k].shape[1:] != w_rows[k].shape[1:] for k in have):
         return list(results)
-    ref_rows, got_rows, r64_rows = [r[:n] for r in ref_rows], [g[:m] for g in got_rows], [w[:n] for w in r64_rows]
+    ref_rows, got_rows = [r[:n] for r in ref_rows], [g[:m] for g in got_rows]
+    w_rows = {k: w[:n] for k, w in w_rows.items()}
     ri, gi = _pair_rows(ref_rows, got_rows)
-    ri64, wi = _pair_rows(ref_rows, r64_rows)
-    if len(ri) != n or len(ri64) != n:
+    ri_w, wi = _pair_rows([ref_rows[k] for k in have], [w_rows[k] for k in have])
+    if len(ri) != n or len(ri_w) != n:
         return list(results)
     wide = np.empty(n, np.int64)
-    wide[ri64] = wi  # the float64 row paired with each reference row
+    wide[ri_w] = wi  # the other run's row paired with each reference row
     out = list(results)
     for k in pending:
         tail = np.moveaxis(np.asarray(items[k].ref), items[k].axis, 0).shape[1:]
         ref_p = ref_rows[k][ri].reshape(len(ri), *tail)
         got_p = got_rows[k][gi].reshape(len(gi), *tail)
-        r64_p = r64_rows[k][wide[ri]].reshape(len(ri), *tail)
-        out[k] = arbitrate_float64(results[k], ref_p, got_p, r64_p, tol)
+        w_p = w_rows[k][wide[ri]].reshape(len(ri), *tail)
+        out[k] = judge(results[k], ref_p, got_p, w_p)
+    return out
+
+
+def arbitrate_second_float32(result: OutputResult, ref: np.ndarray, got: np.ndarray, ref2: np.ndarray,
+                             tol: float, path: str, why: str) -> OutputResult:
+    """Judge ``result`` (failed on its error alone, and the source has no float64 run: ``why``)
+    by the source's second float32 run ``ref2`` on other kernels (``path``): how far the source's
+    two float32 runs are apart measures what float32 rounding costs here. The output passes if ours
+    is at most ``FLOAT64_MARGIN`` times that from the nearer of the two, and is NOT VERIFIED if
+    they are more than ``FLOAT32_LIMIT`` x tol apart (the net amplifies rounding too much to judge).
+    Two runs that agree exactly measure nothing: ``result`` is returned unchanged."""
+    r32 = np.asarray(ref, dtype=np.float64)
+    r2 = np.asarray(ref2, dtype=np.float64)
+    if r2.shape != r32.shape or not np.isfinite(r2).all() or not np.isfinite(r32).all():
+        return result
+    ours = np.asarray(got, dtype=np.float64).reshape(r32.shape)
+    scale = float(np.abs(r32).max())
+    apart = float(np.abs(r32 - r2).max()) / scale if scale else 0.0
+    if apart == 0.0:
+        return result
+    from_first = float(np.abs(ours - r32).max()) / scale
+    from_second = float(np.abs(ours - r2).max()) / scale
+    note = (result.note + "; " if result.note else "") + (
+        f"no float64 run of the source ({why}); its second float32 run ({path}) is {apart:.2g} from its "
+        f"first, ours {from_first:.2g} from the first and {from_second:.2g} from the second")
+    if min(from_first, from_second) > FLOAT64_MARGIN * apart:
+        return replace(result, note=note)
+    if apart > FLOAT32_LIMIT * tol:
+        return replace(result, note=note, amplified=True, differs=False)
+    return replace(result, note=note + " (float32 rounding)", passed=True, differs=False, by_second=True)
+
+
+def arbitrate_set_second_float32(items: Sequence[SetItem], results: Sequence[OutputResult],
+                                 ref2: Sequence[np.ndarray | None], tol: float, path: str, why: str,
+                                 only: Collection[int] | None = None) -> list[OutputResult]:
+    """``arbitrate_second_float32`` for a group compared as a set, on rows paired as
+    ``arbitrate_set_float64`` pairs them; ``only``: the members to judge (those no float64 run
+    judged; None: every member that missed tol on its error alone)."""
+    return _arbitrate_set(items, results, ref2,
+                          lambda res, r, g, w: arbitrate_second_float32(res, r, g, w, tol, path, why), only)
+
+
+def mark_unarbitrated(result: OutputResult, why: str) -> OutputResult:
+    """NOT VERIFIED, not FAIL, for an output that missed ``tol`` on its error alone where nothing
+    measured what float32 rounding costs the source (``why``): a correct file is never FAILed for
+    the want of an arbiter. Said in the output's note and below the table."""
+    note = (result.note + "; " if result.note else "") + f"not arbitrated: {why}"
+    return replace(result, note=note, unarbitrated=why, differs=False)
+
+
+def _rows_vary(item: SetItem) -> bool:
+    """Whether the reference rows of ``item`` (less trailing padding) are at least two, not all equal."""
+    rows = _rows(item.ref, item.axis)
+    rows = rows[:rows.shape[0] - _trailing_padding([rows])]
+    return rows.shape[0] >= 2 and bool((rows != rows[:1]).any())
+
+
+def judge_set_integers(items: Sequence[SetItem], results: Sequence[OutputResult]) -> list[OutputResult]:
+    """Judge the integer members of a group compared as a set (a detector's labels) exactly: one
+    that differs on a paired row FAILs whatever ``tol`` (a class is right or wrong), and one that
+    is constant on these inputs (a single-class detector's labels, or one class found) PASSes when
+    it is equal on every paired row and a float member of the group has a real spread (the boxes
+    it labels vary), where alone it would be NOT VERIFIED for want of spread."""
+    varied = any(np.asarray(it.ref).dtype.kind == "f" and not res.degenerate and res.as_set
+                 and math.isfinite(res.rel_to_scale) and _rows_vary(it) for it, res in zip(items, results, strict=True))
+    out = list(results)
+    for k, (it, res) in enumerate(zip(items, results, strict=True)):
+        if np.asarray(it.ref).dtype.kind not in "iu" or np.asarray(it.got).dtype.kind not in "iub" \
+                or not res.as_set or not math.isfinite(res.max_abs) or "without a counterpart" in res.note:
+            continue
+        if res.max_abs > 0:
+            if res.passed:
+                said = f"integer output: {res.max_abs:g} off on a paired row, judged exactly"
+                out[k] = replace(res, passed=False, differs=True, note=f"{res.note}; {said}")
+        elif res.degenerate and varied and int(np.prod(res.shape)) > 0:
+            said = res.note.replace("; reference is constant (an integer output)", "")
+            out[k] = replace(res, passed=True, degenerate=False, differs=False,
+                             note=f"{said}; integer output, constant on these inputs: equal on every paired "
+                                  "row, judged exactly beside the rows it labels, which vary")
     return out

@@ -28,17 +28,6 @@ def _nets() -> object:
     return sample_models.nets()
 
 
-class NarrowOutput(torch.nn.Module):
-    """A net whose forward casts its result to float32 itself: it has no float64 run."""
-
-    def __init__(self, net: torch.nn.Module) -> None:
-        super().__init__()
-        self.net = net
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x).float()
-
-
 def _x() -> torch.Tensor:
     return torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(1))
 
@@ -111,12 +100,3 @@ def test_a_net_amplifying_rounding_past_ten_tols_is_not_verified(tmp_path: Path)
     (out,) = result.report.outputs
     assert out.verdict == "NOT VERIFIED" and out.amplified and not result.report.passed, out
     assert "amplifies rounding" in result.report.table()
-
-
-def test_a_source_without_a_float64_run_keeps_its_verdict(tmp_path: Path) -> None:
-    import convert
-
-    model = NarrowOutput(_nets().build("mobilenetv2")).eval()  # type: ignore[attr-defined]
-    result = convert.convert(model, _x(), to="onnx", out=tmp_path / "m.onnx", tol=TOL, locate=False)
-    (out,) = result.report.outputs
-    assert out.verdict == "FAIL" and not out.by_float64 and "float64" not in out.note, out

@@ -20,6 +20,7 @@ import numpy as np
 from convert._wire import read_varint as _varint
 from convert.ir import Options, UsageError
 
+from ..indices import IndexBound
 from ..runtime import TensorSpec
 from ._gpu import CUDA_EP, EXACT_FP32, ORT_CUDA_OPTIONS
 
@@ -114,6 +115,7 @@ RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "Ra
 # ONNX ops whose output rows come in an order (or a number) that near-ties decide: the rows after
 # them are compared as sets by the verdict (``compare.compare_sets``). ONNX has no sort: TopK sorts.
 SET_OPS = frozenset({"NonMaxSuppression", "TopK", "NonZero"})
+_GATHERS = frozenset({"Gather", "GatherElements", "GatherND"})  # an integer input may index a table (``index_bounds``)
 
 
 def random_outputs(path: Path) -> dict[str, str]:
@@ -184,7 +186,8 @@ class OnnxRuntime:
         if threads:  # `convert batch` workers share the cores: no more threads than OpenMP is given
             so.intra_op_num_threads = threads
         self.notes: list[str] = []
-        named = _op_names_in(path, ["QuantizeLinear", *RANDOM_OPS, *SET_OPS])
+        named = _op_names_in(path, ["QuantizeLinear", *RANDOM_OPS, *SET_OPS, *_GATHERS])
+        self._path, self._gathers = path, bool(named & _GATHERS)
         if "QuantizeLinear" in named:
             # ORT's full optimisation fuses QDQ groups into its integer kernels, which on x86 CPUs
             # without VNNI saturate (ORT's documented U8S8 issue): the check would then measure ORT's
@@ -200,6 +203,7 @@ class OnnxRuntime:
                 first += (" (this ONNX Runtime has no CPU kernel for that op in that type: a bf16 model runs "
                           "on CUDA, --device cuda with onnxruntime-gpu)")
             raise UsageError(f"ONNX Runtime cannot load {path.name}: {first}") from exc
+        self._describe_io()
         self.random_outputs = random_outputs(path) if named & RANDOM_OPS else {}  # compared by shape only
         self.set_outputs = outputs_after(path, SET_OPS) if named & SET_OPS else {}  # rows compared as sets
         self.name = f"ONNX Runtime {ort.__version__}"
@@ -211,33 +215,55 @@ class OnnxRuntime:
         if want_cuda and not self.device.startswith(CUDA_EP):
             _warn_cuda_fallback(self.device)
 
+    def close(self) -> None:
+        """Drop the session (the model's weights and ORT's arena) once the check has run it: the
+        float64 run of the source that may follow needs the memory (Keypoint R-CNN: 0.6 GB)."""
+        self.session = None  # type: ignore[assignment]
+
+    def index_bounds(self) -> dict[str, IndexBound]:
+        """The integer inputs that index a table in the file (``indices.index_bounds``), with the
+        rows of the smallest; the file's structure is read only when it holds a gather."""
+        if not self._gathers or not any(s.dtype.kind in "iu" for s in self.inputs()):
+            return {}
+        from convert.ir import load_file
+
+        from ..indices import index_bounds
+
+        return index_bounds(load_file(self._path).graph)
+
     def inputs(self) -> Sequence[TensorSpec]:
-        """Return the session's inputs (initializers are not inputs)."""
-        return [TensorSpec(i.name, np.dtype(_ORT_TYPES.get(i.type, np.float32)), tuple(i.shape))
-                for i in self.session.get_inputs()]
+        """Return the session's inputs (initializers are not inputs); known after ``close`` too."""
+        return self._inputs
 
     def outputs(self) -> Sequence[str]:
         """Return the output names in order."""
-        return [o.name for o in self.session.get_outputs()]
+        return self._outputs
+
+    def _describe_io(self) -> None:
+        session = self.session
+        self._inputs = [TensorSpec(i.name, np.dtype(_ORT_TYPES.get(i.type, np.float32)), tuple(i.shape))
+                        for i in session.get_inputs()]
+        self._outputs = [o.name for o in session.get_outputs()]
+        self._halves = {i.name for i in session.get_inputs() if i.type == "tensor(float16)"}
+        given = {d for i in session.get_inputs() for d in (i.shape or []) if isinstance(d, str)}
+        self._row_axes = {}
+        for o in session.get_outputs():
+            dims = list(o.shape) if o.shape is not None else []
+            axis = next((i for i, d in enumerate(dims) if isinstance(d, str) and d not in given), None)
+            if axis is not None:
+                self._row_axes[o.name] = axis
 
     @property
     def row_axes(self) -> dict[str, int]:
         """Each output's first axis whose size the graph computes from the data (a detection count:
         a symbolic size that no input has), where the file declares one."""
-        given = {d for i in self.session.get_inputs() for d in (i.shape or []) if isinstance(d, str)}
-        axes = {}
-        for o in self.session.get_outputs():
-            dims = list(o.shape) if o.shape is not None else []
-            axis = next((i for i, d in enumerate(dims) if isinstance(d, str) and d not in given), None)
-            if axis is not None:
-                axes[o.name] = axis
-        return axes
+        return dict(self._row_axes)
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run once on ``feeds``."""
         names = self.outputs()
         # A half-precision model with half inputs (--half-io) takes the float32 feeds rounded.
-        halves = {i.name for i in self.session.get_inputs() if i.type == "tensor(float16)"}
+        halves = self._halves
         results = self.session.run(names, {k: np.asarray(v, np.float16) if k in halves else v
                                            for k, v in feeds.items()})
         return dict(zip(names, (np.asarray(r) for r in results), strict=True))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -112,6 +112,10 @@ class TorchRuntime:
             self._home = device
         self.device = f"{torch.cuda.get_device_name(0)} (cuda), {EXACT_FP32}" if device == "cuda" else "cpu"
         self._outputs: list[str] | None = None
+        #: Why the last ``run_float64`` gave no float64 run ("" when it did).
+        self.float64_unavailable = ""
+        #: What ``run_second_float32`` changes, for the verdict's note.
+        self.second_float32_path = "PyTorch's float32 run with oneDNN off (convolutions as im2col + GEMM)"
         # Float image inputs of a model with a known convention get values in [0, 1) (see make_inputs).
         why = image_convention(module)
         self.input_ranges = {s.name: (0.0, 1.0, why) for s in self._inputs
@@ -146,14 +150,15 @@ class TorchRuntime:
         args = [torch.from_numpy(np.ascontiguousarray(feeds[s.name])).to(self._where) for s in self._inputs]
         if wide:
             args = [a.double() if a.is_floating_point() else a for a in args]
-        if self._restore:
+        movable = self._restore and hasattr(module, "to")
+        if movable:
             module.to(self._where)  # type: ignore[attr-defined]
         try:
             with torch.no_grad(), torch_exact_fp32():
                 result = module(*args)  # type: ignore[operator]
             return [r.cpu() for r in _flatten(result) if isinstance(r, torch.Tensor)]
         finally:
-            if self._restore:
+            if movable:
                 module.to(self._home)  # type: ignore[attr-defined]
 
     def run_half(self, feeds: Mapping[str, np.ndarray], precision: str) -> dict[str, np.ndarray] | None:
@@ -183,32 +188,70 @@ class TorchRuntime:
             return None
         return {n: t.detach().numpy() for n, t in zip(output_names(len(leaves)), leaves, strict=True)}
 
-    def run_float64(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    def run_float64(self, feeds: Mapping[str, np.ndarray],
+                    needed: Collection[str] | None = None) -> dict[str, np.ndarray] | None:
         """Run a float64 copy of the model on ``feeds`` (float inputs widened): the arbiter when an
-        output misses the tolerance by float32 rounding. None when that is no float64 run: a model
-        over ``FLOAT64_COPY_LIMIT``, one that cannot be copied or widened, or one that casts a float
-        output to half precision. An output the model stores in float32 itself (torchvision's keypoint
-        decoding fills float32 tensors whatever its input's dtype) is returned as float32: computed in
-        float64, it is float64's value rounded once, which ``compare.arbitrate_float64`` uses only
-        where the tolerance is far above that rounding (``FLOAT32_ARBITER_MIN_TOL``)."""
+        output misses the tolerance by float32 rounding. None when that is no float64 run (the reason
+        in ``float64_unavailable``): a model over ``FLOAT64_COPY_LIMIT``, one that cannot be copied or
+        widened, or one that casts a float output to half precision.
+
+        A TorchScript module runs its graph widened (``_torch_wide``: a traced graph fixes float32
+        wherever its code made or cast a tensor, and ``.double()`` alone widens only its weights);
+        only the outputs in ``needed`` (names; None: all) are computed where the graph's result is a
+        flat tuple, and only those are returned. An output an ``nn.Module`` stores in float32 itself
+        (torchvision's keypoint decoding fills float32 tensors whatever its input's dtype) is
+        returned as float32: computed in float64, it is float64's value rounded once, which
+        ``compare.arbitrate_float64`` uses only where the tolerance is far above that rounding
+        (``FLOAT32_ARBITER_MIN_TOL``)."""
         import torch
 
         from convert.frontends.pytorch.lower import output_names
 
+        from ._torch_wide import widened_forward
+
+        self.float64_unavailable = ""
         module = self.module
         tensors = [*module.parameters(), *module.buffers()] if isinstance(module, torch.nn.Module) else []
         if sum(t.numel() for t in tensors if t.is_floating_point()) * 8 > FLOAT64_COPY_LIMIT:
-            logger.info("no float64 run of the source: its weights exceed %d GiB in float64", FLOAT64_COPY_LIMIT >> 30)
-            return None
+            return self._no_float64(f"its weights exceed {FLOAT64_COPY_LIMIT >> 30} GiB in float64")
+        names = self._outputs
+        keep = None if needed is None or names is None else {i for i, n in enumerate(names) if n in needed}
         try:
-            leaves = self._leaves(copy.deepcopy(module).double(), feeds, wide=True)  # type: ignore[attr-defined]
-        except Exception as exc:  # a model that cannot run in float64: no arbiter, the verdict stands
-            logger.info("no float64 run of the source: %s: %s", type(exc).__name__, str(exc).strip()[:200])
-            return None
+            runner: object = None
+            if isinstance(module, torch.jit.ScriptModule):
+                runner = widened_forward(module, keep, len(names or []))
+            if runner is None:
+                runner = copy.deepcopy(module).double()  # type: ignore[attr-defined]
+            leaves = self._leaves(runner, feeds, wide=True)
+        except Exception as exc:  # a model that cannot run in float64: no arbiter, the verdict says so
+            first = (str(exc).strip().splitlines() or [""])[-1][:200]
+            return self._no_float64(f"it cannot run in float64 ({type(exc).__name__}: {first})")
         if any(t.is_floating_point() and t.dtype not in (torch.float64, torch.float32) for t in leaves):
-            logger.info("no float64 run of the source: it casts an output to half precision")
+            return self._no_float64("it casts an output to half precision")
+        result = {n: t.detach().cpu().numpy() for n, t in zip(output_names(len(leaves)), leaves, strict=True)}
+        return result if needed is None else {n: a for n, a in result.items() if n in needed}
+
+    def _no_float64(self, why: str) -> None:
+        logger.info("no float64 run of the source: %s", why)
+        self.float64_unavailable = why
+        return None
+
+    def run_second_float32(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """Run the model again in float32 on another kernel path (oneDNN off: convolutions by
+        PyTorch's own im2col and GEMM, which sum in another order): how far two of PyTorch's own
+        float32 runs are apart measures what float32 rounding costs this model on ``feeds`` where
+        no float64 run can (``compare.arbitrate_second_float32``). None when PyTorch has no such
+        path here (built without oneDNN, or a model on CUDA)."""
+        import torch
+
+        if self._where != "cpu" or not torch.backends.mkldnn.is_available():
             return None
-        return {n: t.detach().cpu().numpy() for n, t in zip(output_names(len(leaves)), leaves, strict=True)}
+        import warnings
+
+        with warnings.catch_warnings():  # "TF32 acceleration on top of oneDNN is available for Intel GPUs"
+            warnings.simplefilter("ignore", UserWarning)
+            with torch.backends.mkldnn.flags(enabled=False):
+                return self.run(feeds)
 
 
 def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
@@ -217,11 +260,13 @@ def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
         import torch
     except ImportError as exc:
         raise UsageError("the PyTorch runtime needs torch: pip install 'convert-toolkit[torch]'") from exc
+    from convert.frontends.pytorch import _load_needing_torchvision, _quiet
     from convert.frontends.pytorch.capture import forward_input_names, resolve_shapes, script_input_names
     from convert.frontends.pytorch.files import (
         CHECKPOINT,
         EXPORTED_PROGRAM,
         TORCHSCRIPT,
+        archive_mentions,
         check_pt2_payloads,
         classify,
         load_checkpoint,
@@ -241,14 +286,17 @@ def open_runtime(paths: Sequence[Path], options: Options) -> TorchRuntime:
         program = recall_program(options, path)
         if program is None:  # read here first (`convert check`): checked as the conversion checks it
             check_pt2_payloads(path, trust=bool(options.get("trust_pickle", False)))
-            program = torch.export.load(path)
+            program = _load_needing_torchvision(lambda: _quiet(lambda: torch.export.load(path)), path.name,
+                                                lambda: archive_mentions(path, b"torch.ops.torchvision."))
         users = [s.arg.name for s in program.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
         vals = {n.name: n.meta.get("val") for n in program.graph.nodes if n.op == "placeholder"}
         specs = [TensorSpec(n, np.dtype(str(vals[n].dtype).replace("torch.", "")), tuple(vals[n].shape))
                  for n in users]
         return TorchRuntime(program.module(), specs, device=where)
     if kind == TORCHSCRIPT:
-        module: object = load_torchscript(path)
+        # a traced torchvision detector names torchvision::nms: torchvision is imported to read it, as
+        # the conversion reads it (`convert check` reads the file here first)
+        module: object = _load_needing_torchvision(lambda: load_torchscript(path), path.name)
         names = script_input_names(module)  # type: ignore[arg-type]
         traced = traced_input_shapes(path)
         if not options.input_shapes and traced is not None and len(traced) == len(names):
