@@ -103,6 +103,11 @@ class GenerationReport:
     not_run: str = ""  # why the converted model could not be run (a bf16 file on the CPU): NOT VERIFIED
 
     @property
+    def outputs(self) -> list[PromptResult]:
+        """The rows (what ``ParityReport.outputs`` is to a summary line: the things compared)."""
+        return self.rows
+
+    @property
     def passed(self) -> bool:
         """True when every row passed."""
         return bool(self.rows) and all(r.passed for r in self.rows) and not self.not_run

@@ -134,3 +134,16 @@ def test_the_block_by_block_regime_passes_a_good_file_as_its_own_regime(llama: t
     assert all(r.max_err < 1e-5 for r in report.rows)
     assert "not a check of generation" in report.table()
     assert 0 < report.peak_rss < 4 * 2**30
+
+
+def test_convert_check_runs_the_generation_check(llama: tuple[Path, Path]) -> None:
+    """``convert check FOLDER --against model.onnx`` judges a converted folder as the conversion did."""
+    from click.testing import CliRunner
+
+    from convert.cli import cli
+
+    folder, good = llama
+    result = CliRunner().invoke(cli, ["check", str(folder), "--against", str(good)])
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+    assert "prompt 2 (left-padded)" in result.stdout
+    assert result.stdout.strip().splitlines()[-1].startswith("OK check hf:onnx")
