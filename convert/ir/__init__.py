@@ -34,6 +34,7 @@ from .given import refuse_contradicting_shape
 from .io import from_proto, load_file, save_inline_streamed, save_model, serialize_inline
 from .plugins import (
     EXAMPLE_FEEDS,
+    FROZEN_DECISIONS,
     Diagnostics,
     ExporterSpec,
     ExportPlan,
@@ -84,6 +85,7 @@ convenience = _ir.convenience
 __all__ = [
     "CANONICAL_OPSET",
     "EXAMPLE_FEEDS",
+    "FROZEN_DECISIONS",
     "INPUT_SHAPE_ORDER",
     "KEEP_FLOAT32",
     "Attr",

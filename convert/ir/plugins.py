@@ -24,6 +24,7 @@ from .errors import ConvertError, Unsupported
 
 __all__ = [
     "EXAMPLE_FEEDS",
+    "FROZEN_DECISIONS",
     "Diagnostics",
     "ExportPlan",
     "ExporterSpec",
@@ -40,6 +41,12 @@ logger = logging.getLogger(__name__)
 # settled a detector's counts from its example), as a tuple of arrays in input order. The converted
 # model holds for inputs like these, so the parity check runs on them unless the user gives inputs.
 EXAMPLE_FEEDS = "example_feeds"
+
+# Options.extra key: the decisions on tensor values a conversion froze to the example's, each
+# 'file:line `code` (the example: True)' (a Python ``if`` on data, captured with the example's
+# branch because the user asked for it: PyTorch's ``--freeze-data-branches``). The file holds only
+# for inputs that decide alike, so the parity check's verdict is never a plain PASS then.
+FROZEN_DECISIONS = "frozen_decisions"
 
 # progress(step_name, done, total): called by long steps; the CLI turns it into a bar.
 ProgressFn = Callable[[str, int, int], None]

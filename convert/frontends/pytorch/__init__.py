@@ -45,6 +45,10 @@ OPTIONS = (
                "(this runs code from the file)", is_flag=True, default=False),
     OptionSpec("--model", "torch_factory", "for a state_dict: the callable building the module, "
                "as package.module:factory", metavar="PKG.MOD:FACTORY"),
+    OptionSpec("--freeze-data-branches", "freeze_data_branches", "capture a Python if, loop or number on "
+               "tensor values (refused otherwise, naming each file:line) with the example's outcome: the file "
+               "then holds only for inputs that decide alike, and the check says 'PASS on the example's branch'",
+               is_flag=True, default=False),
 )
 
 

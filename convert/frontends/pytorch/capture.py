@@ -470,11 +470,42 @@ def _batch_images_replacement() -> object | None:
     return batch_images
 
 
+def _box_decode_replacement() -> object | None:
+    """Return what replaces ``BoxCoder.decode`` (the R-CNNs' RPN and box head) while a model is
+    captured (None when its module is not loaded): the same boxes, with no branch on their count.
+
+    torchvision's reshapes its codes to ``[count, -1]`` and its boxes to ``[count, -1, 4]`` only
+    ``if box_sum > 0`` (``count`` is the proposals', after an NMS: the data's), since a reshape of
+    nothing to ``[0, -1]`` is ambiguous. A capture takes that branch as the example did: the file then
+    holds for inputs with at least one proposal. Here the codes, ``[count, 4 * classes]`` in both of
+    torchvision's calls, are already of that shape, and the boxes are reshaped to
+    ``[-1, classes, 4]``, which is defined for any count. With no proposal torchvision's keeps
+    ``[0, 4 * classes]`` where this gives ``[0, classes, 4]``: both are empty, and so are the
+    detections made of them (the post-processing reshapes them to ``[-1, 4]``).
+    """
+    utils = sys.modules.get("torchvision.models.detection._utils")
+    owner = getattr(utils, "BoxCoder", None)
+    original = getattr(owner, "decode", None)
+    if original is None:
+        return None
+    import torch
+
+    def decode(self: object, rel_codes: torch.Tensor, boxes: list[torch.Tensor]) -> torch.Tensor:
+        # (no test of a size here: under a trace each is a tensor, and a test of one would be a branch)
+        if not isinstance(boxes, (list, tuple)) or not isinstance(rel_codes, torch.Tensor) or rel_codes.dim() != 2:
+            return original(self, rel_codes, boxes)  # type: ignore[no-any-return]  # not as torchvision calls it
+        pred_boxes = self.decode_single(rel_codes, torch.cat(boxes, dim=0))  # type: ignore[attr-defined]
+        return pred_boxes.reshape(-1, rel_codes.shape[1] // 4, 4)  # type: ignore[no-any-return]
+
+    return decode
+
+
 # torchvision's methods replaced while a model is captured: the module, the class, the method's
 # name, and the function that builds its replacement.
 _CAPTURE_METHOD_REPLACEMENTS = (
     ("torchvision.models.detection.transform", "GeneralizedRCNNTransform", "batch_images",
      _batch_images_replacement),
+    ("torchvision.models.detection._utils", "BoxCoder", "decode", _box_decode_replacement),
 )
 
 
@@ -514,12 +545,16 @@ def _keep_example(options: Options, example: Sequence[torch.Tensor]) -> None:
 
 def _draft_export(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options, source: str,
                   reason: str) -> object | None:
-    """Capture with ``torch.export.draft_export``, which settles data-dependent sizes from the example.
+    """Capture with ``torch.export.draft_export``, which settles data-dependent decisions from the example.
 
     Accepted only when every problem it reports is such a decision (not a missing or wrong fake
-    kernel); each decision is named in a note, since the graph holds only for inputs that agree.
+    kernel), and then only where the user asked for decisions to be frozen (``frozen.frozen``:
+    refused otherwise, each decision named with its file:line and source line).
     """
     import torch
+
+    from .frozen import decisions_of_draft, frozen
+    from .traced import _PACKAGE, _torch_folder
 
     draft = getattr(torch.export, "draft_export", None)
     if draft is None:
@@ -537,20 +572,26 @@ def _draft_export(module: torch.nn.Module, example: Sequence[torch.Tensor], opti
         kinds = sorted({getattr(f.failure_type, "name", "?") for f in failures} - {"DATA_DEPENDENT_ERROR"})
         logger.debug("draft_export of %s reported %s; not used", source, ", ".join(kinds))
         return None
-    names = getattr(report, "str_to_filename", {})
-    taken = []
-    for f in decided:
-        frames = [fr for fr in f.data.get("user_stack") or [] if fr.get("filename") in names
-                  and f"{os.sep}torch{os.sep}" not in names[fr["filename"]]]  # the model's code, not torch's
-        place = (f" at {os.path.basename(names[frames[-1]['filename']])}:{frames[-1]['line']}" if frames else "")
-        taken.append(f"{f.data.get('expr')} = {f.data.get('result')}{place}")
+    frozen(options, source, decisions_of_draft(decided, _file_names(report), _torch_folder(), _PACKAGE + os.sep),
+           "torch.export.draft_export")
     _keep_example(options, example)
-    options.diagnostics.note(
-        f"torch.export could not capture {source} soundly (data-dependent: {reason}); captured with "
-        f"torch.export.draft_export, which took {len(taken)} data-dependent size(s) from the example "
-        f"({'; '.join(taken) or 'none'}): valid for inputs like the example"
-    )
+    logger.debug("torch.export could not capture %s soundly (%s); draft_export used", source, reason)
     return program
+
+
+def _file_names(report: object) -> dict[int, str]:
+    """The file names of a draft report's frames, by the number torch interned each under: the
+    report's own table (the files first logged during that export), then torch's process-wide one
+    (a file an earlier export logged is not in the report's)."""
+    names: dict[int, str] = {}
+    try:
+        from torch._logging import structured
+
+        names.update({v: k for k, v in getattr(structured, "INTERN_TABLE", {}).items()})
+    except ImportError:  # pragma: no cover - torch without structured logging
+        pass
+    names.update(getattr(report, "str_to_filename", {}) or {})
+    return names
 
 
 def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options,
@@ -591,16 +632,20 @@ def _export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], opt
     program = _draft_export(module, example, options, source, reason)
     if program is not None:
         return program
-    _keep_example(options, example)
-    options.diagnostics.note(
-        f"torch.export could not capture {source} (data-dependent: {reason}); "
-        "fell back to a traced TorchScript graph, valid for inputs like the example"
-    )
+    from .frozen import decisions_of_warnings, frozen
+
     try:
-        with torch.no_grad(), quiet_torch():
+        with torch.no_grad(), quiet_torch(), warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
             traced = torch.jit.trace(  # type: ignore[no-untyped-call]
                 module, tuple(example), check_trace=False, strict=False)
     except Exception as exc:
         raise ConversionError(f"module {source}", f"torch.export failed ({reason}) and tracing failed too: "
                               f"{_first_line(exc)}") from exc
+    frozen(options, source, decisions_of_warnings(said), "torch.jit.trace")
+    _keep_example(options, example)
+    options.diagnostics.note(
+        f"torch.export could not capture {source} (data-dependent: {reason}); "
+        "fell back to a traced TorchScript graph, valid for inputs like the example"
+    )
     return script_to_program(traced, example, source, traced_from=reason)

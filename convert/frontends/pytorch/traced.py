@@ -1131,17 +1131,22 @@ def trace_module(module: torch.nn.Module, example: Sequence[torch.Tensor], optio
         logger.debug("%s: tracing warned (%s); captured by torch.export", source, str(unexplained[0].message)[:200])
         return None
     graph, state, returned = traced
+    from .frozen import decision_at, freezing, frozen
+
+    if numbers.branches and not freezing(options):
+        # a branch on a count, taken as the example took it: torch.export decides whether it can be
+        # captured for every input (and names it if not)
+        logger.debug("%s: %d test(s) of a data-dependent count; captured by torch.export", source,
+                     len(numbers.branches))
+        return None
     builder = _Builder(graph, example, state=state, parameter_names=[n for n, _ in module.named_parameters()])
     program = _program(builder, options, source, fallback, returned=returned)
     if program is not None and numbers.branches:
         from .capture import _keep_example
 
+        frozen(options, source, [decision_at(file, line, taken) for (file, line), taken in numbers.branches],
+               "the trace")
         _keep_example(options, example)
-        places = sorted(set(numbers.branches))
-        program.notes.append(
-            f"{source}: {len(places)} test(s) of the model read sizes of tensors whose length depends on the data "
-            f"({', '.join(places)}); the trace took each branch as the example did, so the file holds for inputs "
-            "that take the same ones (a detector's 'count > 0': at least one box)")
     return program
 
 
@@ -1152,7 +1157,7 @@ class _Numbers:
     def __init__(self) -> None:
         self.from_data = 0
         self.explained: set[int] = set()  # id() of the recorded warnings a size-only conversion raised
-        self.branches: list[str] = []
+        self.branches: list[tuple[tuple[str, int], object]] = []  # ((file, line), what the example decided)
 
 
 class _Watch(threading.local):
@@ -1274,13 +1279,15 @@ def _watcher(function: Callable[..., object],
         if counts and getattr(function, "__name__", "") != "__bool__":
             sizes = False  # a count made a number: the trace would freeze the example's
         before = len(said)
+        result: object = None
         try:
-            return function(*args, **kwargs)
+            result = function(*args, **kwargs)
+            return result
         finally:
             if sizes:
                 seen.explained.update(id(w) for w in said[before:])
                 if counts:  # a branch on a count: taken as the example took it, and named
-                    seen.branches.append(_model_line())
+                    seen.branches.append((_model_frame(), result))
             else:
                 seen.from_data += 1
 
@@ -1344,15 +1351,15 @@ def _torch_folder() -> str:
     return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
-def _model_line() -> str:
-    """'file.py:line' of the innermost frame of the model's code (not torch's, not this package's)."""
+def _model_frame() -> tuple[str, int]:
+    """(file, line) of the innermost frame of the model's code (not torch's, not this package's)."""
     import traceback
 
     skipped = (_torch_folder(), _PACKAGE + os.sep)
     for frame in reversed(traceback.extract_stack()[:-2]):
         if not frame.filename.startswith(skipped) and frame.filename != contextlib.__file__:
-            return f"{os.path.basename(frame.filename)}:{frame.lineno}"
-    return "?"
+            return frame.filename, frame.lineno or 0
+    return "?", 0
 
 
 def _python_dispatcher() -> contextlib.AbstractContextManager[None]:

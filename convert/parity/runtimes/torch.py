@@ -216,10 +216,13 @@ class TorchRuntime:
             return self._no_float64(f"its weights exceed {FLOAT64_COPY_LIMIT >> 30} GiB in float64")
         names = self._outputs
         keep = None if needed is None or names is None else {i for i, n in enumerate(names) if n in needed}
-        try:
-            runner: object = None
-            if isinstance(module, torch.jit.ScriptModule):
+        runner: object = None
+        if isinstance(module, torch.jit.ScriptModule):
+            try:
                 runner = widened_forward(module, keep, len(names or []))
+            except Exception:  # a graph the widening cannot read: the module as it is, in float64
+                logger.debug("the TorchScript graph was not widened", exc_info=True)
+        try:
             if runner is None:
                 runner = copy.deepcopy(module).double()  # type: ignore[attr-defined]
             leaves = self._leaves(runner, feeds, wide=True)

@@ -164,13 +164,17 @@ def test_conversion_error_names_op_and_module() -> None:
         load_module(_Adaptive(), (torch.rand(1, 3, 7, 7),))
 
 
-def test_data_dependent_guard_falls_back_to_tracing(tmp_path: Path) -> None:
+def test_data_dependent_guard_is_refused_or_frozen_on_request(tmp_path: Path) -> None:
+    """A Python branch on a tensor's value (nets.py's Branchy): refused, naming its line; with
+    ``freeze_data_branches`` draft export settles it from the example, and the note says so."""
     module = _small()
     x = torch.rand(SHAPE)
-    options = Options()
+    with pytest.raises(ConversionError, match=r"nets\.py:238 `if y\.mean\(\) > -1e9:.*` \(the example: True\)"):
+        load_module(module, (x,), Options())
+    options = Options(extra={"freeze_data_branches": True})
     model = load_module(module, (x,), options)
-    notes = options.diagnostics.notes  # draft export settles the branch from the example, as tracing would
-    assert any("draft_export" in n and "valid for inputs like the example" in n for n in notes), notes
+    notes = options.diagnostics.notes
+    assert any("draft_export froze 1" in n and "nets.py:238" in n for n in notes), notes
     (ours,) = run_onnx(to_onnx(model, tmp_path / "b.onnx"), {"x": x.numpy()})
     with torch.no_grad():
         assert rel_to_scale(ours, module(x).numpy()) <= REL_TO_SCALE
@@ -187,19 +191,24 @@ class _CountsFromData(torch.nn.Module):
 
 
 def test_parity_runs_on_the_example_a_capture_took_sizes_from(tmp_path: Path) -> None:
-    """A capture that settled a branch on a count from the example (at least 6 values) holds for
-    inputs like it: the parity check runs on that example (not on N(0, 1) noise, which may have fewer than 6
-    values above 0.5 and fail at run time), says so, and passes; given inputs are still used."""
+    """A branch on a count (at least 6 values) is refused by default; frozen on request, the file
+    holds for inputs like the example: the parity check runs on that example (not on N(0, 1) noise,
+    which may have fewer than 6 values above 0.5 and fail at run time), says so, and passes on the
+    example's branch; given inputs are still used."""
     import convert
 
     x = torch.rand(40, generator=torch.Generator().manual_seed(0))
-    result = convert.convert(_CountsFromData(), (x,), to="onnx", out=tmp_path / "m.onnx")
+    with pytest.raises(ConversionError, match=r"`if kept\.numel\(\) >= 6:` \(the example: True\)"):
+        convert.convert(_CountsFromData(), (x,), to="onnx", out=tmp_path / "m.onnx")
+    assert not (tmp_path / "m.onnx").exists()
+    result = convert.convert(_CountsFromData(), (x,), to="onnx", out=tmp_path / "m.onnx", freeze_data_branches=True)
     assert result.report is not None and result.report.passed, (result.parity_error, result.notes)
+    assert result.report.verdict == "PASS on the example's branch", result.report.table()
     assert any("parity check ran on the example inputs" in n for n in result.notes), result.notes
     assert result.report.seed is None
     other = torch.rand(40, generator=torch.Generator().manual_seed(1))
     given = convert.convert(_CountsFromData(), (x,), to="onnx", out=tmp_path / "g.onnx",
-                            inputs={"x": other.numpy()})
+                            inputs={"x": other.numpy()}, freeze_data_branches=True)
     assert given.report is not None and given.report.passed
     assert not any("parity check ran on the example inputs" in n for n in given.notes)
 

@@ -7,6 +7,7 @@ land on torch.export and still convert correctly, with the user's module left as
 
 from __future__ import annotations
 
+import inspect
 import math
 import subprocess
 import sys
@@ -577,12 +578,27 @@ class _CountValue(torch.nn.Module):
         return x * float(x[x > 0].shape[0])  # a count made a number: frozen by a trace, never taken
 
 
-def test_a_branch_on_a_count_is_named_and_a_count_made_a_number_is_refused(tmp_path):
+def test_a_branch_on_a_count_is_refused_or_frozen_and_a_count_made_a_number_is_refused(tmp_path):
+    """A branch on a count is not taken from the example by default: the trace leaves it to
+    torch.export, which cannot capture it either, and the module is refused naming the line; with
+    ``freeze_data_branches`` the trace takes it as the example did and names it."""
+    from convert.ir import ConversionError
+
     x = torch.tensor([1.0, -2.0, 3.0])
-    path, options = _converted(_CountBranch().eval(), (x,), tmp_path)
-    assert len(options.diagnostics.notes) == 1
-    assert "test_pytorch_traced.py" in options.diagnostics.notes[0] and "at least one" in options.diagnostics.notes[0]
-    np.testing.assert_allclose(run_onnx(path, {"x": np.array([0.5, 2.0, -1.0, 4.0], np.float32)[:3]})[0], [1.0, 4.0])
+    line = inspect.getsourcelines(_CountBranch)[1] + 3
+    assert trace_module(_CountBranch().eval(), (x,), Options(), "CountBranch") is None
+    with pytest.raises(ConversionError, match=f"test_pytorch_traced.py:{line} `if kept.numel\\(\\) > 0:`"):
+        _converted(_CountBranch().eval(), (x,), tmp_path)
+    options = Options(extra={"freeze_data_branches": True})
+    assert isinstance(trace_module(_CountBranch().eval(), (x,), options, "CountBranch"), TracedProgram)
+    assert len(options.diagnostics.notes) == 1, options.diagnostics.notes
+    assert "the trace froze 1" in options.diagnostics.notes[0], options.diagnostics.notes
+    assert f"test_pytorch_traced.py:{line} `if kept.numel() > 0:` (the example: True)" in options.diagnostics.notes[0]
+    model = load_module(_CountBranch().eval(), (x,), Options(extra={"freeze_data_branches": True}))
+    passes.standard_pipeline()(model)
+    EXPORTER.save(model, tmp_path / "m.onnx", Options())
+    np.testing.assert_allclose(run_onnx(tmp_path / "m.onnx", {"x": np.array([0.5, 2.0, -1.0], np.float32)})[0],
+                               [1.0, 4.0])
     assert trace_module(_CountValue().eval(), (x,), Options(), "CountValue") is None
 
 

@@ -106,7 +106,6 @@ def test_vision_cnn_to_caffe_matches_eager(name: str, tmp_path: Path) -> None:
     assert err <= REL_TO_SCALE, (name, err)
 
 
-DRAFTED: set[str] = set()  # captured by torch.export itself: valid for any input
 DET_FLOOR = 1e-3
 DIM_FLOOR = 1e-2  # the dim image (see the caller): float32 rounding alone reaches 4e-3 in torch
 # px: how far apart two runs' expanded box edges may be where they truncate to different integers
@@ -209,14 +208,12 @@ def test_detector_matches_eager_as_sets(name: str, tmp_path: Path) -> None:
     Each is captured valid for every input (traced with symbolic counts, or by torch.export): a dim
     image, which gives other proposal and detection counts, is compared too."""
     from convert.frontends.pytorch import load_module
-    from convert.ir import Options
+    from convert.ir import EXAMPLE_FEEDS, FROZEN_DECISIONS, Options
 
     model, inputs = _zoo().build(name)  # type: ignore[attr-defined]
     options = Options()
     ir_model = load_module(model, inputs(1), options)
-    notes = " ".join(str(n) for n in options.diagnostics.notes)
-    drafted = "draft_export" in notes and "valid for inputs like the example" in notes
-    assert drafted == (name in DRAFTED), notes
+    assert EXAMPLE_FEEDS not in options.extra and FROZEN_DECISIONS not in options.extra, options.diagnostics.notes
     path = to_onnx(ir_model, tmp_path / "m.onnx")
     feed = ir_model.graph.inputs[0].name
     for seed in (1, 2, 3):
@@ -235,25 +232,24 @@ def test_detector_matches_eager_as_sets(name: str, tmp_path: Path) -> None:
 # (Keypoint R-CNN's keypoint decoding recorded as one operator and lowered as a Loop)
 TRACED_DETECTORS = ("det:fasterrcnn_mobilenet_v3_large_320_fpn", "det:ssdlite320_mobilenet_v3_large",
                     "det:retinanet_resnet50_fpn", "det:maskrcnn_resnet50_fpn", "det:keypointrcnn_resnet50_fpn")
-# the box coder's 'if box_sum > 0' (torchvision's detection/_utils.py) of the R-CNNs' second stage
-COUNT_TESTED = ("det:fasterrcnn_mobilenet_v3_large_320_fpn", "det:maskrcnn_resnet50_fpn",
-                "det:keypointrcnn_resnet50_fpn")
 
 
 @pytest.mark.parametrize("name", _zoo().DETECTORS)  # type: ignore[attr-defined]
 def test_detectors_take_the_fast_capture_where_it_is_sound(name: str) -> None:
-    """The conversions above match eager whichever capture ran; this keeps the fast one in use, and
-    the R-CNNs' tests of a count ('count > 0') named in a note."""
+    """The conversions above match eager whichever capture ran; this keeps the fast one in use, with
+    no decision taken from the example: the R-CNNs' box coder tested 'box_sum > 0' (torchvision's
+    detection/_utils.py), which the capture's ``BoxCoder.decode`` does without."""
     from convert.frontends.pytorch.capture import export_module
     from convert.frontends.pytorch.traced import TracedProgram
-    from convert.ir import Options
+    from convert.ir import EXAMPLE_FEEDS, FROZEN_DECISIONS, Options
 
     model, inputs = _zoo().build(name)  # type: ignore[attr-defined]
     options = Options()
     program = export_module(model, inputs(1), options, name)
     assert isinstance(program, TracedProgram) == (name in TRACED_DETECTORS)
     notes = " ".join([*getattr(program, "notes", []), *(str(n) for n in options.diagnostics.notes)])
-    assert ("_utils.py" in notes) == (name in COUNT_TESTED), notes
+    assert "_utils.py" not in notes and "example" not in notes, notes
+    assert EXAMPLE_FEEDS not in options.extra and FROZEN_DECISIONS not in options.extra
     # torchvision 0.29's roi_align asserts rois.size(1) == 5 (ops/_utils.py:35), a fixed size of a
     # tensor of data-dependent length: the capture's RoIAlign calls the operator itself, unnamed
     assert "_utils.py:35" not in notes, notes
