@@ -197,7 +197,12 @@ def _detections_agree(name: str, model: torch.nn.Module, path: Path, feed: str, 
         torch_err = float(spread(np.abs(refs[k] - r64[k]))) / scale
         our_err = float(spread(np.abs(ours[k].astype(np.float64) - r64[k]))) / scale
         print(f"DET-F64 {name} out{k} torch32 {torch_err:.1e} ours {our_err:.1e}")
-        assert errs[k] <= (DIM_FLOOR if dim else DET_FLOOR) and our_err <= FLOAT64_MARGIN * torch_err, (
+        floor = DIM_FLOOR if dim else DET_FLOOR
+        # ours within the floor of the float64 run is right whatever eager's float32 run did (Keypoint
+        # R-CNN on the dim image: a keypoint jumps in eager, 0.57 of scale from float64, ours 3.5e-5);
+        # else no farther from float64 than eager's run (Faster R-CNN's dim image on this CPU: scores
+        # 3.7e-3 from float64, eager 2.7e-3: within DIM_FLOOR)
+        assert our_err <= floor or (errs[k] <= floor and our_err <= FLOAT64_MARGIN * torch_err), (
             name, k, errs[k], our_err, torch_err)
     return len(boxes)
 
