@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,33 +19,11 @@ from convert._tolerances import DEFAULT_ATOL, DEFAULT_RTOL, DEFAULT_TOL
 from convert.formats import normalize, runtime_module
 from convert.ir import ConvertError, ModelFormatError, Options, UsageError, shown
 
-from .compare import (
-    FLOAT32_ARBITER_MIN_TOL,
-    FLOAT32_LIMIT,
-    FLOAT64_MARGIN,
-    OutputResult,
-    ParityReport,
-    SetItem,
-    arbitrate_float64,
-    arbitrate_half,
-    arbitrate_second_float32,
-    arbitrate_set_float64,
-    arbitrate_set_second_float32,
-    compare_one,
-    compare_sets,
-    judge_set_integers,
-    mark_inexact,
-    mark_unarbitrated,
-    mark_undecided,
-    match_outputs,
-    needs_float64,
-    no_spread,
-    only_padding,
-    set_pair_keys,
-)
+from .compare import OutputResult, ParityReport, compare_one, match_outputs
 from .indices import IndexBound, index_bounds
 from .locate import Location
 from .locate import locate as locate_layers
+from .rules import Case, judge_outputs
 from .runtime import Runtime, TensorSpec
 
 __all__ = [
@@ -339,42 +317,24 @@ def run_parity(
         pairs = match_outputs(list(ref), list(got))
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    steps = getattr(src, "output_steps", {})  # quantized references: the step of each output
-    spreads = getattr(src, "output_spread", {})  # ... and how far its own two kernel paths are apart
-    randoms = getattr(dst, "random_outputs", {})  # converted outputs computed from random draws
-    seconds = getattr(src, "output_second", {})  # ... and that implementation's outputs
-    report.outputs = [compare_one(r, ref[r], g, got[g], atol, rtol, tol, step=float(steps.get(r, 0.0)),
-                                  spread=float(spreads.get(r, 0.0)), random=randoms.get(g, ""),
-                                  second=seconds.get(r))
-                      for r, g in pairs]
-    set_groups = _compare_as_sets(dst, ref, got, pairs, report)
-    precision = str(getattr(dst, "precision", "fp32"))  # a half-precision ONNX file of ours says so
-    close = getattr(dst, "close", None)
-    if dest_runtime is None and close is not None:  # opened here and done with: its memory is the arbiter's
-        close()
-    if precision != "fp32":
-        report.precision = precision
-        _settle_by_half(src, feeds, ref, pairs, report, precision)
-    else:
-        _settle_by_float64(src, feeds, ref, got, pairs, report, tol, set_groups)
-    gap = str(getattr(src, "formula_gap", "") or "")  # the reference cannot compute the target exactly
-    if gap:
-        report.outputs = [mark_inexact(o, gap) for o in report.outputs]
-    explain = getattr(src, "explain_verdict", None)  # what else the reference can tell (Darknet's lineage)
-    if explain is not None:
-        said = explain(feeds, {r: got[g] for r, g in pairs}, tol, report.passed)
-        if said:
-            report.notes.append(said)
-    undecided = getattr(src, "undecided", {})  # outputs the reference cannot decide, with the reason
-    report.outputs = [mark_undecided(o, *undecided[r]) if r in undecided else o
-                      for o, (r, _) in zip(report.outputs, pairs, strict=True)]
-    if seeded or (seeded is None and inputs is None):  # an output without spread on another draw too: the model's
-        report.constant_anyway = _constant_on_another_draw(
-            src, options, seed, pairs, report, index_ranges if inputs is None else _index_ranges(src, dst))
+    close = getattr(dst, "close", None)  # opened here and done with: its memory is the arbiters'
+
+    def draw_again() -> dict[str, np.ndarray] | None:  # the seeded inputs once more (``rules.draw_again``)
+        ranges = index_ranges if inputs is None else _index_ranges(src, dst)
+        try:
+            return _run(src, "the source model", resolve_inputs(src, None, options, seed=seed + 1,
+                                                                index_ranges=ranges))
+        except ConvertError:  # no second opinion: the hint stays the inputs'
+            return None
+
+    case = Case(src, dst, feeds, ref, got, pairs, report, precision=str(getattr(dst, "precision", "fp32")),
+                redraw=draw_again if seeded or (seeded is None and inputs is None) else None,
+                release=close if dest_runtime is None else None)
+    judge_outputs(case)  # the rules of docs/verdict.md, in its order (``rules.RULES``)
     # A half-precision model differs from the float32 source at every layer: no layer stands out.
     # ... and `locate` runs on FAIL, not on NOT VERIFIED (docs/verdict.md): an output without spread
     # or arbiter is not a layer gone wrong, and the layer-by-layer run costs more than the check
-    failed = any(o.verdict == "FAIL" for o in report.outputs) and precision == "fp32"
+    failed = any(o.verdict == "FAIL" for o in report.outputs) and case.precision == "fp32"
     failed = failed and report.verdict == "FAIL"  # not where a frozen decision may be all that differs
     if locate or (locate is None and failed):
         report.location = _locate(source_format, source_paths, dest_format, dest_paths, src, feeds, dst_feeds,
@@ -392,24 +352,6 @@ def _on_example(options: Options, feeds: Mapping[str, np.ndarray]) -> bool:
     if not isinstance(example, tuple) or len(example) != len(feeds):
         return False
     return all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in zip(example, feeds.values(), strict=True))
-
-
-def _constant_on_another_draw(src: Runtime, options: Options, seed: int, pairs: Sequence[tuple[str, str]],
-                              report: ParityReport,
-                              index_ranges: Mapping[str, IndexBound] | None = None) -> list[str]:
-    """Return the NOT VERIFIED outputs without spread that have none on a second seeded draw either:
-    the model's own output is constant or near zero (zero or random weights), not the inputs' doing.
-    One more run of the source, only when such an output exists."""
-    flat = [r for o, (r, _) in zip(report.outputs, pairs, strict=True)
-            if o.verdict == "NOT VERIFIED" and o.degenerate and "empty on these inputs" not in o.note]
-    if not flat:
-        return []
-    try:
-        again = _run(src, "the source model", resolve_inputs(src, None, options, seed=seed + 1,
-                                                             index_ranges=index_ranges))
-    except ConvertError:  # no second opinion: the hint stays the inputs'
-        return []
-    return [r for r in flat if r in again and no_spread(np.asarray(again[r]))]
 
 
 def _index_ranges(src: Runtime, dst: Runtime) -> dict[str, IndexBound]:
@@ -435,170 +377,6 @@ def _index_ranges(src: Runtime, dst: Runtime) -> dict[str, IndexBound]:
             if name not in found or bound.rows < found[name].rows:
                 found[name] = bound
     return found
-
-
-def _compare_as_sets(dst: Runtime, ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray],
-                     pairs: Sequence[tuple[str, str]], report: ParityReport) -> list[tuple[list[int], list[SetItem]]]:
-    """Compare again, as sets, the outputs whose rows come out of an NMS, top-k or nonzero with a
-    count the graph computes (``set_outputs`` and ``row_axes`` of the converted model's runtime),
-    where the comparison in order did not pass: outputs with the same row count on both sides are
-    paired together (a detector's boxes, scores, labels and masks). Returns the groups compared so
-    (indices into ``pairs``, and their items), for the float64 rule."""
-    compared: list[tuple[list[int], list[SetItem]]] = []
-    origins: Mapping[str, str] = getattr(dst, "set_outputs", {})
-    axes: Mapping[str, int] = getattr(dst, "row_axes", {}) if origins else {}
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, (r, g) in enumerate(pairs):
-        axis = axes.get(g)
-        if g not in origins or axis is None or report.outputs[i].random:
-            continue
-        a, b = np.asarray(ref[r]), np.asarray(got[g])
-        if a.ndim != b.ndim or axis >= a.ndim:
-            continue
-        groups.setdefault((a.shape[axis], b.shape[axis]), []).append(i)
-    for members in groups.values():
-        items = [SetItem(pairs[i][0], ref[pairs[i][0]], pairs[i][1], got[pairs[i][1]], axes[pairs[i][1]])
-                 for i in members]
-        # integers (a detector's labels) are judged exactly: one off in order is compared as a set too
-        inexact_ints = any(np.asarray(it.ref).dtype.kind in "iu" and report.outputs[i].max_abs > 0
-                           for i, it in zip(members, items, strict=True))
-        if all(report.outputs[i].passed for i in members) and not only_padding(items) and not inexact_ints:
-            continue
-        origin = origins[pairs[members[0]][1]]
-        results = judge_set_integers(items, compare_sets(items, origin, report.atol, report.rtol, report.tol))
-        for i, result in zip(members, results, strict=True):
-            report.outputs[i] = result
-        compared.append((members, items))
-    return compared
-
-
-def _settle_by_float64(src: Runtime, feeds: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
-                       got: Mapping[str, np.ndarray], pairs: Sequence[tuple[str, str]], report: ParityReport,
-                       tol: float, set_groups: Sequence[tuple[list[int], list[SetItem]]] = ()) -> None:
-    """Let a float64 run of the source judge the outputs that missed ``tol`` on their error alone,
-    when the source runtime offers one (``run_float64``; PyTorch and Keras do): float32 rounding in a
-    deep net may exceed ``tol`` (``compare.arbitrate_float64``). Outputs compared as sets are judged
-    on their paired rows (``compare.arbitrate_set_float64``). The float64 run is asked only for the
-    outputs to judge and those their rows are paired by (``needed``, where the runtime takes it).
-
-    Where the float64 run cannot judge an output (the source has none, or not of that output), the
-    source's second float32 run on other kernels measures rounding instead (``run_second_float32``,
-    ``compare.arbitrate_second_float32``); where that is missing too or agrees exactly with the
-    first, a runtime that offers it marks the output NOT VERIFIED with the reason
-    (``compare.mark_unarbitrated``), never FAIL for the want of an arbiter, unless its error is past
-    ``FLOAT64_MARGIN`` x ``FLOAT32_LIMIT`` x tol (past anything the float64 rule passes as rounding:
-    the conversion's); for another runtime the verdict stands and the note says that no float64
-    run judged it."""
-    run64 = getattr(src, "run_float64", None)
-    pending = [i for i, (r, _) in enumerate(pairs) if needs_float64(report.outputs[i], ref[r])]
-    pending_sets = [(members, items) for members, items in set_groups
-                    if any(needs_float64(report.outputs[i], ref[pairs[i][0]], as_set=True) for i in members)]
-    if run64 is None or not (pending or pending_sets):
-        return
-    needed = {pairs[i][0] for i in pending}
-    for members, items in pending_sets:
-        keys = set(set_pair_keys(items))
-        needed |= {pairs[i][0] for k, i in enumerate(members)
-                   if k in keys or needs_float64(report.outputs[i], ref[pairs[i][0]], as_set=True)}
-    asked = list(report.outputs)
-    ref64 = _call_float64(run64, feeds, needed)
-    if ref64 is not None:
-        _arbitrate(report, pairs, pending, pending_sets, ref64,
-                   lambda i: arbitrate_float64(report.outputs[i], ref[pairs[i][0]], got[pairs[i][1]],
-                                               ref64[pairs[i][0]], tol),
-                   lambda items, results, others: arbitrate_set_float64(items, results, others, tol))
-    # what the float64 run did not judge (the arbiters return the result itself when they cannot)
-    left = [i for i in pending if report.outputs[i] is asked[i]]
-    left_sets = [(members, items, {k for k, i in enumerate(members) if report.outputs[i] is asked[i]
-                                   and needs_float64(asked[i], ref[pairs[i][0]], as_set=True)})
-                 for members, items in pending_sets]
-    left_sets = [group for group in left_sets if group[2]]
-    if not (left or left_sets):
-        return
-    why = (str(getattr(src, "float64_unavailable", "") or "its float64 run failed") if ref64 is None
-           else "its float64 run cannot be compared with this output (another row count, non-finite values, "
-                f"or a value it stores in float32, too coarse at tol < {FLOAT32_ARBITER_MIN_TOL:g})")
-    run2 = getattr(src, "run_second_float32", None)
-    ref2 = _second_float32(run2, feeds) if run2 is not None else None
-    if ref2 is not None:
-        path = str(getattr(src, "second_float32_path", "a second float32 run"))
-        for i in left:
-            if pairs[i][0] in ref2:
-                report.outputs[i] = arbitrate_second_float32(report.outputs[i], ref[pairs[i][0]], got[pairs[i][1]],
-                                                             ref2[pairs[i][0]], tol, path, why)
-        for members, items, only in left_sets:
-            judged = arbitrate_set_second_float32(items, [report.outputs[i] for i in members],
-                                                  [ref2.get(pairs[i][0]) for i in members], tol, path, why, only)
-            for i, result in zip(members, judged, strict=True):
-                report.outputs[i] = result
-    still = [i for i in left if report.outputs[i] is asked[i]]
-    still += [members[k] for members, _, only in left_sets for k in sorted(only)
-              if report.outputs[members[k]] is asked[members[k]]]
-    for i in still:
-        out = report.outputs[i]
-        if run2 is None or out.rel_to_scale > FLOAT64_MARGIN * FLOAT32_LIMIT * tol:
-            # no measure of rounding offered (the verdict stands), or an error past anything the
-            # float64 rule ever passes as rounding: the conversion's; said
-            beyond = "" if run2 is None else (f"; past {FLOAT64_MARGIN * FLOAT32_LIMIT:g} x tol, beyond what "
-                                              "rounding ever passes for, so the conversion's")
-            report.outputs[i] = dataclasses.replace(out, note=(out.note + "; " if out.note else "")
-                                                    + f"not arbitrated: no float64 run of the source ({why}){beyond}")
-        else:
-            second = ("its second float32 run could not run" if ref2 is None
-                      else "its second float32 run gives the same values or cannot be paired")
-            report.outputs[i] = mark_unarbitrated(out, f"no float64 run of the source ({why}); {second}")
-
-
-def _call_float64(run64: Callable[..., dict[str, np.ndarray] | None], feeds: Mapping[str, np.ndarray],
-                  needed: set[str]) -> dict[str, np.ndarray] | None:
-    """Call a runtime's ``run_float64``, telling it which outputs are ``needed`` where it takes them."""
-    import inspect
-
-    try:
-        takes = "needed" in inspect.signature(run64).parameters
-    except (TypeError, ValueError):
-        takes = False
-    return run64(feeds, needed=needed) if takes else run64(feeds)
-
-
-def _second_float32(run2: Callable[..., dict[str, np.ndarray] | None],
-                    feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
-    try:
-        return run2(feeds)
-    except Exception:  # the second path failed to run: no measure from it, the verdict says so
-        logger.debug("the second float32 run failed", exc_info=True)
-        return None
-
-
-def _arbitrate(report: ParityReport, pairs: Sequence[tuple[str, str]], pending: Sequence[int],
-               pending_sets: Sequence[tuple[list[int], list[SetItem]]], other: Mapping[str, np.ndarray],
-               one: Callable[[int], OutputResult],
-               group: Callable[[Sequence[SetItem], list[OutputResult], list[np.ndarray | None]], list[OutputResult]],
-               ) -> None:
-    """Judge the ``pending`` outputs by ``one(i)`` and the ``pending_sets`` by ``group`` against
-    ``other``, another run of the source (outputs it lacks are left as they are)."""
-    for i in pending:
-        if pairs[i][0] in other:
-            report.outputs[i] = one(i)
-    for members, items in pending_sets:
-        judged = group(items, [report.outputs[i] for i in members], [other.get(pairs[i][0]) for i in members])
-        for i, result in zip(members, judged, strict=True):
-            report.outputs[i] = result
-
-
-def _settle_by_half(src: Runtime, feeds: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray],
-                    pairs: Sequence[tuple[str, str]], report: ParityReport, precision: str) -> None:
-    """Judge a half-precision model's outputs that missed ``tol`` on their error alone against the
-    source's own run in ``precision`` (``run_half``; PyTorch has one), ``compare.arbitrate_half``."""
-    pending = [i for i, (r, _) in enumerate(pairs) if needs_float64(report.outputs[i], ref[r])]
-    if not pending:
-        return
-    run_half = getattr(src, "run_half", None)
-    ref_half = run_half(feeds, precision) if run_half is not None else None
-    for i in pending:
-        r, _ = pairs[i]
-        report.outputs[i] = arbitrate_half(report.outputs[i], ref[r], None if ref_half is None else ref_half.get(r),
-                                           precision)
 
 
 def _locate(source_format: str, source_paths: Sequence[Path], dest_format: str, dest_paths: Sequence[Path],

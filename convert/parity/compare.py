@@ -164,27 +164,18 @@ class ParityReport:
 
     @property
     def passed(self) -> bool:
-        """True when every output passed (and there was at least one), in the runtime the file is for."""
-        return (bool(self.outputs) and all(o.passed for o in self.outputs) and not self.target_refused
-                and not self.source_refused
-                and all(t.passed for t in self.targets))
+        """True when every output passed (and there was at least one), in the runtime the file is for,
+        and no rule of the verdict says otherwise (``verdict`` is a PASS)."""
+        return self.verdict.startswith("PASS")
 
     @property
     def verdict(self) -> str:
-        """PASS; NOT VERIFIED when no output failed but some could not be judged (or the target runtime
-        is not installed here); else FAIL (an output, or the target runtime refusing the file)."""
-        if self.passed:
-            return "PASS on the example's branch" if self.frozen else "PASS"
-        if self.target_refused and not self.refusal_is_ours:
-            return "FAIL"
-        if any(t.verdict == "FAIL" for t in self.targets):
-            return "FAIL"
-        if self.frozen and not self.on_example and self.outputs:  # inputs the file was not built for
-            return "NOT VERIFIED"
-        refused = self.source_refused or self.target_refused  # nothing compared: refused, not failed
-        if (self.outputs or refused) and all(o.verdict != "FAIL" for o in self.outputs):
-            return "NOT VERIFIED"
-        return "FAIL"
+        """PASS (or "PASS on the example's branch"); NOT VERIFIED when no output failed but some could
+        not be judged (or the target runtime is not installed here); else FAIL (an output, or the
+        target runtime refusing the file): the outputs' verdicts, then each rule's (``rules.settle_report``)."""
+        from .rules import settle_report
+
+        return settle_report(self)
 
     def to_json(self) -> str:
         """Return the report as JSON (for ``--report``)."""
