@@ -537,7 +537,7 @@ def locate(source_format: str, source_paths: Sequence[Path], dest_format: str, d
     if source is None:
         result.unavailable = f"the {src} runtime cannot expose intermediate layers"
         return result
-    options.progress(f"locate: every layer of the source in {runtime.name}", 0, 0)  # a phase
+    options.progress(f"locate: every layer of the source in {getattr(runtime, 'name', src)}", 0, 0)  # a phase
     try:
         refs = source([Path(p) for p in source_paths], runtime, feeds, options)
     except LocateUnavailableError as exc:
