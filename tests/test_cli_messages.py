@@ -98,7 +98,7 @@ def test_unquoted_route_over_an_existing_file_says_it_was_truncated(tmp_path: Pa
 
 # ---- convert check: -q, the NOTE count, "1 output"
 def test_check_summary(tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    report = SimpleNamespace(table=lambda: "TABLE", outputs=["y"], notes=["a note"], passed=True, verdict="PASS",
+    report = SimpleNamespace(table=lambda quiet=False: "TABLE", outputs=["y"], notes=["a note"], passed=True, verdict="PASS",
                              dest_device="cpu", source="onnx", dest="onnx", to_json=lambda: "{}")
     monkeypatch.setattr(api, "verify", lambda *a, **k: report)
     code, out, err = _run("check", str(model), "--against", str(model), "-q")
@@ -108,7 +108,7 @@ def test_check_summary(tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPa
 
 # ---- --accept when parity failed: a baseline that did not exist is "not written", not "unchanged"
 def test_check_accept_without_a_baseline_file(tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    report = SimpleNamespace(table=lambda: "TABLE", outputs=["y"], notes=[], passed=False, verdict="FAIL",
+    report = SimpleNamespace(table=lambda quiet=False: "TABLE", outputs=["y"], notes=[], passed=False, verdict="FAIL",
                              dest_device="cpu", source="onnx", dest="onnx", to_json=lambda: "{}")
     monkeypatch.setattr(api, "verify", lambda *a, **k: report)
     base = tmp_path / "accepted.json"
@@ -120,7 +120,7 @@ def test_batch_accept_without_a_baseline_file(tmp_path: Path, monkeypatch: pytes
     from convert import batch
 
     row = SimpleNamespace(verdict=batch.ERROR)
-    result = SimpleNamespace(rows=[row], notes=[], table=lambda: "TABLE", summary_line=lambda: "FAIL batch",
+    result = SimpleNamespace(rows=[row], notes=[], table=lambda quiet=False: "TABLE", summary_line=lambda: "FAIL batch",
                              exit_status=2)
     monkeypatch.setattr(batch, "load_manifest", lambda path: SimpleNamespace(models=[1], output=tmp_path / "out"))
     monkeypatch.setattr(batch, "run_batch", lambda *a, **k: result)

@@ -176,7 +176,7 @@ def _convert_options(func):  # type: ignore[no-untyped-def]
         click.option("--from", "src_format", metavar="SRC", help="Source format, instead of a ROUTE."),
         click.option("--to", "dst_format", metavar="DST", help="Destination format, instead of a ROUTE."),
         click.option("--check/--no-check", default=True, show_default=True,
-                     help="Run the parity check: source runtime vs converted model on the same inputs."),
+                     help="Run the parity check: the source against the converted model."),
         click.option("--input-shape", multiple=True, metavar="NAME=1,3,224,224",
                      help="Shape of an input without a fixed shape (repeat for several inputs)."),
         click.option("--inputs", type=click.Path(path_type=Path), metavar="FILE.npz",
@@ -185,8 +185,8 @@ def _convert_options(func):  # type: ignore[no-untyped-def]
         click.option("--report", type=click.Path(path_type=Path), metavar="FILE.json",
                      help="Write the parity report as JSON (for CI)."),
         click.option("--opset", type=int, default=None,
-                     help="ONNX opset to write (13-21 tested); default: an ONNX source keeps its own opset, "
-                          "other sources get 17. Fails loudly if an op cannot be expressed."),
+                     help="ONNX opset to write; default: an ONNX source's own, else 17. Fails loudly "
+                          "if an op cannot be expressed."),
         click.option("--external-data/--no-external-data", default=None,
                      help="ONNX: weights in <out>.data (default: only past 1.8 GiB)."),
         click.option("--dynamic-batch", is_flag=True, help="Make the leading input dimension symbolic."),
@@ -194,10 +194,8 @@ def _convert_options(func):  # type: ignore[no-untyped-def]
         click.option("--fold-bn/--no-fold-bn", default=True, show_default=True,
                      help="Fold BatchNormalization into the preceding convolution."),
         click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
-                     help="Where the parity check runs: the converted model in ONNX Runtime (cuda needs "
-                          "onnxruntime-gpu) and the source in its framework when it has a GPU build "
-                          "(PyTorch, TensorFlow, Paddle); CUDA runs are exact fp32 (TF32 off). An ONNX "
-                          "source runs on the CPU."),
+                     help="Where the parity check runs (cuda: ONNX Runtime with onnxruntime-gpu, the source "
+                          "on its framework's GPU build; exact fp32, TF32 off)."),
         click.option("-q", "--quiet", is_flag=True,
                      help="Only the parity table and the summary line (warnings and errors still on stderr)."),
         click.option("--tol", type=float, default=DEFAULT_TOL, show_default=True,
