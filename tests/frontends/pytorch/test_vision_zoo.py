@@ -355,7 +355,7 @@ def test_mask_rcnn_verdict_by_float64_rows(mask_rcnn: tuple[object, object, Path
 def test_traced_detector_file_matches_eager_as_sets(name: str, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The same detectors traced to a TorchScript ``.pt`` and converted from the file, compared with
-    eager (not with the traced graph) as sets, on three inputs and the dim image.
+    eager (not with the traced graph) as sets, on an input other than the traced one and the dim image.
 
     Under tracing torchvision takes its ONNX-export code: image sizes as tensors (folded to the
     traced input size), NMS through its scripted coordinate trick, Mask/Keypoint R-CNN's
@@ -378,8 +378,10 @@ def test_traced_detector_file_matches_eager_as_sets(name: str, tmp_path: Path,
     assert not called, "torch's TorchScript converter read the file"
     path = to_onnx(ir_model, tmp_path / "m.onnx")
     feed = ir_model.graph.inputs[0].name
-    for seed in (1, 2, 3):
-        _detections_agree(name, model, path, feed, inputs(seed)[0], dim=False)
+    # one image and the dim one (other counts than the traced example's): the module route above runs
+    # the same lowering on three images; what is the file's own here is its graph (CI time: the
+    # ResNet-50 R-CNNs' float64 runs made this 2-5 minutes a detector)
+    _detections_agree(name, model, path, feed, inputs(2)[0], dim=False)
     _detections_agree(name, model, path, feed, inputs(4)[0] * 0.3, dim=True)
 
 
