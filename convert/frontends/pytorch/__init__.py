@@ -66,7 +66,7 @@ def _torchvision_ops_error() -> str:
 
 
 def _quiet(read: Callable[[], T]) -> T:
-    from .capture import quiet_torch
+    from .torchenv import quiet_torch
 
     with quiet_torch():  # torch.export.load logs a traceback before it raises
         return read()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
-import io
 import logging
 import os
 import re
@@ -20,8 +19,9 @@ import warnings
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from convert.ir import EXAMPLE_FEEDS, ConversionError, ModelFormatError, Options, UsageError
+from convert.ir import ConversionError, ModelFormatError, Options, UsageError
 
+from .torchenv import PACKAGE, quiet_torch, torch_folder
 from .tvpost import offset_batched_nms, paste_expanded_masks, traced_decode_heatmaps
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -46,24 +46,6 @@ def _is_data_dependent(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
-
-
-@contextlib.contextmanager
-def quiet_torch() -> Iterator[None]:
-    """Silence torch's own logging and warnings while it captures (failures are reported by us)."""
-    loggers = [logging.getLogger(n) for n in ("torch", "torch._dynamo", "torch.export", "torch._export",
-                                              "torch.fx.experimental.symbolic_shapes", "torch._subclasses")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.CRITICAL)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -538,11 +520,6 @@ def _torchvision_replaced_for_capture() -> Iterator[None]:
         yield
 
 
-def _keep_example(options: Options, example: Sequence[torch.Tensor]) -> None:
-    """Record the example the capture settled sizes from: the parity check runs on it."""
-    options.extra[EXAMPLE_FEEDS] = tuple(x.detach().cpu().numpy() for x in example)
-
-
 def _draft_export(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options, source: str,
                   reason: str) -> object | None:
     """Capture with ``torch.export.draft_export``, which settles data-dependent decisions from the example.
@@ -553,8 +530,7 @@ def _draft_export(module: torch.nn.Module, example: Sequence[torch.Tensor], opti
     """
     import torch
 
-    from .frozen import decisions_of_draft, frozen
-    from .traced import _PACKAGE, _torch_folder
+    from .frozen import decisions_of_draft, frozen, keep_example
 
     draft = getattr(torch.export, "draft_export", None)
     if draft is None:
@@ -572,9 +548,9 @@ def _draft_export(module: torch.nn.Module, example: Sequence[torch.Tensor], opti
         kinds = sorted({getattr(f.failure_type, "name", "?") for f in failures} - {"DATA_DEPENDENT_ERROR"})
         logger.debug("draft_export of %s reported %s; not used", source, ", ".join(kinds))
         return None
-    frozen(options, source, decisions_of_draft(decided, _file_names(report), _torch_folder(), _PACKAGE + os.sep),
+    frozen(options, source, decisions_of_draft(decided, _file_names(report), torch_folder(), PACKAGE + os.sep),
            "torch.export.draft_export")
-    _keep_example(options, example)
+    keep_example(options, example)
     logger.debug("torch.export could not capture %s soundly (%s); draft_export used", source, reason)
     return program
 
@@ -632,7 +608,7 @@ def _export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], opt
     program = _draft_export(module, example, options, source, reason)
     if program is not None:
         return program
-    from .frozen import decisions_of_warnings, frozen
+    from .frozen import decisions_of_warnings, frozen, keep_example
 
     try:
         with torch.no_grad(), quiet_torch(), warnings.catch_warnings(record=True) as said:
@@ -643,7 +619,7 @@ def _export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], opt
         raise ConversionError(f"module {source}", f"torch.export failed ({reason}) and tracing failed too: "
                               f"{_first_line(exc)}") from exc
     frozen(options, source, decisions_of_warnings(said), "torch.jit.trace")
-    _keep_example(options, example)
+    keep_example(options, example)
     options.diagnostics.note(
         f"torch.export could not capture {source} (data-dependent: {reason}); "
         "fell back to a traced TorchScript graph, valid for inputs like the example"

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Collection
 
 from .ops import resolve
+from .torchenv import quiet_torch
 
 __all__ = ["decomposable", "decompose", "decomposition_table"]
 
@@ -53,8 +54,6 @@ def decomposable(key: str) -> bool:
 def decompose(program: object, also: Collection[str] = ()) -> object:
     """Return ``program`` functionalized, with every op we cannot lower (and ``also``) decomposed."""
     import torch
-
-    from .capture import quiet_torch
 
     with torch.no_grad(), quiet_torch():
         return program.run_decompositions(decomposition_table(also))  # type: ignore[attr-defined]

@@ -21,10 +21,10 @@ import linecache
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
-from convert.ir import FROZEN_DECISIONS, ConversionError, Options, printable
+from convert.ir import EXAMPLE_FEEDS, FROZEN_DECISIONS, ConversionError, Options, printable
 
 __all__ = ["FREEZE_OPTION", "decision_at", "decisions_of_draft", "decisions_of_warnings", "freezing", "frozen",
-           "listed", "source_line"]
+           "keep_example", "listed", "source_line"]
 
 #: ``OptionSpec.dest`` of ``--freeze-data-branches`` (and the Python API's keyword).
 FREEZE_OPTION = "freeze_data_branches"
@@ -46,6 +46,11 @@ _HINT = ("Write a branch as torch.cond(pred, true_fn, false_fn, operands) and a 
 def freezing(options: Options) -> bool:
     """Whether the user asked for decisions on data to be frozen to the example's."""
     return bool(options.get(FREEZE_OPTION, False))
+
+
+def keep_example(options: Options, example: Sequence[object]) -> None:
+    """Record the example the capture settled sizes (and any frozen decision) from: the parity check runs on it."""
+    options.extra[EXAMPLE_FEEDS] = tuple(x.detach().cpu().numpy() for x in example)  # type: ignore[attr-defined]
 
 
 def source_line(filename: str, lineno: int) -> str:

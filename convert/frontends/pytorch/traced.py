@@ -61,14 +61,14 @@ from typing import TYPE_CHECKING
 
 from convert.ir import GraphBuilder, Options
 
+from .torchenv import PACKAGE, torch_folder
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 __all__ = ["TRACE_MAX_BYTES", "TracedProgram", "program_from_script", "trace_module"]
 
 logger = logging.getLogger(__name__)
-
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # convert/
 
 #: Modules with more parameter and buffer bytes than this go straight to torch.export: the trace
 #: runs ``forward`` on real tensors, which on a multi-GB model costs more than it saves, and a
@@ -1131,7 +1131,7 @@ def trace_module(module: torch.nn.Module, example: Sequence[torch.Tensor], optio
         logger.debug("%s: tracing warned (%s); captured by torch.export", source, str(unexplained[0].message)[:200])
         return None
     graph, state, returned = traced
-    from .frozen import decision_at, freezing, frozen
+    from .frozen import decision_at, freezing, frozen, keep_example
 
     if numbers.branches and not freezing(options):
         # a branch on a count, taken as the example took it: torch.export decides whether it can be
@@ -1142,11 +1142,9 @@ def trace_module(module: torch.nn.Module, example: Sequence[torch.Tensor], optio
     builder = _Builder(graph, example, state=state, parameter_names=[n for n, _ in module.named_parameters()])
     program = _program(builder, options, source, fallback, returned=returned)
     if program is not None and numbers.branches:
-        from .capture import _keep_example
-
         frozen(options, source, [decision_at(file, line, taken) for (file, line), taken in numbers.branches],
                "the trace")
-        _keep_example(options, example)
+        keep_example(options, example)
     return program
 
 
@@ -1343,19 +1341,11 @@ def _shape_fixed(tensor: torch.Tensor, fixed: set[int], counts: list[object]) ->
     return True
 
 
-@functools.cache
-def _torch_folder() -> str:
-    """Torch's package folder, with a trailing separator."""
-    import torch
-
-    return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-
-
 def _model_frame() -> tuple[str, int]:
     """(file, line) of the innermost frame of the model's code (not torch's, not this package's)."""
     import traceback
 
-    skipped = (_torch_folder(), _PACKAGE + os.sep)
+    skipped = (torch_folder(), PACKAGE + os.sep)
     for frame in reversed(traceback.extract_stack()[:-2]):
         if not frame.filename.startswith(skipped) and frame.filename != contextlib.__file__:
             return frame.filename, frame.lineno or 0
@@ -1417,7 +1407,7 @@ def _torch_frames_skipped() -> Iterator[None]:
     with _skipped_lock:
         if _skipping == 0:
             _torch_uninteresting[:] = [symbolic_shapes.uninteresting_files]
-            files = _TorchFiles(_torch_folder())
+            files = _TorchFiles(torch_folder())
             symbolic_shapes.uninteresting_files = lambda: files  # type: ignore[assignment,return-value]
         _skipping += 1
     try:
