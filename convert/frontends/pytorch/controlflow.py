@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from convert.ir import ConversionError, DataType, Graph, Node, Shape, TensorType, Value
 
+from .facts import COND, WHILE_LOOP, get_attr_of
 from .ops import OpCall
 
 __all__ = ["ControlFlowLowering"]
@@ -26,9 +27,9 @@ class ControlFlowLowering:
         Each branch's graph is lowered into its own IR graph; its placeholders are the operands,
         which the subgraph reads from the enclosing scope. Constants made inside a branch stay there.
         """
-        from .lower import _COND, _annotate, _get_attr, _meta_of, _where
+        from .lower import _annotate, _get_attr, _meta_of, _where
 
-        key = _COND
+        key = COND
         where, prov = _where(key, node, self.source)
         pred_node, true_node, false_node, operands = node.args[:4]  # type: ignore[attr-defined]
         pred = self.value(pred_node)
@@ -74,9 +75,9 @@ class ControlFlowLowering:
         takes ONNX's iteration number and condition, then the carried values; the additional
         inputs are read from the enclosing scope.
         """
-        from .lower import _WHILE, _annotate, _get_attr, _meta_of, _where
+        from .lower import _annotate, _get_attr, _meta_of, _where
 
-        key = _WHILE
+        key = WHILE_LOOP
         where, prov = _where(key, node, self.source)
         cond_ref, body_ref, carried, additional = node.args[:4]  # type: ignore[attr-defined]
         cond_module, body_module = _get_attr(self.ep, cond_ref.target), _get_attr(self.ep, body_ref.target)
@@ -122,8 +123,6 @@ class ControlFlowLowering:
         self.env[node] = tuple(results)
 
     def _lower_branch(self, module: object, operands: Sequence[object], where: str) -> list[Value]:
-        from .lower import _get_attr_of
-
         placeholders = [n for n in module.graph.nodes if n.op == "placeholder"]  # type: ignore[attr-defined]
         if len(placeholders) != len(operands):
             raise ConversionError(where, f"a branch takes {len(placeholders)} inputs, {len(operands)} were given")
@@ -134,7 +133,7 @@ class ControlFlowLowering:
             if n.op == "call_function":
                 self.run_node(n)
             elif n.op == "get_attr":
-                self.consts[n] = _get_attr_of(module, n.target)
+                self.consts[n] = get_attr_of(module, n.target)
             elif n.op == "output":
                 returned = n.args[0]
                 for o in returned if isinstance(returned, (list, tuple)) else [returned]:

@@ -38,6 +38,20 @@ from convert.ir import (
 )
 
 from .controlflow import ControlFlowLowering
+from .facts import (
+    COND,
+    FOLD_MAX_BYTES,
+    SUBGRAPH_ARGS,
+    WHILE_LOOP,
+    get_attr_of,
+    is_view,
+    nbytes,
+    op_key,
+    valueless,
+    view_source,
+    written_args,
+    written_bases,
+)
 from .ops import LowerContext, OpCall, TensorMeta, functional_key, resolve
 from .ops.spectral import COMPLEX_FORMS, real_dtype
 
@@ -49,22 +63,11 @@ __all__ = ["FOLD_MAX_BYTES", "META_WEIGHTS", "lower_program", "op_key", "output_
 
 logger = logging.getLogger(__name__)
 
-# Constant subgraphs whose results are at most this large are evaluated by torch at conversion.
-FOLD_MAX_BYTES = 1 << 20
-
 #: ``options.extra`` key: for a program captured with weights that have no values (meta or fake
 #: tensors, as the ``hf`` frontend captures a language model), a callable ``(name, tensor) -> ir
 #: tensor`` that supplies each weight's values (a slice of the weights file). Such weights are never folded.
 META_WEIGHTS = "convert:meta_weights"
 
-
-def _valueless(tensor: object) -> bool:
-    """Whether ``tensor`` has no values: on the meta device, or a FakeTensor of a capture."""
-    if getattr(tensor, "is_meta", False) is True:
-        return True
-    from torch._subclasses.fake_tensor import is_fake
-
-    return bool(is_fake(tensor))
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
@@ -72,18 +75,6 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 def output_names(count: int) -> list[str]:
     """Return the graph output names used for ``count`` outputs: 'output' or 'output0', 'output1', ..."""
     return ["output"] if count == 1 else [f"output{i}" for i in range(count)]
-
-
-def op_key(target: object) -> str:
-    """Return the op-table key of an FX call target: 'aten.conv2d', 'getitem', 'torchvision.nms'."""
-    schema = getattr(target, "_schema", None)
-    if schema is not None:
-        return str(schema.name).replace("::", ".")
-    if target is operator.getitem:
-        return "getitem"
-    module = getattr(target, "__module__", "") or ""
-    name = getattr(target, "__name__", repr(target))
-    return f"{module.replace('_operator', 'operator')}.{name}" if module else name
 
 
 @functools.lru_cache(maxsize=1)
@@ -179,7 +170,7 @@ def _wrap(tensor: torch.Tensor, name: str, options: Options, source: str = "") -
     import torch
 
     t = tensor.detach()
-    if _valueless(t):  # captured without values: the frontend that captured it supplies them
+    if valueless(t):  # captured without values: the frontend that captured it supplies them
         supply = options.extra.get(META_WEIGHTS)
         if not callable(supply):
             raise ConversionError(f"weight {shown(name)}", "it has no values (a meta or fake tensor)")
@@ -259,25 +250,25 @@ class _Lowering(ControlFlowLowering):
                 self.consts[base] = real.clone()  # type: ignore[attr-defined]
 
     def _find_foldable(self) -> set[object]:
-        foldable: set[object] = {n for n, v in self.consts.items() if not _valueless(v)}
+        foldable: set[object] = {n for n, v in self.consts.items() if not valueless(v)}
         # A tensor made by new_zeros & co. and then written in place (Swin's shifted-window mask,
         # `x.new_zeros(size)` filled region by region) folds when what is written is constant; one
         # that is not written is left to its converter, as before.
-        written = set(written_bases(list(self.ep.graph.nodes)))  # type: ignore[attr-defined]
+        bases = set(written_bases(list(self.ep.graph.nodes)))  # type: ignore[attr-defined]
         for node in self.ep.graph.nodes:  # type: ignore[attr-defined]
             if node.op != "call_function":
                 continue
             deps = node.all_input_nodes
-            if node in written and _reads_only_metadata(node):
+            if node in bases and _reads_only_metadata(node):
                 deps = [d for d in deps if d is not node.args[0]]
             if not all(d in foldable for d in deps):
                 # A constant written by a computed value is no longer constant from here on.
-                for w in _written(node):
+                for w in written_args(node):
                     foldable.discard(w)
                 continue
             if _draws_random(node):  # folding would freeze one draw into the file
                 continue
-            if not deps or _nbytes(node.meta.get("val")) <= FOLD_MAX_BYTES:
+            if not deps or nbytes(node.meta.get("val")) <= FOLD_MAX_BYTES:
                 foldable.add(node)
         return foldable
 
@@ -287,7 +278,7 @@ class _Lowering(ControlFlowLowering):
             if node.op != "call_function" or node in self.foldable:
                 continue
             key = op_key(node.target)
-            if key in _SUBGRAPH_ARGS:
+            if key in SUBGRAPH_ARGS:
                 continue
             if _touches_complex(node) and key not in COMPLEX_FORMS and resolve(key) is not None:
                 gaps.add(f"{key} on a complex tensor", _where(key, node, self.source)[0].split(" in ", 1)[1])
@@ -332,9 +323,9 @@ class _Lowering(ControlFlowLowering):
         for node in nodes:
             if node.op != "call_function":
                 continue
-            for w in _written(node):
+            for w in written_args(node):
                 r = find(w)
-                if _is_view(r) and node not in self.foldable:
+                if is_view(r) and node not in self.foldable:
                     through_views.append((node, r))
                 writes.setdefault(r, []).append(node)
                 root[node] = r
@@ -350,7 +341,7 @@ class _Lowering(ControlFlowLowering):
             while frontier:
                 n = frontier.pop()
                 for u in n.users:  # type: ignore[attr-defined]
-                    if _is_view(u):
+                    if is_view(u):
                         for v in groups.get(find(u), [u]):
                             if v not in seen:
                                 seen.add(v)
@@ -363,8 +354,8 @@ class _Lowering(ControlFlowLowering):
         # `cat(...)[:, :c]`, whose concatenation is not read again).
         for m, r in through_views:
             base = r
-            while _is_view(base):
-                base = find(_view_source(base))
+            while is_view(base):
+                base = find(view_source(base))
             own = set(sharing(r))
             if any(order.get(u, -1) > order[m] for s in sharing(base) if s not in own
                    for u in s.users) and m not in hazards:  # type: ignore[attr-defined]
@@ -376,7 +367,7 @@ class _Lowering(ControlFlowLowering):
             while frontier:
                 n = frontier.pop()
                 for u in n.users:  # type: ignore[attr-defined]
-                    if _is_view(u) and u not in views:
+                    if is_view(u) and u not in views:
                         views.append(u)
                         frontier.append(u)
             for m in muts:
@@ -478,24 +469,24 @@ class _Lowering(ControlFlowLowering):
         let later users make a new one from the written memory."""
         import torch
 
-        written = {self.consts[w].untyped_storage().data_ptr() for w in _written(node)  # type: ignore[attr-defined]
-                   if isinstance(self.consts.get(w), torch.Tensor)}
-        if not written:
+        memory = {self.consts[w].untyped_storage().data_ptr() for w in written_args(node)  # type: ignore[attr-defined]
+                  if isinstance(self.consts.get(w), torch.Tensor)}
+        if not memory:
             return
         for member, value in list(self.env.items()):
             tensor = self.consts.get(member)
             if isinstance(tensor, torch.Tensor) and isinstance(value, Value) and value.const_value is not None \
-                    and tensor.untyped_storage().data_ptr() in written:
+                    and tensor.untyped_storage().data_ptr() in memory:
                 value.const_value = _wrap(tensor.clone(), value.name or "const", self.options)
                 del self.env[member]
 
     def run_node(self, node: object) -> None:
         key = op_key(node.target)  # type: ignore[attr-defined]
         self.seen[key] += 1
-        if key == _COND:
+        if key == COND:
             self._cond(node)
             return
-        if key == _WHILE:
+        if key == WHILE_LOOP:
             self._while(node)
             return
         if node in self.foldable:
@@ -522,7 +513,7 @@ class _Lowering(ControlFlowLowering):
             raise InternalError(where, exc) from exc
         _annotate(result, call.out)
         self.env[node] = result
-        for w in _written(node):  # in-place and out= variants: later uses read the result
+        for w in written_args(node):  # in-place and out= variants: later uses read the result
             r = self._root(w)
             members = self.alias_members.setdefault(r, [r])
             members.append(node)
@@ -579,70 +570,6 @@ def _touches_complex(node: object) -> bool:
     if _is_complex(node.meta.get("val")):  # type: ignore[attr-defined]
         return True
     return any(_is_complex(d.meta.get("val")) for d in node.all_input_nodes)  # type: ignore[attr-defined]
-
-
-def _written(node: object) -> list[object]:
-    """Return the FX nodes an op writes to: arguments its schema marks ``Tensor(a!)``."""
-    import torch.fx
-
-    schema = getattr(node.target, "_schema", None)  # type: ignore[attr-defined]
-    if schema is None:
-        return []
-    args, kwargs = node.args, node.kwargs  # type: ignore[attr-defined]
-    out: list[object] = []
-    for i, arg in enumerate(schema.arguments):
-        info = arg.alias_info
-        if info is None or not info.is_write:
-            continue
-        a = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
-        if isinstance(a, torch.fx.Node):
-            out.append(a)
-    return out
-
-
-def written_bases(nodes: Sequence[object]) -> list[object]:
-    """The nodes whose memory the in-place ops among ``nodes`` write: each written argument followed
-    back through views and earlier in-place results to the node that made its memory."""
-    bases: list[object] = []
-    for node in nodes:
-        if getattr(node, "op", None) != "call_function":
-            continue
-        for base in _written(node):
-            while getattr(base, "op", None) == "call_function" and (_is_view(base) or _written(base)):
-                base = _view_source(base) if _is_view(base) else base.args[0]  # type: ignore[attr-defined]
-            bases.append(base)
-    return bases
-
-
-def _is_view(node: object) -> bool:
-    """Return True when ``node``'s result may share memory with an input (a view op's schema, or a
-    piece of the list a view op returns: ``split``, ``unbind``, ``chunk``)."""
-    if getattr(node, "op", None) != "call_function":
-        return False
-    if node.target is operator.getitem:  # type: ignore[attr-defined]
-        return _is_view(node.args[0])  # type: ignore[attr-defined]
-    schema = getattr(node.target, "_schema", None)  # type: ignore[attr-defined]
-    if schema is None or not schema.returns:
-        return False
-    info = schema.returns[0].alias_info
-    return info is not None and not info.is_write
-
-
-def _view_source(node: object) -> object:
-    """The tensor view ``node`` is taken of (through ``getitem`` for a piece of a list of views)."""
-    source = node.args[0]  # type: ignore[attr-defined]
-    return source.args[0] if node.target is operator.getitem else source  # type: ignore[attr-defined]
-
-
-def _nbytes(val: object) -> int:
-    import torch
-
-    if isinstance(val, torch.Tensor):
-        numel = val.numel()
-        return int(numel) * val.element_size() if isinstance(numel, int) else 1 << 62
-    if isinstance(val, (list, tuple)):
-        return sum(_nbytes(v) for v in val)
-    return 0
 
 
 def _annotate(result: object, meta: object) -> None:
@@ -805,19 +732,7 @@ def _lower_once(program: object, *, source: str, options: Options, input_names: 
 
 
 def _get_attr(program: object, target: str) -> object:
-    return _get_attr_of(program.graph_module, target)  # type: ignore[attr-defined]
-
-
-def _get_attr_of(module: object, target: str) -> object:
-    obj: object = module
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-_COND = "torch.ops.higher_order.cond"
-_WHILE = "torch.ops.higher_order.while_loop"
-_SUBGRAPH_ARGS = {_COND: (1, 3), _WHILE: (0, 2)}  # which arguments of the call are its graphs
+    return get_attr_of(program.graph_module, target)  # type: ignore[attr-defined]
 
 
 def _all_nodes(module: object) -> list[object]:
@@ -827,11 +742,11 @@ def _all_nodes(module: object) -> list[object]:
     nodes: list[object] = []
     for node in module.graph.nodes:  # type: ignore[attr-defined]
         nodes.append(node)
-        if node.op == "call_function" and op_key(node.target) in _SUBGRAPH_ARGS:
-            lo, hi = _SUBGRAPH_ARGS[op_key(node.target)]
+        if node.op == "call_function" and op_key(node.target) in SUBGRAPH_ARGS:
+            lo, hi = SUBGRAPH_ARGS[op_key(node.target)]
             for ref in node.args[lo:hi]:
                 if isinstance(ref, torch.fx.Node) and ref.op == "get_attr":
-                    branch = _all_nodes(_get_attr_of(module, ref.target))
+                    branch = _all_nodes(get_attr_of(module, ref.target))
                     for inner in branch:  # a branch node without a place of its own is at the torch.cond call
                         meta = inner.meta  # type: ignore[attr-defined]
                         if not meta.get("nn_module_stack") and node.meta.get("nn_module_stack"):

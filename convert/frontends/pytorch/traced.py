@@ -61,6 +61,13 @@ from typing import TYPE_CHECKING
 
 from convert.ir import GraphBuilder, Options
 
+from .facts import (
+    FOLD_MAX_BYTES,
+    nbytes,
+    script_index_dtypes,
+    script_size_depends_on_data,
+    size_depends_on_data,
+)
 from .torchenv import PACKAGE, torch_folder
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,14 +91,6 @@ _SCALAR_TYPES = ("uint8", "int8", "int16", "int32", "int64", "float16", "float32
                  "complex64", "complex128", "bool", None, None, None, "bfloat16")
 _MEMORY_FORMATS = ("contiguous_format", "preserve_format", "channels_last", "channels_last_3d")
 _LAYOUTS = ("strided", "sparse_coo")
-
-#: Ops whose result length depends on the values of their inputs (also refused by meta kernels), by
-#: their name in any namespace (aten, torchvision): what the trace gives a symbolic size, and what
-#: ``tsfold.concretize`` leaves symbolic.
-DATA_DEPENDENT_OPS = frozenset({"nonzero", "nonzero_numpy", "argwhere", "masked_select", "_unique2", "unique_dim",
-                             "unique_consecutive", "nms", "repeat_interleave", "bincount", "_unique",
-                             "unique_dim_consecutive"})
-
 
 # dropout(input, p, train) and its variants: with train False they return the input itself.
 _DROPOUTS = frozenset({"dropout", "feature_dropout", "alpha_dropout", "feature_alpha_dropout"})
@@ -586,8 +585,6 @@ class _Builder:
         import torch
         import torch.fx
 
-        from .lower import FOLD_MAX_BYTES, _nbytes  # the lowering's own folding bound and measure
-
         schema_text = node.schema()  # type: ignore[attr-defined]
         if schema_text == "(no schema)":
             raise NotTraceableError(f"{namespace}::{name} has no schema")
@@ -621,7 +618,7 @@ class _Builder:
             if written:  # done in place, as eager did it, on a tensor of ours: what its views see too
                 self._bind_result(outs, result)
                 return
-            if name in ("Int", "Float", "Bool", "ScalarImplicit") or _nbytes(result) <= FOLD_MAX_BYTES:
+            if name in ("Int", "Float", "Bool", "ScalarImplicit") or nbytes(result) <= FOLD_MAX_BYTES:
                 if isinstance(result, torch.Tensor) and result.dim() == 0 and any(
                         id(v) in self.scalar_born for v in _flat(values)):
                     self.scalar_born.add(id(result))  # size arithmetic: still a number to eager torch
@@ -633,8 +630,10 @@ class _Builder:
                 self._bind_result(outs, number)
                 return
             values = [self._tensors_of_numbers(v, str(a.real_type)) for v, a in zip(values, arguments, strict=True)]
-        # the number watch's rule (_sizes_data), and the masks by their meta value (a file records no types)
-        symbolic = (_sizes_data(node) or _masked(name, values)
+        # the one rule (facts.py), the masks by their recorded types and by their meta values (a file
+        # records no types)
+        symbolic = (size_depends_on_data(namespace, name, inputs=len(ins),
+                                         masks=lambda: [*script_index_dtypes(node), *_mask_dtypes(values)])
                     or (self.fake is not None and any(_is_symbolic(v) for v in _flat(values))))
         if name in ("Int", "Float", "Bool", "ScalarImplicit", "item", "_local_scalar_dense"):
             if not symbolic:
@@ -924,14 +923,14 @@ def _int_operand(value: object) -> object | None:
     return None
 
 
-def _masked(name: str, values: list[object]) -> bool:
-    """Whether an index op takes a boolean (or uint8) mask: its result's size depends on data."""
+def _mask_dtypes(values: list[object]) -> list[str]:
+    """The dtype names of the graph tensors among an index op's indices (its second argument), by
+    their meta values."""
     import torch
     import torch.fx
 
-    return name in ("index", "index_put", "index_put_") and any(
-        isinstance(i, torch.fx.Node) and i.meta["val"].dtype in (torch.bool, torch.uint8)
-        for i in _flat(values[1] if len(values) > 1 else []))
+    return [str(i.meta["val"].dtype).removeprefix("torch.")
+            for i in _flat(values[1] if len(values) > 1 else []) if isinstance(i, torch.fx.Node)]
 
 
 def _recorded(outs: Sequence[object]) -> object:
@@ -1420,11 +1419,11 @@ def _torch_frames_skipped() -> Iterator[None]:
 
 
 def _size_fixed(value: object, fixed: set[int]) -> bool:
-    """Whether no op upstream of traced ``value`` makes a size from data (see DATA_DEPENDENT_OPS)."""
+    """Whether no op upstream of traced ``value`` makes a size from data (``facts.size_depends_on_data``)."""
     todo, walked = [value], {value.unique()}  # type: ignore[attr-defined]
     while todo:
         node = todo.pop().node()  # type: ignore[attr-defined]
-        if _sizes_data(node):
+        if script_size_depends_on_data(node):
             return False
         for v in node.inputs():
             if v.unique() not in fixed and v.unique() not in walked:
@@ -1432,34 +1431,6 @@ def _size_fixed(value: object, fixed: set[int]) -> bool:
                 todo.append(v)
     fixed.update(walked)
     return True
-
-
-def _sizes_data(node: object) -> bool:
-    """Whether traced ``node``'s result size depends on data: a DATA_DEPENDENT_OPS op, one torch tags
-    so, ``where(condition)``, or an index by a boolean or uint8 mask."""
-    namespace, _, name = node.kind().partition("::")  # type: ignore[attr-defined]
-    if name in DATA_DEPENDENT_OPS or (name == "where" and node.inputsSize() == 1):  # type: ignore[attr-defined]
-        return True
-    if namespace != "aten":
-        return False
-    if name in ("index", "index_put", "index_put_"):
-        import torch
-
-        masks = list(node.inputs())[1].node().inputs()  # type: ignore[attr-defined]  # the index list
-        # None entries (``x[:, idx]``: a whole dimension) have no scalar type: asking raises in torch's C++
-        return any(isinstance(m.type(), torch._C.TensorType) and m.type().scalarType() in ("Bool", "Byte")
-                   for m in masks)
-    return _tagged_dynamic(name)
-
-
-@functools.cache
-def _tagged_dynamic(name: str) -> bool:
-    """Whether torch tags an overload of ``aten::name`` ``dynamic_output_shape``."""
-    import torch
-
-    packet = getattr(torch.ops.aten, name, None)
-    return packet is not None and any(
-        torch.Tag.dynamic_output_shape in getattr(packet, o).tags for o in packet.overloads())
 
 
 def _trace(module: torch.nn.Module, example: Sequence[torch.Tensor],

@@ -25,6 +25,8 @@ import operator
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from .facts import fx_size_depends_on_data, get_attr_of, written_args, written_bases
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
@@ -50,11 +52,9 @@ def _conversions(gm: object) -> list[object]:
 def _written_attributes_copied(gm: torch.fx.GraphModule) -> Iterator[None]:
     """Give ``gm`` copies of the attributes (weights, constants) its in-place ops write to, directly
     or through a view, while it runs; put the originals back afterwards."""
-    from .lower import _get_attr_of, written_bases
-
     written = {str(base.target) for base in written_bases(gm.graph.nodes)  # type: ignore[attr-defined]
                if base.op == "get_attr"}  # type: ignore[attr-defined]
-    originals = {name: _get_attr_of(gm, name) for name in written}
+    originals = {name: get_attr_of(gm, name) for name in written}
     try:
         for name, value in originals.items():
             _set_attribute(gm, name, value.clone())  # type: ignore[attr-defined]
@@ -65,10 +65,8 @@ def _written_attributes_copied(gm: torch.fx.GraphModule) -> Iterator[None]:
 
 
 def _set_attribute(gm: object, name: str, value: object) -> None:
-    from .lower import _get_attr_of
-
     parent, _, last = name.rpartition(".")
-    setattr(_get_attr_of(gm, parent) if parent else gm, last, value)
+    setattr(get_attr_of(gm, parent) if parent else gm, last, value)
 
 
 def fold_static_scalars(gm: torch.fx.GraphModule, args: Sequence[object]) -> int:
@@ -81,7 +79,6 @@ def fold_static_scalars(gm: torch.fx.GraphModule, args: Sequence[object]) -> int
     conversions = _conversions(gm)
     if not conversions:
         return 0
-    from .lower import _written
     from .tvpost import shape_as_tensor
 
     aten = torch.ops.aten  # torch's converter calls aten::size and aten::numel as the packets
@@ -146,9 +143,9 @@ def fold_static_scalars(gm: torch.fx.GraphModule, args: Sequence[object]) -> int
                 return
             mutable = isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable
             if mutable:  # what it writes, and every tensor sharing that storage, now holds other values
-                written = {storage[a] for a in _written(n) if a in storage}
+                wrote = {storage[a] for a in written_args(n) if a in storage}
                 for other, where in storage.items():
-                    if where in written:
+                    if where in wrote:
                         static_value.discard(other)
             deterministic = not any(word in str(target) for word in _NONDETERMINISTIC)
             if not mutable and deterministic and all(i in static_value for i in inputs):
@@ -207,29 +204,6 @@ def _is_static(val: object) -> bool:
     return not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
-def _produces_data_dependent_size(node: object, interp: object) -> bool:
-    """Return True for a node whose output length depends on data: nonzero, nms, x[bool_mask]..."""
-    import torch
-
-    from .lower import op_key
-    from .traced import DATA_DEPENDENT_OPS
-
-    key = op_key(node.target)  # type: ignore[attr-defined]
-    namespace, _, name = key.partition(".")
-    if namespace in ("aten", "torchvision") and name in DATA_DEPENDENT_OPS:
-        return True
-    if key == "aten.where" and len(node.args) + len(node.kwargs) == 1:  # type: ignore[attr-defined]
-        return True  # torch.where(condition): nonzero as a tuple of index tensors
-    if key in ("aten.index", "aten.index_put"):
-        env = interp.env  # type: ignore[attr-defined]
-        indices = node.args[1] if len(node.args) > 1 else []  # type: ignore[attr-defined]
-        for idx in indices or []:
-            value = env.get(idx) if isinstance(idx, torch.fx.Node) else None
-            if isinstance(value, torch.Tensor) and value.dtype == torch.bool:
-                return True
-    return False
-
-
 def concretize(program: object, example: Sequence[object]) -> None:
     """Replace symbolic (unbacked) shapes in ``program``'s metadata by those of a run on ``example``.
 
@@ -264,7 +238,7 @@ def concretize(program: object, example: Sequence[object]) -> None:
                 if n.op == "placeholder":
                     n.meta["val"] = result
                 return result
-            if _produces_data_dependent_size(n, self) or any(a in dynamic for a in n.all_input_nodes):
+            if fx_size_depends_on_data(n, self.env.get) or any(a in dynamic for a in n.all_input_nodes):
                 dynamic.add(n)
                 if not _is_static(n.meta.get("val")):
                     return result  # a size that depends on the data stays symbolic
