@@ -1,7 +1,7 @@
 """Control flow of an ExportedProgram lowered to ONNX subgraphs: ``torch.cond`` to ``If``,
 ``while_loop`` to ``Loop``.
 
-A mixin of the lowering (``lower._Lowering``): each branch or loop body is an FX graph module of
+A mixin of the lowering (``lowering.Lowering``): each branch or loop body is an FX graph module of
 the program, lowered node by node into its own IR graph with the lowering's own ``run_node``.
 """
 
@@ -12,13 +12,14 @@ from collections.abc import Sequence
 from convert.ir import ConversionError, DataType, Graph, Node, Shape, TensorType, Value
 
 from .facts import COND, WHILE_LOOP, get_attr_of
+from .irvalues import annotate, meta_of, place_of
 from .ops import OpCall
 
 __all__ = ["ControlFlowLowering"]
 
 
 class ControlFlowLowering:
-    """``_cond`` and ``_while`` for ``lower._Lowering``, which provides ``env``, ``consts``, ``ctx``,
+    """``_cond`` and ``_while`` for ``lowering.Lowering``, which provides ``env``, ``consts``, ``ctx``,
     ``builder``, ``ep``, ``source``, ``sym_names``, ``value`` and ``run_node``."""
 
     def _cond(self, node: object) -> None:
@@ -27,10 +28,8 @@ class ControlFlowLowering:
         Each branch's graph is lowered into its own IR graph; its placeholders are the operands,
         which the subgraph reads from the enclosing scope. Constants made inside a branch stay there.
         """
-        from .lower import _annotate, _get_attr, _meta_of, _where
-
         key = COND
-        where, prov = _where(key, node, self.source)
+        where, prov = place_of(key, node, self.source)
         pred_node, true_node, false_node, operands = node.args[:4]  # type: ignore[attr-defined]
         pred = self.value(pred_node)
         if not isinstance(pred, Value):
@@ -39,7 +38,7 @@ class ControlFlowLowering:
         branches = []
         count = 0
         for label, ref in (("then", true_node), ("else", false_node)):
-            module = _get_attr(self.ep, ref.target)
+            module = get_attr_of(self.ep.graph_module, ref.target)
             saved = self.builder.graph, dict(self.builder._consts), dict(self.ctx._scalars)
             sub = Graph([], [], nodes=[], name=self.builder.names.fresh(f"{prov.layer or 'cond'}_{label}"))
             self.builder.graph = sub
@@ -61,10 +60,10 @@ class ControlFlowLowering:
         cond = self.ctx.emit("Cast", [self.ctx.emit("Reshape", [pred, self.ctx.ints([])])], {"to": DataType.BOOL})
         results = self.ctx.emit_multi("If", [cond], {"then_branch": branches[0], "else_branch": branches[1]},
                                     outputs=count)
-        metas = _meta_of(node.meta.get("val"), self.sym_names)  # type: ignore[attr-defined]
+        metas = meta_of(node.meta.get("val"), self.sym_names)  # type: ignore[attr-defined]
         if isinstance(metas, list):
             for r, m in zip(results, metas, strict=False):
-                _annotate(r, m)
+                annotate(r, m)
         self.env[node] = tuple(results)
 
     def _while(self, node: object) -> None:
@@ -75,12 +74,11 @@ class ControlFlowLowering:
         takes ONNX's iteration number and condition, then the carried values; the additional
         inputs are read from the enclosing scope.
         """
-        from .lower import _annotate, _get_attr, _meta_of, _where
-
         key = WHILE_LOOP
-        where, prov = _where(key, node, self.source)
+        where, prov = place_of(key, node, self.source)
         cond_ref, body_ref, carried, additional = node.args[:4]  # type: ignore[attr-defined]
-        cond_module, body_module = _get_attr(self.ep, cond_ref.target), _get_attr(self.ep, body_ref.target)
+        graphs = self.ep.graph_module  # type: ignore[attr-defined]
+        cond_module, body_module = get_attr_of(graphs, cond_ref.target), get_attr_of(graphs, body_ref.target)
         initial = [self.value(c) for c in carried]
         extra = [self.value(a) for a in additional]
         if not all(isinstance(v, Value) for v in initial):
@@ -90,14 +88,14 @@ class ControlFlowLowering:
         self.ctx.call = call
         (first,) = self._lower_branch(cond_module, [*initial, *extra], where)
         first = self.ctx.emit("Cast", [self.ctx.emit("Reshape", [first, self.ctx.ints([])])], {"to": DataType.BOOL})
-        metas = [_meta_of(c.meta.get("val"), self.sym_names) for c in carried]  # type: ignore[attr-defined]
+        metas = [meta_of(c.meta.get("val"), self.sym_names) for c in carried]  # type: ignore[attr-defined]
         name = self.builder.names.fresh(f"{prov.layer or 'while_loop'}_body")
         step = Value(name=f"{name}_i", type=TensorType(DataType.INT64), shape=Shape([]))
         cond_in = Value(name=f"{name}_cond", type=TensorType(DataType.BOOL), shape=Shape([]))
         state = []
         for i, m in enumerate(metas):
             v = Value(name=f"{name}_in{i}")
-            _annotate(v, m)
+            annotate(v, m)
             state.append(v)
         sub = Graph([step, cond_in, *state], [], nodes=[], name=name)
         saved = self.builder.graph, dict(self.builder._consts), dict(self.ctx._scalars)
@@ -119,7 +117,7 @@ class ControlFlowLowering:
         self.ctx.call = call
         results = self.ctx.emit_multi("Loop", [None, first, *initial], {"body": sub}, outputs=len(initial))
         for r, m in zip(results, metas, strict=True):
-            _annotate(r, m)
+            annotate(r, m)
         self.env[node] = tuple(results)
 
     def _lower_branch(self, module: object, operands: Sequence[object], where: str) -> list[Value]:

@@ -1052,7 +1052,7 @@ def _program(builder: _Builder, options: Options, source: str, fallback: Callabl
              returned: int | None = None) -> TracedProgram | None:
     """The built graph as a TracedProgram, or None; ``returned``: the tensors the module returned,
     which the graph's flat outputs must number."""
-    from .lower import _Lowering
+    from .lowering import Lowering
 
     try:
         graph, outputs = builder.build()
@@ -1060,7 +1060,7 @@ def _program(builder: _Builder, options: Options, source: str, fallback: Callabl
             raise NotTraceableError(f"{len(outputs)} graph outputs for {returned} returned tensors")
         program = TracedProgram(graph, _signature(builder, outputs), builder.state, builder.constants, fallback,
                                 builder.submodules)
-        probe = _Lowering(program, GraphBuilder("check"), options, source)
+        probe = Lowering(program, GraphBuilder("check"), options, source)
         if probe.missing() or probe.alias_hazards():
             raise NotTraceableError("an op without a converter, or an in-place write through a view")
     except Exception as exc:  # any surprise (a damaged file's graph too): the usual capture decides
