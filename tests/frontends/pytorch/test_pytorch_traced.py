@@ -405,7 +405,7 @@ def test_a_file_s_shape_keeping_ops_match_eager(tmp_path, monkeypatch, layout):
     path = tmp_path / "hard.pt"
     with torch.no_grad():
         torch.jit.save(torch.jit.trace(net, (x,), check_trace=False), str(path))
-    from convert.frontends.pytorch import traced
+    from convert.frontends.pytorch import tracegraph as traced
 
     taken: list[str] = []
     alike = traced._input_alike

@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from convert.frontends.pytorch.traced import _elementwise_val  # noqa: E402
+from convert.frontends.pytorch.tracevals import elementwise_val as _elementwise_val  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
