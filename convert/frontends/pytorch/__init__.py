@@ -2,13 +2,42 @@
 
 Importing this package does not import torch; ``load`` and ``load_module`` do.
 
-Paths: a module is traced (torch's tracer, as torch.onnx's TorchScript exporter runs it) and its
-graph lowered directly where that is as sound as ``torch.export`` (``traced.py``: no tracer
-warning but numbers made from fixed sizes, static shapes, every op converted);
-otherwise it goes through ``torch.export`` (ATen ops), with a fallback to the trace on
-data-dependent guards. A TorchScript file's graph is read the same way when it is a plain trace,
-and converted to an ExportedProgram by torch's own converter otherwise; an ExportedProgram is
-lowered as it is. One op table (``ops``) serves all of them.
+The path a model takes, one layer per step. Each layer imports only its own files and the layers
+below it (``tests/frontends/pytorch/test_pytorch_layers.py`` checks this, with no import circle,
+no private name shared between files, no file over 800 lines):
+
+1. **files**: what a ``.pt``, ``.pt2`` or pickle holds, checked before torch reads it.
+   ``files.py`` (which kind of file; its archive, pickles and storages checked; torch's loaders),
+   ``shared.py`` (one read of a file per conversion, shared by its steps).
+2. **capture**: a module or a file's model -> one program, an ExportedProgram or a
+   ``TracedProgram`` that reads as one. ``capture.py`` (``capture_model``: the one place the capture
+   is chosen, with why; torch.export, its draft mode, the example inputs), the fast trace in
+   ``traced.py`` (when a trace is taken), ``tracegraph.py`` (the traced graph read into FX),
+   ``tracevals.py`` (its values) and ``tracewatch.py`` (which tensors it made numbers of),
+   ``tsfold.py`` (TorchScript through torch's converter, traced sizes folded), ``tvcapture.py``
+   and ``tvpost.py`` (torchvision's functions replaced while a model is captured, and the forms
+   that replace them), ``frozen.py`` (decisions on tensor values: refused, or frozen on request).
+3. **lowering**: program -> IR. ``lower.py`` (the entry: every gap listed first, torch's
+   decompositions retried), ``lowering.py`` (one program's lowering, node by node: constants
+   folded, in-place writes rebound), ``controlflow.py`` (``torch.cond`` and ``while_loop`` -> If
+   and Loop, a part of the lowering), ``decompose.py`` (torch's functionalization and Core ATen
+   decompositions, for what the table lacks), ``irvalues.py`` (dtypes, metas, weights, places).
+4. **program facts**: what the captures and the lowering both need to know about a program.
+   ``facts.py``: views and writes, sizes that depend on data (the rule, once), constants. It
+   sits under the lowering, which reads it as the captures do.
+5. **ops**: the table. ``ops/``, one file per op family, keyed by ATen name.
+
+Under all of them, ``torchenv.py``: torch's logging silenced, torch's folder and ours. This
+module wires the layers: ``load`` reads the file (1), captures it (2) and lowers the program (3);
+``load_module`` captures an in-memory module; ``check_support`` lists every op the table lacks.
+
+How a module is captured: traced (torch's tracer, as torch.onnx's TorchScript exporter runs it)
+and its graph lowered directly where that is as sound as ``torch.export`` (no tracer warning but
+numbers made from fixed sizes, static shapes, every op converted); otherwise through
+``torch.export`` (ATen ops), with a fallback to the trace on data-dependent guards. A TorchScript
+file's graph is read the same way when it is a plain trace, and converted to an ExportedProgram
+by torch's own converter otherwise; an ExportedProgram is lowered as it is. One op table
+(``ops``) serves all of them.
 """
 
 from __future__ import annotations
@@ -123,7 +152,7 @@ def _capture_file(paths: Sequence[Path], options: Options) -> tuple[object, list
     import torch
 
     from .capture import (
-        export_module,
+        capture_model,
         forward_input_names,
         make_example_inputs,
         resolve_shapes,
@@ -196,24 +225,17 @@ def _capture_file(paths: Sequence[Path], options: Options) -> tuple[object, list
             return _script_program(module, example, options, source), names, source
         names = forward_input_names(module)
         example = make_example_inputs(resolve_shapes(names, options, source))
-        return export_module(module, example, options, source), names, source
+        return capture_model(module, example, options, source), names, source
     raise UsageError(f"{path}: not a PyTorch file (expected TorchScript, an ExportedProgram .pt2 or torch.save output)")
 
 
-def _script_program(script: object, example: Sequence[torch.Tensor], options: Options, source: str) -> object:
-    """A TorchScript module's graph: read directly where it is a plain trace (``traced.py``), otherwise
-    through torch's TorchScript converter."""
-    from .capture import script_to_program
-    from .traced import program_from_script
-    from .tvpost import replace_torchvision_scripted
+def _script_program(script: torch.jit.ScriptModule, example: Sequence[torch.Tensor], options: Options,
+                    source: str) -> object:
+    """A TorchScript module's program, as ``capture.capture_model`` chooses for one read from a file:
+    its graph read directly where it is a plain trace, otherwise through torch's TorchScript converter."""
+    from .capture import capture_model
 
-    def converted() -> object:
-        return script_to_program(script, example, source)  # type: ignore[arg-type]
-
-    # torchvision's scripted post-processing (a traced detector's NMS, mask paste, keypoint loop) as
-    # operators of ours, which both readers expand into the forms of tvpost
-    replace_torchvision_scripted(script)  # type: ignore[arg-type]
-    return program_from_script(script, example, options, source, fallback=converted) or converted()
+    return capture_model(script, example, options, source, scripted=True)
 
 
 def _said(exc: BaseException) -> str:
@@ -249,13 +271,13 @@ def load_module(module: torch.nn.Module, example_inputs: Sequence[torch.Tensor] 
     """
     import torch
 
-    from .capture import export_module, forward_input_names
+    from .capture import capture_model, forward_input_names
     from .lower import lower_program
 
     options = options or Options()
     example = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     source = name or type(module).__name__
-    program = export_module(module, example, options, source)
+    program = capture_model(module, example, options, source)
     names = forward_input_names(module)[: len(example)] or None
     if names is not None and len(names) != len(example):
         names = None

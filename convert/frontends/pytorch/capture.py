@@ -1,9 +1,12 @@
-"""Capture a model as an ExportedProgram: torch.export for modules, TorchScript converted.
+"""Capture a model as one program: the choice of capture (``capture_model``), and torch's captures.
 
-``torch.export`` (non-strict) keeps the high-level ATen ops (conv2d, batch_norm, linear, ...).
-Where it cannot capture a module because of a data-dependent guard (a detector's NMS, a branch
-on tensor values), the module is traced with ``torch.jit.trace`` instead, and the traced graph
-converted to an ExportedProgram; the summary says so.
+The capture layer's entry (see ``__init__``'s "the path a model takes"). ``capture_model`` is the
+one place the capture is chosen, and says why (its docstring lists the order): the fast trace
+(``traced.py``), ``torch.export`` (non-strict, which keeps the high-level ATen ops: conv2d,
+batch_norm, linear, ...), its draft mode, or ``torch.jit.trace`` and torch's TorchScript converter
+(``script_to_program``, with ``tsfold.py``) where torch.export meets a data-dependent guard (a
+detector's NMS, a branch on tensor values); the summary says so. The example inputs a capture
+runs on are made here too (``resolve_shapes``, ``make_example_inputs``).
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ from typing import TYPE_CHECKING
 from convert.ir import ConversionError, ModelFormatError, Options, UsageError
 
 from .torchenv import PACKAGE, quiet_torch, torch_folder
-from .tvpost import offset_batched_nms, paste_expanded_masks, traced_decode_heatmaps
+from .tvcapture import torchvision_replaced_for_capture
+from .tvpost import replace_torchvision_scripted
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-__all__ = ["export_module", "forward_input_names", "make_example_inputs", "quiet_torch", "resolve_shapes",
-           "script_input_names", "script_to_program"]
+__all__ = ["TORCHSCRIPT_MIN_TORCH", "attributes_kept", "capture_model", "export_module", "forward_input_names",
+           "make_example_inputs", "quiet_torch", "resolve_shapes", "script_input_names", "script_to_program"]
 
 logger = logging.getLogger(__name__)
 
@@ -292,234 +296,6 @@ def attributes_kept(module: torch.nn.Module) -> Iterator[None]:
                     container.update(contents)
 
 
-@contextlib.contextmanager
-def _replaced(modules: Sequence[str], name: str, replacement: object) -> Iterator[None]:
-    """Put ``replacement`` in place of attribute ``name`` of each loaded module of ``modules`` that
-    holds the first one's object (a re-export), and restore them afterwards."""
-    loaded = [sys.modules.get(m) for m in modules]
-    original = getattr(loaded[0], name, None)
-    patched = [m for m in loaded if m is not None and original is not None and getattr(m, name, None) is original]
-    for module in patched:
-        setattr(module, name, replacement)
-    try:
-        yield
-    finally:
-        for module in patched:
-            setattr(module, name, original)
-
-
-def _batched_nms_replacement() -> object | None:
-    """Return what replaces torchvision's ``batched_nms`` while a model is captured (None when
-    torchvision's module is not loaded): ``tvpost.offset_batched_nms`` with torchvision's ``nms``,
-    one NMS over class-separated boxes (torchvision's own branches on data twice, which no capture
-    of a detector, whose box count is data, survives)."""
-    boxes = sys.modules.get("torchvision.ops.boxes")
-    nms = getattr(boxes, "nms", None)
-    if nms is None:
-        return None
-
-    def batched_nms(boxes_: torch.Tensor, scores: torch.Tensor, idxs: torch.Tensor,
-                    iou_threshold: float) -> torch.Tensor:
-        return offset_batched_nms(boxes_, scores, idxs, iou_threshold, nms)
-
-    return batched_nms
-
-
-def _multiscale_roi_align_replacement() -> object | None:
-    """Return what replaces torchvision's multi-scale RoIAlign while a model is captured (None when
-    its module is not loaded): every box pooled at every level, and per box the level its size
-    selects kept.
-
-    torchvision's own version takes ``len(rois)`` (a Python int of a data-dependent count, which a
-    capture can only settle from the example) and pools each level's boxes by data-dependent
-    indexing. RoIAlign pools each box on its own, so pooling all boxes at every level and selecting
-    by level gives the same values for every box, at a few times the RoIAlign work.
-    """
-    poolers = sys.modules.get("torchvision.ops.poolers")
-    original = getattr(poolers, "_multiscale_roi_align", None)
-    roi_align = getattr(poolers, "roi_align", None)
-    if original is None or roi_align is None:
-        return None
-    import torch
-
-    def multiscale_roi_align(x_filtered: list[torch.Tensor], boxes: list[torch.Tensor], output_size: list[int],
-                             sampling_ratio: int, scales: list[float] | None, mapper: object) -> torch.Tensor:
-        if scales is None or mapper is None:
-            return original(x_filtered, boxes, output_size, sampling_ratio, scales, mapper)  # type: ignore[misc]
-        first = x_filtered[0]
-        image_of = torch.cat([torch.full_like(b[:, :1], i, dtype=first.dtype) for i, b in enumerate(boxes)])
-        rois = torch.cat([image_of, torch.cat(boxes).to(first.dtype)], dim=1)
-        height, width = (output_size, output_size) if isinstance(output_size, int) else output_size
-
-        def pool(feature: torch.Tensor, scale: float) -> torch.Tensor:
-            if feature.is_quantized:
-                return roi_align(feature, rois, output_size=output_size, spatial_scale=scale,  # type: ignore[misc, no-any-return]
-                                 sampling_ratio=sampling_ratio)
-            # torchvision's operator itself: its Python wrapper first asserts rois.size(1) == 5 of the
-            # [count, 5] rois made just above, which the trace's note would name as a test of a count
-            return torch.ops.torchvision.roi_align(  # type: ignore[no-any-return]
-                feature, rois, scale, height, width, sampling_ratio, False)
-
-        pooled = [pool(feature, scale) for feature, scale in zip(x_filtered, scales, strict=True)]
-        if len(pooled) == 1:
-            return pooled[0]
-        levels = mapper(boxes).reshape(-1, 1, 1, 1)  # type: ignore[operator]
-        result = pooled[0]
-        for level, values in enumerate(pooled[1:], start=1):
-            result = torch.where(levels == level, values, result)
-        return result
-
-    return multiscale_roi_align
-
-
-def _mask_paste_replacement() -> object | None:
-    """Return what replaces torchvision's ``paste_masks_in_image`` (Mask R-CNN) while a model is
-    captured (None when its module is not loaded): the padding torchvision's ``expand_masks`` does
-    and its ``expand_boxes``, then all
-    masks pasted at once (``tvpost.paste_expanded_masks``) instead of a Python loop over the
-    detections (a data-dependent count) that resizes each mask to its box's size (data-dependent too).
-    """
-    roi_heads = sys.modules.get("torchvision.models.detection.roi_heads")
-    expand_boxes = getattr(roi_heads, "expand_boxes", None)
-    if expand_boxes is None:
-        return None
-    import torch
-
-    def paste_masks_in_image(masks: torch.Tensor, boxes: torch.Tensor, img_shape: tuple[int, int],
-                             padding: int = 1) -> torch.Tensor:
-        # expand_masks' scale, (side + 2 * padding) / side, computed here: under a trace torchvision's
-        # makes it with torch.tensor(side), a constant of a size of a tensor whose count depends on
-        # data, which the trace refuses; here it stays arithmetic on a size the graph reads
-        side = masks.shape[-1]
-        scale = (side + 2 * padding) / side
-        masks = torch.nn.functional.pad(masks, (padding,) * 4)
-        boxes = expand_boxes(boxes, scale).to(dtype=torch.int64)  # type: ignore[misc]
-        return paste_expanded_masks(masks, boxes, img_shape[0], img_shape[1])[:, None]
-
-    return paste_masks_in_image
-
-
-def _keypoint_decoding_replacement() -> object | None:
-    """Return what replaces torchvision's ``heatmaps_to_keypoints`` (Keypoint R-CNN) while a model
-    is captured (None when its module is not loaded): ``tvpost.decode_heatmaps``, a loop a capture
-    can follow (torchvision's own loops in Python over the detections and resizes each one's
-    heatmaps to its box's size: a data-dependent count of data-dependent sizes), which torch's
-    tracer records as one operator (``tvpost.traced_decode_heatmaps``)."""
-    roi_heads = sys.modules.get("torchvision.models.detection.roi_heads")
-    if getattr(roi_heads, "heatmaps_to_keypoints", None) is None:
-        return None
-    return traced_decode_heatmaps
-
-
-# torchvision's functions replaced while a model is captured: the modules that hold each (the first
-# defines it, the others re-export it), its name, and the function that builds its replacement.
-_CAPTURE_REPLACEMENTS = (
-    (("torchvision.ops.boxes", "torchvision.ops"), "batched_nms", _batched_nms_replacement),
-    (("torchvision.ops.poolers",), "_multiscale_roi_align", _multiscale_roi_align_replacement),
-    (("torchvision.models.detection.roi_heads", "torchvision.models.detection.transform"), "paste_masks_in_image",
-     _mask_paste_replacement),
-    (("torchvision.models.detection.roi_heads",), "heatmaps_to_keypoints", _keypoint_decoding_replacement),
-)
-
-
-def _batch_images_replacement() -> object | None:
-    """Return what replaces ``GeneralizedRCNNTransform.batch_images`` (every torchvision R-CNN,
-    RetinaNet, SSD and FCOS) while a model is captured (None when its module is not loaded): the same
-    zero padding to a multiple of ``size_divisible``, as ``F.pad`` of each image and one ``stack``.
-
-    torchvision's own fills a ``new_full`` batch with ``batch[i, :c, :h, :w].copy_(img)``: a write
-    through a view, which the lowering cannot rebind, so torch had to functionalize the whole
-    program again (``run_decompositions``, a second capture: 14 s of Faster R-CNN's 25). The values
-    are the same (zeros where an image is smaller than the batch).
-    """
-    transform = sys.modules.get("torchvision.models.detection.transform")
-    owner = getattr(transform, "GeneralizedRCNNTransform", None)
-    if owner is None or getattr(owner, "batch_images", None) is None:
-        return None
-    import math
-
-    import torch
-
-    def batch_images(self: object, images: list[torch.Tensor], size_divisible: int = 32) -> torch.Tensor:
-        max_size = list(self.max_by_axis([list(img.shape) for img in images]))  # type: ignore[attr-defined]
-        stride = float(size_divisible)
-        max_size[1] = int(math.ceil(float(max_size[1]) / stride) * stride)
-        max_size[2] = int(math.ceil(float(max_size[2]) / stride) * stride)
-        padded = [torch.nn.functional.pad(img, (0, max_size[2] - img.shape[2], 0, max_size[1] - img.shape[1],
-                                                0, max_size[0] - img.shape[0])) for img in images]
-        return torch.stack(padded)
-
-    return batch_images
-
-
-def _box_decode_replacement() -> object | None:
-    """Return what replaces ``BoxCoder.decode`` (the R-CNNs' RPN and box head) while a model is
-    captured (None when its module is not loaded): the same boxes, with no branch on their count.
-
-    torchvision's reshapes its codes to ``[count, -1]`` and its boxes to ``[count, -1, 4]`` only
-    ``if box_sum > 0`` (``count`` is the proposals', after an NMS: the data's), since a reshape of
-    nothing to ``[0, -1]`` is ambiguous. A capture takes that branch as the example did: the file then
-    holds for inputs with at least one proposal. Here the codes, ``[count, 4 * classes]`` in both of
-    torchvision's calls, are already of that shape, and the boxes are reshaped to
-    ``[-1, classes, 4]``, which is defined for any count. With no proposal torchvision's keeps
-    ``[0, 4 * classes]`` where this gives ``[0, classes, 4]``: both are empty, and so are the
-    detections made of them (the post-processing reshapes them to ``[-1, 4]``).
-    """
-    utils = sys.modules.get("torchvision.models.detection._utils")
-    owner = getattr(utils, "BoxCoder", None)
-    original = getattr(owner, "decode", None)
-    if original is None:
-        return None
-    import torch
-
-    def decode(self: object, rel_codes: torch.Tensor, boxes: list[torch.Tensor]) -> torch.Tensor:
-        # (no test of a size here: under a trace each is a tensor, and a test of one would be a branch)
-        if not isinstance(boxes, (list, tuple)) or not isinstance(rel_codes, torch.Tensor) or rel_codes.dim() != 2:
-            return original(self, rel_codes, boxes)  # type: ignore[no-any-return]  # not as torchvision calls it
-        pred_boxes = self.decode_single(rel_codes, torch.cat(boxes, dim=0))  # type: ignore[attr-defined]
-        return pred_boxes.reshape(-1, rel_codes.shape[1] // 4, 4)  # type: ignore[no-any-return]
-
-    return decode
-
-
-# torchvision's methods replaced while a model is captured: the module, the class, the method's
-# name, and the function that builds its replacement.
-_CAPTURE_METHOD_REPLACEMENTS = (
-    ("torchvision.models.detection.transform", "GeneralizedRCNNTransform", "batch_images",
-     _batch_images_replacement),
-    ("torchvision.models.detection._utils", "BoxCoder", "decode", _box_decode_replacement),
-)
-
-
-@contextlib.contextmanager
-def _method_replaced(owner: type, name: str, replacement: object) -> Iterator[None]:
-    """Put ``replacement`` in place of method ``name`` of class ``owner``, and restore it afterwards."""
-    original = owner.__dict__[name]
-    setattr(owner, name, replacement)
-    try:
-        yield
-    finally:
-        setattr(owner, name, original)
-
-
-@contextlib.contextmanager
-def _torchvision_replaced_for_capture() -> Iterator[None]:
-    """Put each replacement of ``_CAPTURE_REPLACEMENTS`` (and ``_CAPTURE_METHOD_REPLACEMENTS``) whose
-    torchvision module is loaded in place while a model is captured, and put torchvision's own
-    functions back afterwards."""
-    with contextlib.ExitStack() as stack:
-        for modules, name, build in _CAPTURE_REPLACEMENTS:
-            replacement = build()
-            if replacement is not None:
-                stack.enter_context(_replaced(modules, name, replacement))
-        for module, cls, method, build in _CAPTURE_METHOD_REPLACEMENTS:
-            owner = getattr(sys.modules.get(module), cls, None)
-            replacement = build()
-            if isinstance(owner, type) and method in owner.__dict__ and replacement is not None:
-                stack.enter_context(_method_replaced(owner, method, replacement))
-        yield
-
-
 def _draft_export(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options, source: str,
                   reason: str) -> object | None:
     """Capture with ``torch.export.draft_export``, which settles data-dependent decisions from the example.
@@ -570,44 +346,105 @@ def _file_names(report: object) -> dict[int, str]:
     return names
 
 
-def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options,
-                  source: str, *, fast: bool = True) -> object:
-    """Capture ``module``: its traced graph where that is as sound as torch.export (``traced.py``,
-    unless ``fast`` is False), otherwise torch.export, falling back to tracing on data-dependent
-    guards.
+def capture_model(subject: torch.nn.Module, example: Sequence[torch.Tensor], options: Options, source: str,
+                  *, scripted: bool = False, fast: bool = True) -> object:
+    """Capture ``subject`` as one program: the one place the capture is chosen.
 
-    The module is left in eval mode with its attributes as they were (``attributes_kept``).
+    ``subject`` is a TorchScript module read from a file (``scripted``: a ``.pt``, or a pickled
+    ``ScriptModule``) or any other module (the Python API, a pickled ``nn.Module``; an in-memory
+    ScriptModule is captured as a module, which torch.export refuses); an ExportedProgram (``.pt2``)
+    is a program already. The result is an ExportedProgram, or a ``traced.TracedProgram`` that the
+    lowering reads as one. The first of these that applies is taken, each choice logged (debug) with
+    why the ones before it were not:
+
+    1. a TorchScript module whose graph is a plain trace: that graph, read directly
+       (``traced.program_from_script``), as fast as the trace and with no converter;
+    2. any other TorchScript module: torch's TorchScript converter (``script_to_program``);
+    3. a module, unless ``fast`` is False or ``--dynamic-batch`` asks for a symbolic batch (a trace
+       fixes every size): the fast trace (``traced.trace_module``), where it is as sound as
+       torch.export (its module docstring lists when), at a fraction of torch.export's time;
+    4. torch.export (non-strict), with dimension 0 of every input symbolic under ``--dynamic-batch``
+       where the model lets it be;
+    5. where torch.export meets a data-dependent guard: ``torch.export.draft_export``, when every
+       problem it reports is a decision on data that the user lets freeze (``frozen.py``);
+    6. otherwise ``torch.jit.trace``, its graph converted by torch's TorchScript converter (its
+       decisions on data frozen alike, or refused).
+
+    The direct readings (1 and 3) carry the capture the next step would make as their ``fallback``:
+    the lowering takes it when a converter refuses a call of the traced graph (``lower.lower_program``).
+    A module is left in eval mode with its attributes as they were (``attributes_kept``), and
+    torchvision's functions are replaced while it is captured (``tvcapture.py``).
     """
-    from .traced import trace_module
-
-    module.eval()
-    with attributes_kept(module), _torchvision_replaced_for_capture():
-        if fast and not options.dynamic_batch:
-            program = trace_module(module, example, options, source,
-                                   fallback=lambda: export_module(module, example, options, source, fast=False))
-            if program is not None:
-                return program
-        return _export_module(module, example, options, source)
-
-
-def _export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options,
-                   source: str) -> object:
     import torch
 
-    if options.dynamic_batch:
-        program = _export_dynamic_batch(module, example, options, source)
+    from .traced import program_from_script, trace_module
+
+    if scripted:
+        script: torch.jit.ScriptModule = subject  # type: ignore[assignment]
+
+        def converted() -> object:
+            return script_to_program(script, example, source)
+
+        # torchvision's scripted post-processing (a traced detector's NMS, mask paste, keypoint loop) as
+        # operators of ours, which both readers expand into the forms of tvpost
+        replace_torchvision_scripted(script)
+        program = program_from_script(script, example, options, source, fallback=converted)
+        if program is not None:
+            logger.debug("%s: the TorchScript graph is a plain trace; read directly", source)
+            return program
+        logger.debug("%s: the TorchScript graph is not a plain trace (see above); torch's converter reads it",
+                     source)
+        return converted()
+    module = subject
+    module.eval()
+    with attributes_kept(module), torchvision_replaced_for_capture():
+        if not fast:
+            why = "the fast trace is off"
+        elif options.dynamic_batch:
+            why = "--dynamic-batch (a trace fixes every size)"
+        else:
+            program = trace_module(module, example, options, source,
+                                   fallback=lambda: capture_model(module, example, options, source, fast=False))
+            if program is not None:
+                logger.debug("%s: captured by the fast trace", source)
+                return program
+            why = "the fast trace was refused (see above)"
+        if options.dynamic_batch:
+            program = _export_dynamic_batch(module, example, options, source)
+            if program is not None:
+                logger.debug("%s: captured by torch.export with a symbolic batch", source)
+                return program
+        try:
+            with torch.no_grad(), quiet_torch():
+                program = torch.export.export(module, tuple(example), strict=False)
+            logger.debug("%s: captured by torch.export: %s", source, why)
+            return program
+        except Exception as exc:
+            if not _is_data_dependent(exc):
+                raise ConversionError(f"module {source}", f"torch.export failed: {_first_line(exc)}") from exc
+            reason = _first_line(exc)
+        program = _draft_export(module, example, options, source, reason)
         if program is not None:
             return program
-    try:
-        with torch.no_grad(), quiet_torch():
-            return torch.export.export(module, tuple(example), strict=False)
-    except Exception as exc:
-        if not _is_data_dependent(exc):
-            raise ConversionError(f"module {source}", f"torch.export failed: {_first_line(exc)}") from exc
-        reason = _first_line(exc)
-    program = _draft_export(module, example, options, source, reason)
-    if program is not None:
-        return program
+        logger.debug("%s: torch.export met a data-dependent guard (%s) and draft_export did not settle it; "
+                     "traced with torch.jit.trace", source, reason)
+        return _jit_traced(module, example, options, source, reason)
+
+
+def export_module(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options,
+                  source: str, *, fast: bool = True) -> object:
+    """Capture ``module`` (an ``nn.Module``) as ``capture_model`` chooses: the fast trace where it is as
+    sound as torch.export (unless ``fast`` is False), otherwise torch.export, falling back to tracing
+    on data-dependent guards."""
+    return capture_model(module, example, options, source, scripted=False, fast=fast)
+
+
+def _jit_traced(module: torch.nn.Module, example: Sequence[torch.Tensor], options: Options, source: str,
+                reason: str) -> object:
+    """``module`` traced by ``torch.jit.trace`` and converted by torch's TorchScript converter, its decisions
+    on data frozen (or refused: ``frozen.frozen``); ``reason``: why torch.export failed."""
+    import torch
+
     from .frozen import decisions_of_warnings, frozen, keep_example
 
     try:

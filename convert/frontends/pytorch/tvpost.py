@@ -11,7 +11,7 @@ data-dependent sizes; its batched NMS branches on the data. The forms here compu
   largest box's size with the positions past its own box masked.
 
 They serve two routes. A module is captured with them in place of torchvision's functions
-(``capture._torchvision_replaced_for_capture``); under torch's tracer (the fast capture) the keypoint
+(``tvcapture.torchvision_replaced_for_capture``); under torch's tracer (the fast capture) the keypoint
 decoding, a loop the tracer would run rather than record, is one operator of ours
 (``traced_decode_heatmaps``). A traced TorchScript file (``.pt``) holds torchvision's tracing-only
 versions as scripted functions (``_batched_nms_coordinate_trick``, ``_onnx_paste_masks_in_image_loop``,
@@ -176,7 +176,7 @@ def _exporting() -> bool:
 def one_loop_decodes(maps: torch.Tensor, rois: torch.Tensor) -> bool:
     """Whether the lowering's Loop (``ops.detection.decode_heatmaps``) takes these inputs: float32
     heatmaps [N, K, H, W] of fixed H and W, float32 boxes [N, 4]; others are decoded by the form.
-    Asked by the fast capture (``traced._Builder._decoding``, on fake values) and under torch.export."""
+    Asked by the fast capture (``tracegraph.TraceBuilder._decoding``, on fake values) and under torch.export."""
     import torch
 
     return (maps.dim() == 4 and rois.dim() == 2 and maps.dtype == torch.float32 and rois.dtype == torch.float32

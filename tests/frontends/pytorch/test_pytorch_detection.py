@@ -353,7 +353,9 @@ def test_batched_nms_used_during_capture_is_torchvisions() -> None:
     below and above torchvision's 4000-coordinate switch and on none; with negative coordinates,
     those of NMS run class by class (torchvision's offset path can suppress across classes there)."""
     torchvision = pytest.importorskip("torchvision")
-    from convert.frontends.pytorch.capture import _torchvision_replaced_for_capture
+    from convert.frontends.pytorch.tvcapture import (
+        torchvision_replaced_for_capture as _torchvision_replaced_for_capture,
+    )
 
     original = torchvision.ops.boxes.batched_nms
     gen = torch.Generator().manual_seed(0)
@@ -381,7 +383,9 @@ def test_roi_pooling_used_during_capture_is_torchvisions() -> None:
     """The multi-scale RoIAlign put in place while a model is captured (every box pooled at every
     level, the box's own level kept) gives torchvision's values, box by box."""
     torchvision = pytest.importorskip("torchvision")
-    from convert.frontends.pytorch.capture import _torchvision_replaced_for_capture
+    from convert.frontends.pytorch.tvcapture import (
+        torchvision_replaced_for_capture as _torchvision_replaced_for_capture,
+    )
 
     gen = torch.Generator().manual_seed(0)
     pooler = torchvision.ops.MultiScaleRoIAlign(["0", "1", "2", "3"], 7, 2)
@@ -407,7 +411,9 @@ pads and unpadded. torch's own float32
     bilinear kernel is 2e-6 from its float64 one on such masks (rounding of the source index), so
     the bound is 1e-5 of values in [0, 1]; a sub-pixel shift of the source index gives 0.4."""
     torchvision = pytest.importorskip("torchvision")
-    from convert.frontends.pytorch.capture import _torchvision_replaced_for_capture
+    from convert.frontends.pytorch.tvcapture import (
+        torchvision_replaced_for_capture as _torchvision_replaced_for_capture,
+    )
 
     roi_heads = torchvision.models.detection.roi_heads
     transform = torchvision.models.detection.transform
@@ -443,7 +449,9 @@ def test_keypoint_decoding_used_during_capture_is_torchvisions() -> None:
     resize's sums run in another order); keypoints equal, but for a near-tie between two resized
     pixels that float rounding may settle the other way (then one resized pixel apart)."""
     torchvision = pytest.importorskip("torchvision")
-    from convert.frontends.pytorch.capture import _torchvision_replaced_for_capture
+    from convert.frontends.pytorch.tvcapture import (
+        torchvision_replaced_for_capture as _torchvision_replaced_for_capture,
+    )
 
     roi_heads = torchvision.models.detection.roi_heads
     original = roi_heads.heatmaps_to_keypoints
@@ -649,7 +657,9 @@ def test_batch_images_used_during_capture_is_torchvisions() -> None:
     pytest.importorskip("torchvision")
     from torchvision.models.detection.transform import GeneralizedRCNNTransform
 
-    from convert.frontends.pytorch.capture import _torchvision_replaced_for_capture
+    from convert.frontends.pytorch.tvcapture import (
+        torchvision_replaced_for_capture as _torchvision_replaced_for_capture,
+    )
 
     transform = GeneralizedRCNNTransform(64, 64, [0.0, 0.0, 0.0], [1.0, 1.0, 1.0])
     original = GeneralizedRCNNTransform.__dict__["batch_images"]
