@@ -7,6 +7,9 @@ names into Core ATen. The table is torch's default one minus every op our op tab
 conv, the norms, linear, attention, upsampling and the rest stay whole and keep their direct
 lowering. When a converter refuses a call (an argument it does not handle), the lowering asks
 again with that op decomposed too (``also``).
+
+Part of the lowering (``__init__``'s "the path a model takes"): ``lower.py`` calls it, and it
+imports only the op table below it.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@
 - ``torch.save`` checkpoint: ``<root>/data.pkl`` only (or a legacy non-zip pickle). Inspected with
   ``torch.load(weights_only=True, mmap=True)``: a state_dict loads; a pickled module does not, and
   is unpickled only under ``--trust-pickle``.
+
+The files layer, the first step of the path a model takes (``__init__``): it imports nothing
+else of the frontend, and nothing below it reads files.
 """
 
 from __future__ import annotations

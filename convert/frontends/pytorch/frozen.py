@@ -13,6 +13,9 @@ the loop as ``while_loop`` (ONNX ``Loop``), which convert for every input. Freez
 choice (``--freeze-data-branches``, ``freeze_data_branches=True``): then each decision is named
 in a note and recorded under ``FROZEN_DECISIONS``, and the parity check runs on the example and
 says for which inputs its verdict holds ("PASS on the example's branch"), never a plain PASS.
+
+Part of the capture layer (``__init__``'s "the path a model takes"): the captures that freeze a
+decision (``capture.py``'s draft and jit.trace paths, ``traced.py``) record it here.
 """
 
 from __future__ import annotations

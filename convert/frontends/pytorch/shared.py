@@ -13,6 +13,8 @@ conversion). So:
   tensor at the same version (torch counts in-place writes in ``Tensor._version``). Otherwise
   the reference reads the file again. The reference is then what a fresh ``torch.export.load``
   gives, without paying for it twice.
+
+Part of the files layer (``__init__``'s "the path a model takes").
 """
 
 from __future__ import annotations

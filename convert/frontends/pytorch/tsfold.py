@@ -16,6 +16,9 @@ meta kernel computes it from its inputs' shapes alone (a meta tensor holds no da
 result length depends on the data, nonzero, ``x[mask]``, nms, cannot run on one). A number
 computed from a detection count (after nms) is left as it is, and the graph keeps that count
 dynamic.
+
+Part of the capture layer (``__init__``'s "the path a model takes"): ``capture.script_to_program``
+runs it; it reads the program through ``facts.py`` (writes, the data-dependent size rule).
 """
 
 from __future__ import annotations

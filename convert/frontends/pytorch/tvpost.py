@@ -22,6 +22,9 @@ here (``traced_forms``), but for the keypoint decoding, which it keeps as one op
 (``decode_operator``) that the lowering writes as a Loop of its own (``ops.detection``); torch's
 converter turns each into a call of its form. A file's operator's own kernel runs torchvision's
 function unchanged, so a rewritten module still computes what it did.
+
+Part of the capture layer (``__init__``'s "the path a model takes"); it imports nothing else of
+the frontend.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Tensors made from a shape and a value: full/zeros/ones/empty and their ``_like`` and ``new_``
 forms, fill, scalar_tensor, meshgrid, copy (broadcast into a tensor's shape).
 
-When every input is a constant these are evaluated by torch at conversion (``lower.py`` folds
+When every input is a constant these are evaluated by torch at conversion (``lowering.py`` folds
 them); the converters here serve the calls whose shape or value comes from a computed tensor
 (``x.new_zeros(...)``, ``torch.zeros_like(x)``, ``y.fill_(v)``). The result is an ``Expand`` of
 a one-element constant, so a large filled tensor costs no bytes in the file. ``empty`` gives

@@ -4,7 +4,7 @@ ONNX Runtime and torch draw from different generators, so no seed makes the conv
 torch's numbers: the distribution, shape and dtype are kept. The parity check reports each output
 that depends on a random op as NOT VERIFIED, with only its shape compared (see
 ``convert/parity/runtimes/onnxruntime.py``). These calls are never folded into constants at
-conversion (``lower.py``), which would freeze one draw into the file.
+conversion (``lowering.py``), which would freeze one draw into the file.
 """
 
 from __future__ import annotations
