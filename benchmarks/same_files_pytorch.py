@@ -5,7 +5,8 @@ converted by ``convert.convert`` (what a user calls, the parity check off) in a 
 per (tree, model), the two trees taking turns, and the two ONNX files compared proto by proto:
 every node's op_type, domain, inputs, outputs and attributes (subgraphs included), every
 initializer's name, dtype, dims and bytes, and the graph's inputs and outputs. Conversion times
-are of the same run, so their ratio is the refactor's speed.
+are of the same run, so their ratio is the refactor's speed; on a shared machine the process's CPU
+time (all its threads) is the steadier measure, and is reported beside the wall time.
 
 Usage (from either tree)::
 
@@ -117,7 +118,7 @@ def child(tree: str, name: str, out: str) -> None:
         with torch.no_grad():
             script = model if base == "scripted" else torch.jit.trace(model, example, check_trace=False)  # type: ignore[arg-type]
             torch.jit.save(script, traced)  # type: ignore[arg-type]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if name.startswith("export:traced:"):  # the file read by torch's TorchScript converter
         from convert.exporters.onnx import EXPORTER
         from convert.frontends.pytorch.capture import script_to_program
@@ -146,7 +147,7 @@ def child(tree: str, name: str, out: str) -> None:
         shapes = {"input_shapes": {"x": tuple(example[0].shape)}} if base == "scripted" else {}  # type: ignore[index]
         convert.convert(str(traced) if traced is not None else model, None if traced is not None else example,
                         to="onnx", out=out, check=False, **shapes)
-    print("@@" + json.dumps({"seconds": time.perf_counter() - t0}))
+    print("@@" + json.dumps({"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0}))
 
 
 def _attr(a: object) -> object:
@@ -206,10 +207,12 @@ def main() -> None:
         return
     trees = {"base": str(Path(args.base).resolve()), "new": str(Path(args.new).resolve())}
     same = differ = failed = 0
-    ratios = []
+    ratios: list[float] = []
+    cpu_ratios: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             seconds: dict[str, list[float]] = {"base": [], "new": []}
+            cpu: dict[str, list[float]] = {"base": [], "new": []}
             error = ""
             for rep in range(args.repeat):
                 for label in (("base", "new") if rep % 2 == 0 else ("new", "base")):
@@ -221,7 +224,9 @@ def main() -> None:
                     if not lines:
                         error = f"{label}: " + ((r.stderr.strip().splitlines() or ["failed"])[-1][:150])
                         break
-                    seconds[label].append(json.loads(lines[-1][2:])["seconds"])
+                    measured = json.loads(lines[-1][2:])
+                    seconds[label].append(measured["seconds"])
+                    cpu[label].append(measured["cpu"])
                 if error:
                     break
             if error:
@@ -231,14 +236,19 @@ def main() -> None:
             diff = compare(Path(tmp) / f"{name.replace(':', '_')}_base_0.onnx",
                            Path(tmp) / f"{name.replace(':', '_')}_new_0.onnx")
             sb, sn = statistics.median(seconds["base"]), statistics.median(seconds["new"])
+            cb, cn = statistics.median(cpu["base"]), statistics.median(cpu["new"])
             ratios.append(sn / sb)
+            cpu_ratios.append(cn / cb)
             same += not diff
             differ += bool(diff)
             print(f"{name:45} {'identical' if not diff else 'DIFFERENT: ' + diff:12} base {sb:6.2f} s  "
-                  f"new {sn:6.2f} s  ratio {sn / sb:5.2f}", flush=True)
+                  f"new {sn:6.2f} s  ratio {sn / sb:5.2f}  (CPU time: base {cb:6.2f} s new {cn:6.2f} s ratio "
+                  f"{cn / cb:5.2f})", flush=True)
     gm = statistics.geometric_mean(ratios) if ratios else float("nan")
+    gc = statistics.geometric_mean(cpu_ratios) if cpu_ratios else float("nan")
     print(f"\n{same} identical, {differ} different, {failed} failed; time new/base geometric mean {gm:.3f} "
-          f"(min {min(ratios, default=0):.2f}, max {max(ratios, default=0):.2f})")
+          f"(min {min(ratios, default=0):.2f}, max {max(ratios, default=0):.2f}); CPU time new/base geometric "
+          f"mean {gc:.3f} (min {min(cpu_ratios, default=0):.2f}, max {max(cpu_ratios, default=0):.2f})")
 
 
 if __name__ == "__main__":
