@@ -105,6 +105,20 @@ def write_folder(arch: str, out: Path, *, seed: int = 0, dtype: str = "fp32", sh
     return out
 
 
+def write_tokenizer(folder: Path, vocab: int) -> None:
+    """Write a word-level tokenizer of ``vocab`` tokens ("<unk>", "<s>", "</s>", then "w3"...) to ``folder``:
+    tools that insist on a tokenizer (onnxruntime-genai's builder) find one; its words mean nothing."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, vocab)}}
+    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+                                   pad_token="<unk>")
+    fast.save_pretrained(folder)
+
+
 # -- large folders without building the model (benchmarks: 1B and 7B dimensions) ---------------------
 #: Llama-family dimensions of public models (for benchmarks/bench_llm.py).
 DIMS: dict[str, dict[str, object]] = {
@@ -147,7 +161,7 @@ def write_random_folder(dims: str | dict[str, object], out: Path, *, dtype: str 
     from transformers import LlamaConfig
 
     kwargs = {**_COMMON, "initializer_range": 0.02, **(DIMS[dims] if isinstance(dims, str) else dims)}
-    config = LlamaConfig(**kwargs)
+    config = LlamaConfig(architectures=["LlamaForCausalLM"], **kwargs)  # as a downloaded config names it
     out.mkdir(parents=True, exist_ok=True)
     config.save_pretrained(out)
     (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2,
