@@ -2,28 +2,26 @@
 
 Each model folder is written by models/llm/decoders.py (the transformers class from a small config,
 seeded random weights, save_pretrained; nothing downloaded), converted with ``convert.convert`` and
-checked by the route's own verdict: greedy generation of 16 tokens from a batch-1 prompt and a
-left-padded batch of 2, through the KV-cache loop in ONNX Runtime, against transformers'
-``generate(do_sample=False)`` (tokens identical, each step's logits within 1e-4 of their scale),
-and the output folder run by onnxruntime-genai. The graph's inputs and outputs are the deployed
-layout.
+checked by the route's own verdict: greedy generation of 8 tokens (``NEW_TOKENS``; the route's
+default is 16) from a batch-1 prompt and a left-padded batch of 2, through the KV-cache loop in
+ONNX Runtime, against transformers' ``generate(do_sample=False)`` (tokens identical, each step's
+logits within 1e-4 of their scale), and the output folder run by onnxruntime-genai. The graph's
+inputs and outputs are the deployed layout. Each folder is converted once per session
+(``conftest.converted``); test_hf_verdict.py reads the same llama conversion.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-from _llm import decoders
+from _llm import NEW_TOKENS, ConvertedCache, decoders
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime_genai")
-
-import convert
 
 pytestmark = [pytest.mark.torch, pytest.mark.transformers]
 
@@ -33,41 +31,27 @@ TOL = 1e-4
 LOGITS_ERR = 2e-5
 
 
-@pytest.fixture(scope="module")
-def converted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[object, Path]]:
-    return {}
-
-
-def _convert(arch: str, tmp: Path, cache: dict[str, tuple[object, Path]]) -> tuple[object, Path]:
-    if arch not in cache:
-        folder = decoders().write_folder(arch, tmp / arch)
-        result = convert.convert(folder, to="onnx", out=tmp / f"{arch}-onnx")
-        cache[arch] = (result, tmp / f"{arch}-onnx")
-    return cache[arch]
-
-
 @pytest.mark.parametrize("arch", ARCHS)
-def test_generates_as_transformers(arch: str, tmp_path_factory: pytest.TempPathFactory,
-                                   converted: dict[str, tuple[object, Path]]) -> None:
-    result, out = _convert(arch, tmp_path_factory.mktemp(arch), converted)
+def test_generates_as_transformers(arch: str, converted: ConvertedCache) -> None:
+    done = converted(arch)
+    result, out = done.result, done.out
     report = result.report  # type: ignore[attr-defined]
     assert report is not None and report.verdict == "PASS", report.table()
     names = [r.name for r in report.rows]
     assert names == ["prompt 1", "prompt 2 (left-padded)", "onnxruntime-genai (genai_config.json)"]
     for row in report.rows[:2]:
-        assert row.matched == row.steps == 16
+        assert row.matched == row.steps == NEW_TOKENS
         assert row.ref_tokens == row.got_tokens
         assert row.max_err <= LOGITS_ERR, row
     genai = report.rows[2]
-    assert genai.got_tokens[0][:16] == report.rows[0].ref_tokens[0]
+    assert genai.got_tokens[0][:NEW_TOKENS] == report.rows[0].ref_tokens[0]
     assert sorted(p.name for p in out.iterdir()) == ["genai_config.json", "model.onnx", "model.onnx.data"]
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
-def test_deployed_layout(arch: str, tmp_path_factory: pytest.TempPathFactory,
-                         converted: dict[str, tuple[object, Path]]) -> None:
+def test_deployed_layout(arch: str, converted: ConvertedCache) -> None:
     """Inputs and outputs as onnxruntime-genai and optimum name and shape them; weights external."""
-    _, out = _convert(arch, tmp_path_factory.mktemp(arch), converted)
+    out = converted(arch).out
     model = onnx.load(str(out / "model.onnx"), load_external_data=False)
 
     def dims(value: onnx.ValueInfoProto) -> list[object]:

@@ -10,6 +10,8 @@ an in-memory PreTrainedModel through the Python API.
 * ``logits="last"`` gives logits [batch, 1, vocab] and generates the same tokens.
 * ``convert.convert(model, to="onnx")`` on a transformers model in memory writes model.onnx with
   genai_config.json and passes.
+
+The checks generate ``NEW_TOKENS`` (8) tokens from each prompt, not the route's 16: test time.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from _llm import decoders
+from _llm import NEW_TOKENS, decoders
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -63,17 +65,18 @@ def _initializers(model_path: Path) -> dict[str, tuple[int, bytes]]:
 
 
 def test_bf16_shards_to_float32_pass(bf16_shards: Path, tmp_path: Path) -> None:
-    result = convert.convert(bf16_shards, to="onnx", out=tmp_path / "fp32")
+    result = convert.convert(bf16_shards, to="onnx", out=tmp_path / "fp32", new_tokens=NEW_TOKENS)
     assert result.ok and result.report.verdict == "PASS", result.report.table()
     types = {t for t, _ in _initializers(result.outputs[0]).values()}
     assert types == {onnx.TensorProto.FLOAT}
 
 
 def test_bf16_shards_to_fp16_pass_by_the_half_rule(bf16_shards: Path, tmp_path: Path) -> None:
-    result = convert.convert(bf16_shards, to="onnx", out=tmp_path / "fp16", precision="fp16")
+    result = convert.convert(bf16_shards, to="onnx", out=tmp_path / "fp16", precision="fp16",
+                             new_tokens=NEW_TOKENS)
     report = result.report
     assert result.ok and report.verdict == "PASS" and report.precision == "fp16", report.table()
-    assert all(r.matched == 16 for r in report.rows[:2])
+    assert all(r.matched == NEW_TOKENS for r in report.rows[:2])
     inits = _initializers(result.outputs[0])
     assert sum(t == onnx.TensorProto.FLOAT16 for t, _ in inits.values()) >= len(inits) - 5  # norms stay float32
     options = ir.Options()
@@ -98,7 +101,7 @@ def test_bf16_shards_to_bf16_copy_the_bytes_and_are_not_verified_on_the_cpu(bf16
 
 def test_logits_of_the_last_position(tmp_path: Path) -> None:
     folder = decoders().write_folder("mistral", tmp_path / "mistral")
-    result = convert.convert(folder, to="onnx", out=tmp_path / "last", logits="last")
+    result = convert.convert(folder, to="onnx", out=tmp_path / "last", logits="last", new_tokens=NEW_TOKENS)
     assert result.ok, result.report.table()
     model = onnx.load(str(result.outputs[0]), load_external_data=False)
     logits = model.graph.output[0]
@@ -107,7 +110,7 @@ def test_logits_of_the_last_position(tmp_path: Path) -> None:
 
 def test_an_in_memory_pretrained_model(tmp_path: Path) -> None:
     model = decoders().build_model("phi3", seed=3)
-    result = convert.convert(model, to="onnx", out=tmp_path / "phi3")
+    result = convert.convert(model, to="onnx", out=tmp_path / "phi3", new_tokens=NEW_TOKENS)
     assert result.ok and result.report.verdict == "PASS", result.report.table()
     assert result.route == "hf:onnx"
     assert sorted(p.name for p in (tmp_path / "phi3").iterdir()) == ["genai_config.json", "model.onnx",

@@ -16,12 +16,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from _llm import decoders
+from _llm import NEW_TOKENS, ConvertedCache
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import convert
 from convert import ir
 from convert.parity.generation import _Arbiter, check_converted, judge_prompt
 
@@ -86,16 +85,16 @@ def test_logits_past_tol_within_float32_rounding_pass_by_the_float64_rule() -> N
 
 
 @pytest.fixture(scope="module")
-def llama(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    tmp = tmp_path_factory.mktemp("llama")
-    folder = decoders().write_folder("llama", tmp / "llama")
-    result = convert.convert(folder, to="onnx", out=tmp / "good", check=False)
-    return folder, result.outputs[0]
+def llama(converted: ConvertedCache) -> tuple[Path, Path]:
+    """The llama folder and its conversion, shared with test_hf_decoders.py (converted once)."""
+    done = converted("llama")
+    return done.folder, done.model
 
 
 def _options(check_by: str) -> ir.Options:
     opts = ir.Options()
     opts.extra["check_by"] = check_by
+    opts.extra["new_tokens"] = NEW_TOKENS
     return opts
 
 
@@ -143,7 +142,7 @@ def test_convert_check_runs_the_generation_check(llama: tuple[Path, Path]) -> No
     from convert.cli import cli
 
     folder, good = llama
-    result = CliRunner().invoke(cli, ["check", str(folder), "--against", str(good)])
+    result = CliRunner().invoke(cli, ["check", str(folder), "--against", str(good)])  # 16 tokens: no --new-tokens
     assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
     assert "prompt 2 (left-padded)" in result.stdout
     assert result.stdout.strip().splitlines()[-1].startswith("OK check hf:onnx")
