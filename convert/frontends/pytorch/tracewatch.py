@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -99,7 +100,7 @@ def _watched_places() -> list[tuple[object, str, Callable[[tuple[object, ...], d
 
     # the ATen ops behind Tensor.item, called by name (torch.ops.aten.X): no warning at all, so a
     # number read from data there would otherwise go unseen (``.default`` and other overloads are not
-    # wrapped: reading one from the wrapper fails, and the module goes to torch.export)
+    # wrapped: reading one from the model's code fails, and the module goes to torch.export; see _WatchedOp)
     by_name = [(torch.ops.aten, name, own, _from_sizes) for name in ("_local_scalar_dense", "item")]
     return [*((torch.Tensor, name, own, _from_sizes) for name in _TO_NUMBER),
             *((torch, name, data, _from_sizes) for name in ("tensor", "as_tensor")),
@@ -107,10 +108,45 @@ def _watched_places() -> list[tuple[object, str, Callable[[tuple[object, ...], d
             (torch.Tensor, "data", own, _from_sizes)]
 
 
+class _WatchedOp:
+    """An ATen op packet (``torch.ops.aten.item``) with ``watch`` around its call. Its overloads
+    (``.default``) are not handed to the model's code, which would call them unwatched (reading one
+    fails, and the module goes to torch.export); but a module of torch's imported while a trace runs
+    (torch.cond imports torch._dynamo, whose imports read ``torch.ops.aten._local_scalar_dense.default``)
+    gets the real one: failing there broke torch._dynamo for the rest of the process ("module
+    'torch._dynamo' has no attribute 'exc'" on every later torch.export)."""
+
+    def __init__(self, packet: object, watched: Callable[..., object]) -> None:
+        self._packet, self._watched = packet, watched
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        return self._watched(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> object:
+        if _importing():
+            return getattr(self._packet, name)
+        raise AttributeError(f"{name} of an op watched while tracing")
+
+
+def _importing() -> bool:
+    """Whether a module is being imported on this thread (a frame of importlib's on the stack)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
 def _wrapped(owner: object, name: str, watch: Callable[[Callable[..., object]], Callable[..., object]]) -> object:
-    """``owner.name`` with ``watch`` around it: a function wrapped, a data descriptor (``Tensor.data``)
-    as a property whose getter is wrapped and whose setter is the descriptor's."""
+    """``owner.name`` with ``watch`` around it: a function wrapped, an op packet as ``_WatchedOp``, a
+    data descriptor (``Tensor.data``) as a property whose getter is wrapped and whose setter is the
+    descriptor's."""
+    import torch
+
     entry = getattr(owner, name)
+    if isinstance(entry, torch._ops.OpOverloadPacket):
+        return _WatchedOp(entry, watch(entry))
     if callable(entry):
         return watch(entry)
 

@@ -154,3 +154,22 @@ def test_unsupported_op_inside_a_branch_is_listed_with_the_rest() -> None:
     message = str(info.value)
     assert "convert_test.mystery x2" in message  # the branch's call and the top-level one
     assert "'head'" in message  # the first is inside the torch.cond of module 'head'
+
+
+def test_cond_converts_first_in_a_fresh_process() -> None:
+    """torch.cond imports torch._dynamo when first called, here inside the fast trace, whose watchers
+    had replaced ``torch.ops.aten.item`` by a function: dynamo's imports read its ``.default`` and
+    failed, which left torch._dynamo without ``exc`` for the rest of the process, and the module was
+    refused ('torch.export failed: module 'torch._dynamo' has no attribute 'exc'') when it was the
+    first thing a process converted. Run in a process of its own, where nothing imported dynamo."""
+    code = ("import sys, torch; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
+            "from test_pytorch_control_flow import _WithCond\n"
+            "from convert.frontends.pytorch import load_module\n"
+            "assert 'torch._dynamo' not in sys.modules\n"
+            "m = load_module(_WithCond().eval(), (torch.randn(2, 4),))\n"
+            "print([n.op_type for n in m.graph].count('If'))\n")
+    here = Path(__file__).resolve().parent
+    r = subprocess.run([sys.executable, "-c", code, str(here), str(here.parents[1])], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split()[-1] == "2", r.stdout
