@@ -601,10 +601,13 @@ def arbitrate_float64(result: OutputResult, ref: np.ndarray, got: np.ndarray, re
     said = (f"float64 run of the source: ours {ours_err:.2g} from it, the source's own float32 run "
             f"{theirs_err:.2g}")
     note = (result.note + "; " if result.note else "") + said
+    if theirs_err > FLOAT32_LIMIT * tol:
+        # the net amplifies rounding too much for any float32 conversion to be judged on these inputs
+        # (docs/verdict.md), ours however far: Mask R-CNN's masks pasted a pixel apart, torch's own
+        # float32 run 0.17 from float64 on one row, ours 0.85 on another, was a FAIL
+        return replace(result, note=note, amplified=True, differs=False)
     if ours_err > FLOAT64_MARGIN * theirs_err:
         return replace(result, note=note)
-    if theirs_err > FLOAT32_LIMIT * tol:
-        return replace(result, note=note, amplified=True, differs=False)
     return replace(result, note=note + " (float32 rounding)", passed=True, differs=False, by_float64=True)
 
 
@@ -815,10 +818,10 @@ def arbitrate_second_float32(result: OutputResult, ref: np.ndarray, got: np.ndar
     note = (result.note + "; " if result.note else "") + (
         f"no float64 run of the source ({why}); its second float32 run ({path}) is {apart:.2g} from its "
         f"first, ours {from_first:.2g} from the first and {from_second:.2g} from the second")
+    if apart > FLOAT32_LIMIT * tol:  # as the float64 rule: no float32 conversion can be judged here
+        return replace(result, note=note, amplified=True, differs=False)
     if min(from_first, from_second) > FLOAT64_MARGIN * apart:
         return replace(result, note=note)
-    if apart > FLOAT32_LIMIT * tol:
-        return replace(result, note=note, amplified=True, differs=False)
     return replace(result, note=note + " (float32 rounding)", passed=True, differs=False, by_second=True)
 
 
