@@ -98,8 +98,8 @@ def test_unquoted_route_over_an_existing_file_says_it_was_truncated(tmp_path: Pa
 
 # ---- convert check: -q, the NOTE count, "1 output"
 def test_check_summary(tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    report = SimpleNamespace(table=lambda quiet=False: "TABLE", outputs=["y"], notes=["a note"], passed=True, verdict="PASS",
-                             dest_device="cpu", source="onnx", dest="onnx", to_json=lambda: "{}")
+    report = SimpleNamespace(table=lambda quiet=False: "TABLE", outputs=["y"], notes=["a note"], passed=True,
+                             verdict="PASS", dest_device="cpu", source="onnx", dest="onnx", to_json=lambda: "{}")
     monkeypatch.setattr(api, "verify", lambda *a, **k: report)
     code, out, err = _run("check", str(model), "--against", str(model), "-q")
     assert code == 0, err
