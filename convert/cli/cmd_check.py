@@ -14,6 +14,7 @@ from ._base import (
     DEFAULT_RTOL,
     DEFAULT_TOL,
     EXIT_PARITY,
+    LazyOptionsCommand,
     check_outputs,
     common_options,
     guard,
@@ -70,16 +71,22 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
 
     # Darknet's batch norm differs between its two forks; the converted file records the one it was
     # made with (ONNX), and --darknet-lineage names it where the file cannot (Caffe) or to check another.
-    lineage = {"darknet_lineage": kw["darknet_lineage"]} if kw.get("darknet_lineage") else {}
-    if lineage and (src or formats.detect_format(sources)) != "darknet":
+    extra = {"darknet_lineage": kw["darknet_lineage"]} if kw.get("darknet_lineage") else {}
+    if extra and (src or formats.detect_format(sources)) != "darknet":
         raise UsageError("--darknet-lineage applies to a Darknet source (.cfg + .weights)")
+    # the language-model check's own options (a model folder: --new-tokens, --check-by), as convert takes them
+    for opt in _generation_option_specs():
+        if kw.get(opt.dest) is not None:
+            if (src or formats.detect_format(sources)) != "hf":
+                raise UsageError(f"{opt.flag} applies to a language-model folder (hf), the generation check")
+            extra[opt.dest] = kw[opt.dest]
     report = api.verify(
         sources, against, format=src, to=dst,
         atol=float(kw["atol"]), rtol=float(kw["rtol"]), tol=float(kw["tol"]),  # type: ignore[arg-type]
         inputs=kw["inputs"], seed=int(kw["seed"]), locate=kw["locate"],  # type: ignore[arg-type]
         input_shapes=parse_shapes(kw["input_shape"]), device=kw["device"],  # type: ignore[arg-type]
         on=kw.get("on"),  # type: ignore[arg-type]
-        **lineage,
+        **extra,
     )
     click.echo(report.table(quiet=bool(kw.get("quiet"))))
     if kw.get("report"):
@@ -128,7 +135,24 @@ def _check_baseline(report: ParityReport, kw: dict[str, object]) -> bool:
     return bool(lines)
 
 
-@cli.command("check", context_settings={"max_content_width": 100})
+def _generation_option_specs() -> list[object]:
+    """The hf frontend's options that steer its check (``--new-tokens``, ``--check-by``)."""
+    return [o for o in formats.frontend_info("hf").options if o.dest in ("new_tokens", "check_by")]
+
+
+def _generation_params() -> list[click.Parameter]:
+    """Those options for `check`, unset by default (only an hf source may take them)."""
+    out: list[click.Parameter] = []
+    for opt in _generation_option_specs():
+        choice = click.Choice(list(opt.choices)) if opt.choices else opt.type  # type: ignore[attr-defined]
+        out.append(click.Option([opt.flag, opt.dest], type=choice, default=None,  # type: ignore[attr-defined]
+                                metavar=opt.metavar or None,  # type: ignore[attr-defined]
+                                help=f"{opt.help} (default: {opt.default})"))  # type: ignore[attr-defined]
+    return out
+
+
+@cli.command("check", cls=LazyOptionsCommand, context_settings={"max_content_width": 100},
+             more_params=_generation_params)
 @click.argument("args", nargs=-1, required=True, metavar="[ROUTE] SOURCE...")
 @click.option("--against", multiple=True, required=True, metavar="OUT",
               help="The converted model (repeat for several files, e.g. .prototxt and .caffemodel).")
@@ -171,6 +195,7 @@ def check_cmd(ctx: click.Context, verbose: int, debug: bool, **kw: object) -> No
     convert check model.pt2 --against model.onnx --locate     # the first layer that differs, even on PASS
     convert check model.pt2 --against model.onnx --on openvino,ncnn   # and in the deployment toolchains
     convert check m.onnx --against m.prototxt --against m.caffemodel --baseline accepted.json
+    convert check hf:onnx llama/ --against out/model.onnx --new-tokens 32   # generation, as convert ran it
     """
     guard(_run_check, ctx, debug, verbose=verbose, **kw)
 

@@ -27,10 +27,12 @@ FORMATS = ["savedmodel", "keras"]
 RTOL = 1e-5  # max |ours - TF| / max |TF|, per output
 # Deep nets (ResNet50, InceptionV3, MobileNetV3) amplify float32 rounding beyond 1e-5 in TensorFlow
 # itself. Such a net passes when ours is no farther from the same net evaluated in float64 (Keras
-# dtype policy float64) than TensorFlow's float32 run is, within 25%, and within RTOL_FLOOR of TF.
+# dtype policy float64) than twice TensorFlow's float32 run is, and within RTOL_FLOOR of TF: another
+# summation order (real Caffe's im2col and BLAS) rounds differently, by 1.31 x TF's own on ResNet50
+# in CI (7.2e-5 against 5.5e-5); a wrong layer is off by orders of magnitude more.
 # Measured: ResNet50 TF32 7.0e-5 / ours 3.5e-5 off float64; InceptionV3 7.9e-5 / 3.9e-5;
 # MobileNetV3Small 3.6e-5 / 4.0e-5; NASNetMobile 1.1e-5 / 9.6e-6; EfficientNetB0 (.keras) 1.0e-5 / 2.5e-6.
-FLOAT64_MARGIN = 1.25
+FLOAT64_MARGIN = 2.0
 RTOL_FLOOR = 2e-4
 # Transposes each net keeps (all others: none). small_cnn: one before Flatten. (ConvNeXt's
 # pointwise Dense layers on rank-4 tensors become 1x1 Convs, see rewrite.py: none.)
