@@ -32,19 +32,31 @@ def _return_memory_after_each_file():  # type: ignore[no-untyped-def]
     two workers on a 24 GiB machine cannot afford and which every later peak-memory reading inherits.
     """
     yield
+    import contextlib
     import ctypes
     import gc
 
     gc.collect()
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
 
 
 # Skips that are not about a missing runtime: platform limits stated in the test itself.
 _ALLOWED_SKIP_WORDS = ("Linux only", "free disk", "no sparse files", "paddle2onnx is installed here",
                        "run together with", "finished before the interrupt", "not installed as a package here")
+
+
+# The files that take longest (minutes of model building and float64 runs), run first: under
+# pytest-xdist (--dist loadfile) a file stays in one process, and one of these started last would
+# run alone at the end while the other processes idle.
+_LONGEST_FIRST = ("tests/frontends/pytorch/test_vision_zoo.py", "tests/frontends/tensorflow/test_tensorflow_models.py",
+                  "tests/frontends/tflite/test_tflite.py", "tests/exporters/caffe/test_real_caffe.py",
+                  "tests/frontends/darknet/test_darknet_parity.py", "tests/frontends/caffe/test_caffe_real_layers.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: the rest keep their order
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -209,9 +209,12 @@ def _detections_agree(name: str, model: torch.nn.Module, path: Path, feed: str, 
     return len(boxes)
 
 
-@pytest.mark.parametrize("name", _zoo().DETECTORS)  # type: ignore[attr-defined]
+# Mask R-CNN is compared on four inputs by test_mask_rcnn_detection_counts_vary (the same capture, with
+# the same checks of its decisions, on a model whose count is the data's): its float64 runs made this
+# test 3.6 minutes of CI
+@pytest.mark.parametrize("name", [d for d in _zoo().DETECTORS if d != "det:maskrcnn_resnet50_fpn"])  # type: ignore[attr-defined]
 def test_detector_matches_eager_as_sets(name: str, tmp_path: Path) -> None:
-    """torchvision's own detectors, compared with eager on three inputs as sets (``_detections_agree``).
+    """torchvision's own detectors, compared with eager on two inputs as sets (``_detections_agree``).
     Each is captured valid for every input (traced with symbolic counts, or by torch.export): a dim
     image, which gives other proposal and detection counts, is compared too."""
     from convert.frontends.pytorch import load_module
@@ -223,7 +226,7 @@ def test_detector_matches_eager_as_sets(name: str, tmp_path: Path) -> None:
     assert EXAMPLE_FEEDS not in options.extra and FROZEN_DECISIONS not in options.extra, options.diagnostics.notes
     path = to_onnx(ir_model, tmp_path / "m.onnx")
     feed = ir_model.graph.inputs[0].name
-    for seed in (1, 2, 3):
+    for seed in (1, 2):  # the example and another image (a third cost CI a minute on the R-CNNs' float64 runs)
         _detections_agree(name, model, path, feed, inputs(seed)[0], dim=False)
     # A dim image: other proposal and detection counts than the example's (a graph that took its
     # sizes from the example fails here; the draft-exported Faster R-CNN did, in ONNX Runtime).
@@ -267,12 +270,15 @@ def mask_rcnn(tmp_path_factory: pytest.TempPathFactory) -> tuple[object, object,
     """torchvision's Mask R-CNN (the zoo's) with a 0.5 score threshold and a cap of 200, so that the
     detection count is the data's, converted once from the example (seed 1)."""
     from convert.frontends.pytorch import load_module
-    from convert.ir import Options
+    from convert.ir import EXAMPLE_FEEDS, FROZEN_DECISIONS, Options
 
     model, inputs = _zoo().build("det:maskrcnn_resnet50_fpn")  # type: ignore[attr-defined]
     heads = model.model.roi_heads
     heads.score_thresh, heads.detections_per_img = 0.5, 200  # seed 5's 123rd score is 0.5000016: not used
-    ir_model = load_module(model, inputs(1), Options())
+    options = Options()
+    ir_model = load_module(model, inputs(1), options)
+    # captured valid for every input: no size or branch of the example's kept (as test_detector_matches_eager_as_sets)
+    assert EXAMPLE_FEEDS not in options.extra and FROZEN_DECISIONS not in options.extra, options.diagnostics.notes
     path = to_onnx(ir_model, tmp_path_factory.mktemp("mask_rcnn") / "m.onnx")
     return model, inputs, path, ir_model.graph.inputs[0].name
 
