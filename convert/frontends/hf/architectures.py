@@ -3,6 +3,10 @@
 Each entry says how the model is captured (the attention implementation torch.export sees) and how
 onnxruntime-genai names its type, and refuses in one line a config the route cannot express.
 Registered are the architectures tested in CI at a 2-layer config (``models/llm/decoders.py``).
+Their transformers code (5.17) was read for uses of a layer's index: each uses it to pick its cache
+entry and its ``config.layer_types`` entry, and GPT-2 to scale its scores when
+``scale_attn_by_inverse_layer_idx`` (an attribute set when built, which replicate.py compares), so
+all are ``replicable``; register a new one with ``replicable=False`` until its code is read.
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ class Architecture:
     attention: str = "sdpa"
     #: the model type onnxruntime-genai knows it by ("decoder": its generic decoder-only model).
     genai_type: str = "decoder"
+    #: whether a few captured decoder layers may be cloned to the config's depth (replicate.py): set
+    #: where transformers' code for the architecture was read and its layers use their index only to
+    #: pick their cache entry (or through ``config.layer_types`` and attributes set when built).
+    replicable: bool = False
 
 
 ARCHITECTURES: Registry = Registry("hf architectures")
@@ -59,13 +67,14 @@ def _check_common(config: object, model_type: str) -> None:
                               "is not a key/value cache; this route converts attention-only decoders")
 
 
-def _register(model_type: str, *, attention: str = "sdpa", genai_type: str = "decoder", notes: str = "") -> None:
-    arch = Architecture(model_type, attention, genai_type)
+def _register(model_type: str, *, attention: str = "sdpa", genai_type: str = "decoder", notes: str = "",
+              replicable: bool = True) -> None:
+    arch = Architecture(model_type, attention, genai_type, replicable)
 
     def make(config: object) -> Architecture:
         _check_common(config, model_type)
         if getattr(config, "attn_logit_softcapping", None) and arch.attention != "eager":
-            return Architecture(model_type, "eager", arch.genai_type)  # SDPA cannot soft-cap scores
+            return Architecture(model_type, "eager", arch.genai_type, arch.replicable)  # SDPA cannot soft-cap
         return arch
 
     ARCHITECTURES.register(model_type, maps_to="decoder with KV cache", notes=notes)(make)

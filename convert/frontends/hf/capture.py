@@ -40,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 _ROTARY = re.compile(r"(^|\.)rotary(_emb)?(_\w+)?(\.|$)")
 
+#: ``model.meta`` key of a graph whose layers were replicated: (captured layers, layers, period).
+REPLICATED = "convert:hf_replicated"
+
 #: Example sizes of the capture: batch, new tokens, past tokens (none is 0 or 1, which torch would
 #: specialise; each stays a free dimension of the graph).
 _EXAMPLE = (2, 3, 5)
@@ -376,25 +379,42 @@ def _info(config: object, arch: Architecture, shapes: Sequence[tuple[int, int]],
 def _capture(config: object, mapping_for: Callable[[torch.nn.Module], dict[str, str]],
              make: Callable[[str, str, torch.Tensor], ir.TensorProtocol], generation: dict[str, object],
              options: Options, source: str, name: str) -> tuple[ir.Model, DeployedInfo]:
-    from convert.frontends.pytorch.lower import META_WEIGHTS, lower_program
+    from .replicate import NotReplicable, plan_replication, replicate, shallow_config
 
     arch = architecture_of(config, source)
     last_only = str(options.get("logits", "all")) == "last"
     options.progress("capturing", 0, 3)
     model, mode = meta_model(config, arch)
     mapping = mapping_for(model)
+    supply = _supply(mapping, make, source)
     shapes = kv_shapes(config)
-    wrapper = _wrapper(model, len(shapes), last_only)
-    program = _export(wrapper, shapes, mode, source)
-    options.progress("capturing", 1, 3)
-    options.extra[META_WEIGHTS] = _supply(mapping, make, source)
+    lowered: ir.Model | None = None
     try:
-        ins, _ = deployed_names(len(shapes))
-        with warnings.catch_warnings():  # torch warns when the lowering looks at a fake weight's storage
-            warnings.filterwarnings("ignore", message=".*data pointer of FakeTensor.*")
-            lowered = lower_program(program, source=source, options=options, input_names=ins, name=name)
-    finally:
-        options.extra.pop(META_WEIGHTS, None)
+        plan = plan_replication(config, arch, model)
+    except NotReplicable as exc:
+        logger.info("%s: every layer captured: %s", source, exc)
+    else:  # a few layers captured, the rest cloned from them in the graph (replicate.py)
+        small, small_mode = meta_model(shallow_config(config, plan), arch)
+        lowered = _lowered(small, small_mode, kv_shapes(shallow_config(config, plan)), last_only, supply, options,
+                           source, name)
+        weights = {f"lm.{n}": t for n, t in [*model.named_parameters(), *model.named_buffers()]}
+
+        def weight(key: str) -> ir.TensorProtocol | None:
+            meta = weights.get(key)
+            return None if meta is None or key[3:] not in mapping else supply(key, meta)
+
+        try:
+            added = replicate(lowered, plan, weight)
+        except NotReplicable as exc:
+            logger.info("%s: every layer captured: %d captured layers do not replicate: %s", source,
+                        plan.captured, exc)
+            lowered = None
+        else:
+            logger.info("%s: %d of %d layers captured (period %d), %d nodes cloned for the others", source,
+                        plan.captured, plan.layers, plan.period, added)
+            lowered.meta[REPLICATED] = (plan.captured, plan.layers, plan.period)
+    if lowered is None:
+        lowered = _lowered(model, mode, shapes, last_only, supply, options, source, name)
     options.progress("capturing", 2, 3)
     info = _info(config, arch, shapes, generation, last_only)
     _rename_io(lowered, len(shapes), shapes, info.vocab, last_only)
@@ -410,6 +430,24 @@ def _capture(config: object, mapping_for: Callable[[torch.nn.Module], dict[str, 
     lowered.metadata_props["convert:hf_model_type"] = info.model_type
     options.progress("capturing", 3, 3)
     return lowered, info
+
+
+def _lowered(model: torch.nn.Module, mode: object, shapes: Sequence[tuple[int, int]], last_only: bool,
+             supply: Supply, options: Options, source: str, name: str) -> ir.Model:
+    """Capture ``model`` with its cache and lower it, its weights from ``supply``."""
+    from convert.frontends.pytorch.lower import META_WEIGHTS, lower_program
+
+    wrapper = _wrapper(model, len(shapes), last_only)
+    program = _export(wrapper, shapes, mode, source)
+    options.progress("capturing", 1, 3)
+    options.extra[META_WEIGHTS] = supply
+    try:
+        ins, _ = deployed_names(len(shapes))
+        with warnings.catch_warnings():  # torch warns when the lowering looks at a fake weight's storage
+            warnings.filterwarnings("ignore", message=".*data pointer of FakeTensor.*")
+            return lower_program(program, source=source, options=options, input_names=ins, name=name)
+    finally:
+        options.extra.pop(META_WEIGHTS, None)
 
 
 _FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE)
