@@ -181,9 +181,6 @@ class _Layers:
                     raise NotReplicable(f"node {node.name!r} reads the last layer before its end")
         if any(not nodes for nodes in self.nodes):
             raise NotReplicable("a captured layer has no node")
-        self.post_start = min((order.index(n) for n in self.post), default=len(order))
-        if self.post_start < self.last:
-            raise NotReplicable("a node after the layers comes before the last layer's end")
 
     def _layer_of(self, name: str) -> int | None:
         match = self.layer.match(name)
