@@ -28,8 +28,9 @@ def _return_memory_after_each_file():  # type: ignore[no-untyped-def]
     """After a test file, hand its freed heap back to the system.
 
     One test process runs many files (pytest-xdist), and glibc keeps freed blocks below its raised
-    mmap threshold: a worker that ran the zoo held 11 GiB resident when the next file began, which
-    two workers on a 24 GiB machine cannot afford and which every later peak-memory reading inherits.
+    mmap threshold. This returns only freed heap: a worker still held 12.8 GB resident late in a
+    full run (live objects of earlier files: TensorFlow's, caches), which peak-memory tests must
+    measure against (test_hf_verdict counts the check's growth).
     """
     yield
     import contextlib
