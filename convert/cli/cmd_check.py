@@ -72,14 +72,15 @@ def _run_check(ctx: click.Context, **kw: object) -> int:
     # Darknet's batch norm differs between its two forks; the converted file records the one it was
     # made with (ONNX), and --darknet-lineage names it where the file cannot (Caffe) or to check another.
     extra = {"darknet_lineage": kw["darknet_lineage"]} if kw.get("darknet_lineage") else {}
-    if extra and (src or formats.detect_format(sources)) != "darknet":
-        raise UsageError("--darknet-lineage applies to a Darknet source (.cfg + .weights)")
     # the language-model check's own options (a model folder: --new-tokens, --check-by), as convert takes them
-    for opt in _generation_option_specs():
-        if kw.get(opt.dest) is not None:
-            if (src or formats.detect_format(sources)) != "hf":
+    extra |= {opt.dest: kw[opt.dest] for opt in _generation_option_specs() if kw.get(opt.dest) is not None}
+    if extra:  # the source's format, read once, for the options that apply to one format only
+        fmt = src or formats.detect_format(sources)
+        if "darknet_lineage" in extra and fmt != "darknet":
+            raise UsageError("--darknet-lineage applies to a Darknet source (.cfg + .weights)")
+        for opt in _generation_option_specs():
+            if opt.dest in extra and fmt != "hf":
                 raise UsageError(f"{opt.flag} applies to a language-model folder (hf), the generation check")
-            extra[opt.dest] = kw[opt.dest]
     report = api.verify(
         sources, against, format=src, to=dst,
         atol=float(kw["atol"]), rtol=float(kw["rtol"]), tol=float(kw["tol"]),  # type: ignore[arg-type]
